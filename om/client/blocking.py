@@ -1,0 +1,190 @@
+"""The blocking client: plain sockets, one request at a time per connection.
+
+It uses only the standard ``socket`` module, so gevent's monkey patching (as
+locust applies it) makes it cooperative.
+"""
+
+from __future__ import annotations
+
+import getpass
+import itertools
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+
+from om.client import requests as build
+from om.client.errors import OMConnectionError, error_for
+from om.client.retry_policy import Attempts, RetryPolicy
+from om.protocol import om_pb2
+from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
+
+DEFAULT_ADDRESS = "127.0.0.1:9862"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """("host", port) from "host:port"."""
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class OMClient:
+    """A blocking OM client that retries with the same call id."""
+
+    def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
+                 policy: RetryPolicy | None = None, client_id: str | None = None) -> None:
+        assert addresses
+        self.addresses = list(addresses)
+        self.user = user or getpass.getuser()
+        self.policy = policy or RetryPolicy()
+        self.client_id = client_id or str(uuid.uuid4())
+        self._call_ids = itertools.count(1)
+        self._current = 0
+        self._socket: socket.socket | None = None
+        self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self.last_retries = 0
+        self.last_node = ""
+
+    def __enter__(self) -> OMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    def next_call_id(self) -> int:
+        """A new call id for a request this client will send."""
+        return next(self._call_ids)
+
+    def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Sends ``request`` (retrying as needed); raises the typed error unless OK."""
+        response = self.call_raw(request)
+        if response.status != om_pb2.OK:
+            raise error_for(response)
+        return response
+
+    def call_raw(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Sends ``request`` and returns the final answer, whatever its status.
+
+        The request gets this client's id, the user and, unless already set, a
+        new call id; every retry reuses them.
+        """
+        request.client_id = self.client_id
+        request.user = request.user or self.user
+        if not request.call_id:
+            request.call_id = self.next_call_id()
+        frame = encode_frame(request.SerializeToString())
+        attempts = Attempts(self.addresses, self._current, self.policy, time.monotonic())
+        while True:
+            try:
+                response = self._round_trip(attempts.address, frame, request.call_id)
+            except (OSError, WireError):
+                self.close()
+                delay = attempts.after_connection_error(time.monotonic())
+                if delay is None:
+                    raise OMConnectionError(
+                        f"no OM answered call {request.call_id} within "
+                        f"{self.policy.deadline_s} s (tried {self.addresses})") from None
+            else:
+                delay = attempts.after_response(response, time.monotonic())
+                if delay is None:
+                    self.last_retries = attempts.retries
+                    self.last_node = attempts.address
+                    self._current = attempts.current
+                    return response
+            self.close()
+            time.sleep(delay)
+
+    def _round_trip(self, address: str, frame: bytes, call_id: int) -> om_pb2.OMResponse:
+        if self._socket is None:
+            self._socket = socket.create_connection(split_address(address),
+                                                    timeout=self.policy.attempt_timeout_s)
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self._socket.sendall(frame)
+        while True:
+            data = self._socket.recv(65536)
+            if not data:
+                raise ConnectionResetError("the OM closed the connection")
+            for payload in self._decoder.feed(data):
+                response = om_pb2.OMResponse.FromString(payload)
+                if response.call_id in (call_id, 0):
+                    return response
+
+    # -- convenience calls, mirroring `ozone sh` --------------------------------
+
+    def create_volume(self, volume: str, quota_in_bytes: int = 0, quota_in_namespace: int = 0,
+                      owner: str = "") -> om_pb2.VolumeInfo:
+        request = build.create_volume(volume, quota_in_bytes, quota_in_namespace, owner)
+        return self.call(request).create_volume.volume_info
+
+    def info_volume(self, volume: str) -> om_pb2.VolumeInfo:
+        return self.call(build.info_volume(volume)).info_volume.volume_info
+
+    def set_volume_quota(self, volume: str, quota_in_bytes: int = 0,
+                         quota_in_namespace: int = 0) -> om_pb2.VolumeInfo:
+        request = build.set_volume_property(volume, quota_in_bytes, quota_in_namespace)
+        return self.call(request).set_volume_property.volume_info
+
+    def delete_volume(self, volume: str) -> None:
+        self.call(build.delete_volume(volume))
+
+    def list_volumes(self, prefix: str = "", start_key: str = "",
+                     max_keys: int = 0) -> om_pb2.ListVolumeResponse:
+        return self.call(build.list_volumes(prefix, start_key, max_keys)).list_volume
+
+    def create_bucket(self, volume: str, bucket: str, quota_in_bytes: int = 0,
+                      quota_in_namespace: int = 0) -> om_pb2.BucketInfo:
+        request = build.create_bucket(volume, bucket, quota_in_bytes, quota_in_namespace)
+        return self.call(request).create_bucket.bucket_info
+
+    def info_bucket(self, volume: str, bucket: str) -> om_pb2.BucketInfo:
+        return self.call(build.info_bucket(volume, bucket)).info_bucket.bucket_info
+
+    def set_bucket_quota(self, volume: str, bucket: str, quota_in_bytes: int = 0,
+                         quota_in_namespace: int = 0) -> om_pb2.BucketInfo:
+        request = build.set_bucket_property(volume, bucket, quota_in_bytes, quota_in_namespace)
+        return self.call(request).set_bucket_property.bucket_info
+
+    def delete_bucket(self, volume: str, bucket: str) -> None:
+        self.call(build.delete_bucket(volume, bucket))
+
+    def list_buckets(self, volume: str, prefix: str = "", start_key: str = "",
+                     max_keys: int = 0) -> om_pb2.ListBucketsResponse:
+        return self.call(build.list_buckets(volume, prefix, start_key, max_keys)).list_buckets
+
+    def create_key(self, volume: str, bucket: str, key: str,
+                   data_size: int = 0) -> om_pb2.CreateKeyResponse:
+        return self.call(build.create_key(volume, bucket, key, data_size)).create_key
+
+    def commit_key(self, volume: str, bucket: str, key: str, session_id: int,
+                   data_size: int) -> om_pb2.KeyInfo:
+        request = build.commit_key(volume, bucket, key, session_id, data_size)
+        return self.call(request).commit_key.key_info
+
+    def put_key(self, volume: str, bucket: str, key: str, data_size: int) -> om_pb2.KeyInfo:
+        """CreateKey then CommitKey: records a key's metadata (no data is written)."""
+        opened = self.create_key(volume, bucket, key, data_size)
+        return self.commit_key(volume, bucket, key, opened.client_session_id, data_size)
+
+    def lookup_key(self, volume: str, bucket: str, key: str) -> om_pb2.KeyInfo:
+        return self.call(build.lookup_key(volume, bucket, key)).lookup_key.key_info
+
+    def delete_key(self, volume: str, bucket: str, key: str) -> om_pb2.KeyInfo:
+        return self.call(build.delete_key(volume, bucket, key)).delete_key.key_info
+
+    def rename_key(self, volume: str, bucket: str, key: str, to_key: str) -> om_pb2.KeyInfo:
+        return self.call(build.rename_key(volume, bucket, key, to_key)).rename_key.key_info
+
+    def list_keys(self, volume: str, bucket: str, prefix: str = "", start_key: str = "",
+                  max_keys: int = 0) -> om_pb2.ListKeysResponse:
+        request = build.list_keys(volume, bucket, prefix, start_key, max_keys)
+        return self.call(request).list_keys
+
+    def service_list(self) -> om_pb2.ServiceListResponse:
+        return self.call(build.service_list()).service_list

@@ -1,0 +1,108 @@
+"""Building requests, shared by both clients. Ids and user are filled in at send."""
+
+from __future__ import annotations
+
+from om.protocol import om_pb2
+
+
+def create_volume(volume: str, quota_in_bytes: int = 0, quota_in_namespace: int = 0,
+                  owner: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CreateVolume, create_volume=om_pb2.CreateVolumeRequest(
+        volume=volume, quota_in_bytes=quota_in_bytes, quota_in_namespace=quota_in_namespace,
+        owner=owner))
+
+
+def set_volume_property(volume: str, quota_in_bytes: int = 0, quota_in_namespace: int = 0,
+                        owner: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.SetVolumeProperty,
+        set_volume_property=om_pb2.SetVolumePropertyRequest(
+            volume=volume, quota_in_bytes=quota_in_bytes, quota_in_namespace=quota_in_namespace,
+            owner=owner))
+
+
+def info_volume(volume: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.InfoVolume,
+                            info_volume=om_pb2.InfoVolumeRequest(volume=volume))
+
+
+def delete_volume(volume: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.DeleteVolume,
+                            delete_volume=om_pb2.DeleteVolumeRequest(volume=volume))
+
+
+def list_volumes(prefix: str = "", start_key: str = "", max_keys: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.ListVolume, list_volume=om_pb2.ListVolumeRequest(
+        prefix=prefix, start_key=start_key, max_keys=max_keys))
+
+
+def create_bucket(volume: str, bucket: str, quota_in_bytes: int = 0,
+                  quota_in_namespace: int = 0, owner: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CreateBucket, create_bucket=om_pb2.CreateBucketRequest(
+        volume=volume, bucket=bucket, quota_in_bytes=quota_in_bytes,
+        quota_in_namespace=quota_in_namespace, owner=owner))
+
+
+def set_bucket_property(volume: str, bucket: str, quota_in_bytes: int = 0,
+                        quota_in_namespace: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.SetBucketProperty,
+        set_bucket_property=om_pb2.SetBucketPropertyRequest(
+            volume=volume, bucket=bucket, quota_in_bytes=quota_in_bytes,
+            quota_in_namespace=quota_in_namespace))
+
+
+def info_bucket(volume: str, bucket: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.InfoBucket,
+                            info_bucket=om_pb2.InfoBucketRequest(volume=volume, bucket=bucket))
+
+
+def delete_bucket(volume: str, bucket: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.DeleteBucket,
+                            delete_bucket=om_pb2.DeleteBucketRequest(volume=volume, bucket=bucket))
+
+
+def list_buckets(volume: str, prefix: str = "", start_key: str = "",
+                 max_keys: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.ListBuckets, list_buckets=om_pb2.ListBucketsRequest(
+        volume=volume, prefix=prefix, start_key=start_key, max_keys=max_keys))
+
+
+def create_key(volume: str, bucket: str, key: str, data_size: int = 0,
+               replication_factor: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CreateKey, create_key=om_pb2.CreateKeyRequest(
+        volume=volume, bucket=bucket, key=key, data_size=data_size,
+        replication_factor=replication_factor))
+
+
+def commit_key(volume: str, bucket: str, key: str, session_id: int,
+               data_size: int) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CommitKey, commit_key=om_pb2.CommitKeyRequest(
+        volume=volume, bucket=bucket, key=key, client_session_id=session_id,
+        data_size=data_size))
+
+
+def lookup_key(volume: str, bucket: str, key: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.LookupKey, lookup_key=om_pb2.LookupKeyRequest(
+        volume=volume, bucket=bucket, key=key))
+
+
+def delete_key(volume: str, bucket: str, key: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.DeleteKey, delete_key=om_pb2.DeleteKeyRequest(
+        volume=volume, bucket=bucket, key=key))
+
+
+def rename_key(volume: str, bucket: str, key: str, to_key: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.RenameKey, rename_key=om_pb2.RenameKeyRequest(
+        volume=volume, bucket=bucket, key=key, to_key=to_key))
+
+
+def list_keys(volume: str, bucket: str, prefix: str = "", start_key: str = "",
+              max_keys: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.ListKeys, list_keys=om_pb2.ListKeysRequest(
+        volume=volume, bucket=bucket, prefix=prefix, start_key=start_key, max_keys=max_keys))
+
+
+def service_list() -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.ServiceList,
+                            service_list=om_pb2.ServiceListRequest())

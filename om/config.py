@@ -1,0 +1,180 @@
+"""Server configuration: defaults, an optional TOML file, and command-line flags.
+
+Every limit of the server is here, with its unit in its name. Unknown keys in a
+TOML file are an error (a typo must not silently fall back to a default).
+
+Example ``cluster.toml``::
+
+    execution = "leader"            # or "replicated" (Ozone's old flow)
+    data_dir = "om-data"            # each node uses data_dir/<node id>
+
+    [[nodes]]
+    id = "om1"
+    host = "127.0.0.1"
+    port = 9862                     # client RPC (Ozone's OM RPC port)
+    raft_port = 9872                # Raft (Ozone's OM Ratis port)
+
+    [limits]
+    lock_timeout_s = 60.0
+
+    [batch]
+    inflight_batches_max = 4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9862
+DEFAULT_RAFT_PORT = 9872
+EXECUTIONS = ("leader", "replicated")
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message says which key and why."""
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    """One OM node: its id and its client and Raft endpoints."""
+
+    id: str
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    raft_port: int = DEFAULT_RAFT_PORT
+
+    @property
+    def address(self) -> str:
+        """host:port of the client endpoint."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        """host:port of the Raft endpoint."""
+        return f"{self.host}:{self.raft_port}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of the server; hitting one returns a status, never unbounded growth."""
+
+    max_frame_bytes: int = 4 * 1024 * 1024
+    connection_in_flight_max: int = 1024
+    in_flight_max: int = 10_000
+    lock_timeout_s: float = 60.0
+    retry_cache_expiry_s: float = 600.0
+    retry_cache_memory_entries: int = 100_000
+    retry_sweep_interval_s: float = 30.0
+    list_max_keys: int = 10_000
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Group commit: at most this many writes / bytes a batch, this many in flight."""
+
+    enabled: bool = True
+    bytes_max: int = 1024 * 1024
+    writes_max: int = 2000
+    inflight_batches_max: int = 4
+    queue_max: int = 20_000
+
+
+@dataclass(frozen=True)
+class Raft:
+    """pysyncobj tuning (see the README's durability section)."""
+
+    election_timeout_min_s: float = 0.4
+    election_timeout_max_s: float = 0.8
+    leader_fallback_timeout_s: float = 2.0
+    compaction_min_entries: int = 5000
+    fsync: bool = False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything one OM process needs."""
+
+    node_id: str = "om1"
+    data_dir: Path = Path("om-data")
+    execution: str = "leader"
+    nodes: tuple[NodeAddress, ...] = (NodeAddress("om1"),)
+    acl_enabled: bool = False
+    admins: tuple[str, ...] = ()
+    trace_path: Path | None = None
+    trace_flow: str = ""
+    limits: Limits = field(default_factory=Limits)
+    batch: Batch = field(default_factory=Batch)
+    raft: Raft = field(default_factory=Raft)
+
+    @property
+    def node(self) -> NodeAddress:
+        """This node's addresses."""
+        for node in self.nodes:
+            if node.id == self.node_id:
+                return node
+        raise ConfigError(f"node id '{self.node_id}' is not among the configured nodes "
+                          f"{[n.id for n in self.nodes]}")
+
+    @property
+    def node_data_dir(self) -> Path:
+        """This node's data directory: data_dir itself for one node, else data_dir/<id>."""
+        return self.data_dir if len(self.nodes) == 1 else self.data_dir / self.node_id
+
+    def validate(self) -> ServerConfig:
+        """Raises ConfigError on an inconsistent configuration; returns self."""
+        if self.execution not in EXECUTIONS:
+            raise ConfigError(f"execution must be one of {EXECUTIONS}, not '{self.execution}'")
+        ids = [n.id for n in self.nodes]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"node ids must be unique: {ids}")
+        _ = self.node
+        for section in (self.limits, self.batch, self.raft):
+            for item in dataclasses.fields(section):
+                value = getattr(section, item.name)
+                if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+                    raise ConfigError(f"{item.name} must be positive, not {value}")
+        return self
+
+
+def _section(cls: type[Any], values: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"unknown keys in [{where}]: {sorted(unknown)}")
+    return cls(**values)
+
+
+def load(path: Path | None, **overrides: Any) -> ServerConfig:
+    """The configuration from ``path`` (optional) with ``overrides`` (flags) on top."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            values = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"cannot read config {path}: {error}") from None
+    known = {f.name for f in dataclasses.fields(ServerConfig)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"unknown keys in {path}: {sorted(unknown)}")
+    try:
+        if "nodes" in values:
+            values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
+        for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft)):
+            if name in values:
+                values[name] = _section(cls, values[name], name)
+        for name in ("data_dir", "trace_path"):
+            if values.get(name) is not None:
+                values[name] = Path(values[name])
+        if "admins" in values:
+            values["admins"] = tuple(values["admins"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "node_id" not in values and len(values.get("nodes", ())) == 1:
+            values["node_id"] = values["nodes"][0].id
+        return ServerConfig(**values).validate()
+    except TypeError as error:
+        raise ConfigError(f"invalid configuration: {error}") from None

@@ -1,0 +1,68 @@
+"""ExecContext: what the leader fixes for one request before it executes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+OBJECT_ID_EPOCH = 1 << 62
+IDS_PER_INDEX = 256
+MANAGED_INDEX_MAX = (1 << 54) - 1
+
+
+def object_id_for(managed_index: int, n: int = 0) -> int:
+    """The n-th object id a request with this managed index may use.
+
+    Like Ozone's ``OmUtils.getObjectIdFromTxId``: the low 8 bits give 256 ids
+    per request, so ids are unique whenever managed indexes are.
+    """
+    assert 0 < managed_index <= MANAGED_INDEX_MAX
+    assert 0 <= n < IDS_PER_INDEX
+    return OBJECT_ID_EPOCH | (managed_index << 8) | n
+
+
+class QuotaReservations(Protocol):
+    """Quota that requests executed but not yet applied have claimed."""
+
+    def reserved(self, table: int, key: bytes) -> tuple[int, int]:
+        """(bytes, namespace) reserved against the row ``key`` of ``table``."""
+        ...
+
+
+class NoReservations:
+    """No request is in flight: the view alone is the truth (old flow, tests)."""
+
+    def reserved(self, table: int, key: bytes) -> tuple[int, int]:
+        return (0, 0)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits a handler enforces."""
+
+    list_max_keys: int = 10_000
+    list_default_keys: int = 1_000
+    key_name_max_bytes: int = 1024
+
+
+@dataclass(frozen=True)
+class ExecContext:
+    """The leader-fixed inputs of one request's execution.
+
+    ``managed_index`` is the request's transaction index from the managed
+    index; it becomes the update id of every row the request writes.
+    """
+
+    user: str
+    managed_index: int
+    now_ms: int
+    reservations: QuotaReservations
+    limits: Limits = Limits()
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.managed_index <= MANAGED_INDEX_MAX  # 0: a read
+        assert self.now_ms > 0
+
+    def object_id(self, n: int = 0) -> int:
+        """The n-th object id this request may assign."""
+        return object_id_for(self.managed_index, n)

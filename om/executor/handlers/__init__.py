@@ -1,0 +1,1 @@
+"""One module per request type; each exports ``execute``."""

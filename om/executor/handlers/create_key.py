@@ -1,0 +1,59 @@
+"""CreateKey: opens a key for writing (a row of openKeyTable).
+
+Ozone's OBS rules: VOLUME_NOT_FOUND / BUCKET_NOT_FOUND; the bucket's space
+quota is checked against the expected replicated size and its namespace
+against one more key, without consuming either (CommitKey charges). The open
+key is keyed by a session id unique to this request, so CreateKey takes no key
+lock and concurrent writers of one key never collide.
+"""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.errors import OMError
+from om.executor.names import check_key_name
+from om.executor.quota import check_bucket_quota, replicated_size
+from om.executor.read_view import ReadView
+from om.executor.rows import encode, load_bucket
+from om.protocol import om_pb2
+from om.statemachine import tables
+
+DEFAULT_REPLICATION = 3
+MAX_REPLICATION = 3
+
+
+def _replication(requested: int) -> int:
+    if requested == 0:
+        return DEFAULT_REPLICATION
+    if requested not in (1, MAX_REPLICATION):
+        raise OMError(om_pb2.INVALID_REQUEST,
+                      f"replication factor {requested} is not 1 or 3")
+    return requested
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.create_key
+    check_key_name(body.key, ctx.limits.key_name_max_bytes)
+    replication = _replication(body.replication_factor)
+    bucket = load_bucket(view, body.volume, body.bucket)
+    check_bucket_quota(bucket, ctx, replicated_size(body.data_size, replication), 1)
+    session_id = ctx.object_id(1)
+    info = om_pb2.KeyInfo(
+        volume_name=body.volume,
+        bucket_name=body.bucket,
+        key_name=body.key,
+        data_size=body.data_size,
+        replication_factor=replication,
+        creation_time=ctx.now_ms,
+        modification_time=ctx.now_ms,
+        object_id=ctx.object_id(),
+        update_id=ctx.managed_index,
+        open_client_id=session_id,
+    )
+    recorder.put(om_pb2.OPEN_KEY,
+                 tables.open_key_key(body.volume, body.bucket, body.key, session_id),
+                 encode(info))
+    return om_pb2.OMResponse(
+        create_key=om_pb2.CreateKeyResponse(key_info=info, client_session_id=session_id))

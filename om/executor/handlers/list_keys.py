@@ -1,0 +1,23 @@
+"""ListKeys: committed keys of a bucket by prefix, exclusive start key, max keys."""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.listing import list_page, page_size
+from om.executor.read_view import ReadView
+from om.executor.rows import load_bucket
+from om.protocol import om_pb2
+from om.statemachine import tables
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.list_keys
+    load_bucket(view, body.volume, body.bucket)
+    limit = page_size(body.max_keys, ctx.limits)
+    values, truncated = list_page(view, om_pb2.KEY, tables.key_prefix(body.volume, body.bucket),
+                                  body.prefix, body.start_key, limit)
+    infos = [om_pb2.KeyInfo.FromString(v) for v in values]
+    return om_pb2.OMResponse(
+        list_keys=om_pb2.ListKeysResponse(key_info=infos, truncated=truncated))

@@ -1,0 +1,19 @@
+"""ListVolume: every volume, by prefix and exclusive start key."""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.listing import list_page, page_size
+from om.executor.read_view import ReadView
+from om.protocol import om_pb2
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.list_volume
+    limit = page_size(body.max_keys, ctx.limits)
+    values, truncated = list_page(view, om_pb2.VOLUME, b"/", body.prefix, body.start_key, limit)
+    infos = [om_pb2.VolumeInfo.FromString(v) for v in values]
+    return om_pb2.OMResponse(
+        list_volume=om_pb2.ListVolumeResponse(volume_info=infos, truncated=truncated))

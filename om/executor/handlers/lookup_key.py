@@ -1,0 +1,17 @@
+"""LookupKey: the committed key's row, or KEY_NOT_FOUND."""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.read_view import ReadView
+from om.executor.rows import load_bucket, require_key
+from om.protocol import om_pb2
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.lookup_key
+    load_bucket(view, body.volume, body.bucket)
+    info = require_key(view, body.volume, body.bucket, body.key)
+    return om_pb2.OMResponse(lookup_key=om_pb2.LookupKeyResponse(key_info=info))

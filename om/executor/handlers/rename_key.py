@@ -1,0 +1,33 @@
+"""RenameKey: KEY_NOT_FOUND, KEY_ALREADY_EXISTS, INVALID_KEY_NAME.
+
+The key keeps its object id; its update id and modification time change.
+"""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.errors import OMError
+from om.executor.names import check_key_name
+from om.executor.read_view import ReadView
+from om.executor.rows import encode, load_bucket, load_key, require_key
+from om.protocol import om_pb2
+from om.statemachine import tables
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.rename_key
+    check_key_name(body.to_key, ctx.limits.key_name_max_bytes)
+    load_bucket(view, body.volume, body.bucket)
+    info = require_key(view, body.volume, body.bucket, body.key)
+    if load_key(view, body.volume, body.bucket, body.to_key) is not None:
+        raise OMError(om_pb2.KEY_ALREADY_EXISTS,
+                      f"Key '/{body.volume}/{body.bucket}/{body.to_key}' already exists")
+    info.key_name = body.to_key
+    info.modification_time = ctx.now_ms
+    info.update_id = ctx.managed_index
+    recorder.move(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key),
+                  om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.to_key),
+                  encode(info))
+    return om_pb2.OMResponse(rename_key=om_pb2.RenameKeyResponse(key_info=info))

@@ -1,0 +1,33 @@
+"""Paging for the List* requests: prefix, exclusive start key, max keys, truncated."""
+
+from __future__ import annotations
+
+from om.executor.context import Limits
+from om.executor.errors import OMError
+from om.executor.read_view import ReadView
+from om.protocol import om_pb2
+
+
+def page_size(requested: int, limits: Limits) -> int:
+    """The number of entries to return: the default for 0, INVALID_REQUEST above the cap."""
+    if requested == 0:
+        return limits.list_default_keys
+    if requested > limits.list_max_keys:
+        raise OMError(om_pb2.INVALID_REQUEST,
+                      f"max keys {requested} is over the limit of {limits.list_max_keys}")
+    return requested
+
+
+def list_page(view: ReadView, table: int, scope: bytes, prefix: str, start: str,
+              limit: int) -> tuple[list[bytes], bool]:
+    """Values of up to ``limit`` rows under ``scope + prefix`` after ``scope + start``.
+
+    Returns the values and whether more rows follow (the truncated flag).
+    """
+    assert limit > 0
+    full_prefix = scope + prefix.encode()
+    start_after = scope + start.encode() if start else None
+    rows = view.scan(table, full_prefix, start_after, limit + 1)
+    assert len(rows) <= limit + 1
+    truncated = len(rows) > limit
+    return [value for _, value in rows[:limit]], truncated

@@ -1,0 +1,109 @@
+"""The table of request types: handler, body field, and whether it writes.
+
+``dispatch`` is the one way to run a handler: it checks the request's shape,
+turns an ``OMError`` into a response with that status, and guarantees that a
+request ending in an error leaves the recorder empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.errors import OMError
+from om.executor.handlers import (
+    commit_key,
+    create_bucket,
+    create_key,
+    create_volume,
+    delete_bucket,
+    delete_key,
+    delete_volume,
+    info_bucket,
+    info_volume,
+    list_buckets,
+    list_keys,
+    list_volume,
+    lookup_key,
+    rename_key,
+    set_bucket_property,
+    set_volume_property,
+)
+from om.executor.read_view import ReadView
+from om.protocol import om_pb2
+
+Execute = Callable[[om_pb2.OMRequest, ReadView, ChangeRecorder, ExecContext], om_pb2.OMResponse]
+
+
+@dataclass(frozen=True)
+class RequestKind:
+    """How one request type is handled."""
+
+    name: str
+    body_field: str
+    write: bool
+    execute: Execute
+
+
+def _kind(cmd: int, body_field: str, write: bool, execute: Execute) -> tuple[int, RequestKind]:
+    return cmd, RequestKind(om_pb2.Type.Name(cmd), body_field, write, execute)  # type: ignore[arg-type]
+
+
+KINDS: dict[int, RequestKind] = dict([
+    _kind(om_pb2.CreateVolume, "create_volume", True, create_volume.execute),
+    _kind(om_pb2.SetVolumeProperty, "set_volume_property", True, set_volume_property.execute),
+    _kind(om_pb2.InfoVolume, "info_volume", False, info_volume.execute),
+    _kind(om_pb2.DeleteVolume, "delete_volume", True, delete_volume.execute),
+    _kind(om_pb2.ListVolume, "list_volume", False, list_volume.execute),
+    _kind(om_pb2.CreateBucket, "create_bucket", True, create_bucket.execute),
+    _kind(om_pb2.InfoBucket, "info_bucket", False, info_bucket.execute),
+    _kind(om_pb2.SetBucketProperty, "set_bucket_property", True, set_bucket_property.execute),
+    _kind(om_pb2.DeleteBucket, "delete_bucket", True, delete_bucket.execute),
+    _kind(om_pb2.ListBuckets, "list_buckets", False, list_buckets.execute),
+    _kind(om_pb2.CreateKey, "create_key", True, create_key.execute),
+    _kind(om_pb2.CommitKey, "commit_key", True, commit_key.execute),
+    _kind(om_pb2.LookupKey, "lookup_key", False, lookup_key.execute),
+    _kind(om_pb2.ListKeys, "list_keys", False, list_keys.execute),
+    _kind(om_pb2.DeleteKey, "delete_key", True, delete_key.execute),
+    _kind(om_pb2.RenameKey, "rename_key", True, rename_key.execute),
+])
+
+
+def error_response(request: om_pb2.OMRequest, status: om_pb2.Status.ValueType,
+                   message: str) -> om_pb2.OMResponse:
+    """A response carrying a non-OK status for ``request``."""
+    assert status != om_pb2.OK
+    return om_pb2.OMResponse(cmd_type=request.cmd_type, status=status, message=message,
+                             call_id=request.call_id)
+
+
+def shape_problem(request: om_pb2.OMRequest) -> str | None:
+    """Why the request cannot be dispatched, or None when it can."""
+    kind = KINDS.get(request.cmd_type)
+    if kind is None:
+        return f"unknown or unsupported command type {request.cmd_type}"
+    if request.WhichOneof("body") != kind.body_field:
+        return f"{kind.name} request must carry a {kind.body_field} body"
+    if not request.client_id:
+        return "request carries no client_id"
+    return None
+
+
+def dispatch(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+             ctx: ExecContext) -> om_pb2.OMResponse:
+    """Runs the request's handler; an error status leaves ``recorder`` empty."""
+    assert recorder.empty
+    assert shape_problem(request) is None
+    kind = KINDS[request.cmd_type]
+    try:
+        response = kind.execute(request, view, recorder, ctx)
+    except OMError as error:
+        recorder.clear()
+        return error_response(request, error.status, error.message)
+    assert kind.write or recorder.empty
+    response.cmd_type = request.cmd_type
+    response.status = om_pb2.OK
+    response.call_id = request.call_id
+    return response

@@ -1,0 +1,112 @@
+"""Which locks a request takes: Ozone's OBS lock rules, in one total order.
+
+* Volume writes (create, delete, set property): volume write.
+* CreateBucket / DeleteBucket: volume read + bucket write; a CreateBucket with a
+  space quota takes the volume write lock, because it checks the sum of the
+  volume's bucket quotas and two concurrent creates must not both fit.
+* SetBucketProperty: volume write + bucket write (same reason).
+* CreateKey: bucket read only; the open key is keyed by its session.
+* CommitKey, DeleteKey: bucket read + key write.
+* RenameKey: bucket read + both keys' write locks, sorted.
+* Reads take no locks: they see applied state only.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from om.protocol import om_pb2
+
+
+class Level(enum.IntEnum):
+    """Lock levels, in acquisition order."""
+
+    VOLUME = 0
+    BUCKET = 1
+    KEY = 2
+
+
+class Mode(enum.Enum):
+    """Shared or exclusive."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+@dataclass(frozen=True, order=True)
+class LockRequest:
+    """One lock of a plan. Ordering by (level, name) is the global lock order."""
+
+    level: Level
+    name: str
+    mode: Mode
+
+    @property
+    def resource(self) -> tuple[Level, str]:
+        """What the lock protects."""
+        return (self.level, self.name)
+
+
+def _volume(volume: str, mode: Mode) -> LockRequest:
+    return LockRequest(Level.VOLUME, volume, mode)
+
+
+def _bucket(volume: str, bucket: str, mode: Mode) -> LockRequest:
+    return LockRequest(Level.BUCKET, f"{volume}/{bucket}", mode)
+
+
+def _key(volume: str, bucket: str, key: str) -> LockRequest:
+    return LockRequest(Level.KEY, f"{volume}/{bucket}/{key}", Mode.WRITE)
+
+
+def _volume_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    body = getattr(request, request.WhichOneof("body") or "")
+    return (_volume(body.volume, Mode.WRITE),)
+
+
+def _bucket_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    cmd = request.cmd_type
+    body = getattr(request, request.WhichOneof("body") or "")
+    volume_mode = Mode.READ
+    if cmd == om_pb2.SetBucketProperty or (
+            cmd == om_pb2.CreateBucket and body.quota_in_bytes not in (0, -1)):
+        volume_mode = Mode.WRITE
+    return (_volume(body.volume, volume_mode), _bucket(body.volume, body.bucket, Mode.WRITE))
+
+
+def _key_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    body = getattr(request, request.WhichOneof("body") or "")
+    locks = [_bucket(body.volume, body.bucket, Mode.READ)]
+    if request.cmd_type in (om_pb2.CommitKey, om_pb2.DeleteKey):
+        locks.append(_key(body.volume, body.bucket, body.key))
+    elif request.cmd_type == om_pb2.RenameKey:
+        names = sorted({body.key, body.to_key})
+        locks.extend(_key(body.volume, body.bucket, name) for name in names)
+    return tuple(locks)
+
+
+_PLANNERS = {
+    om_pb2.CreateVolume: _volume_plan,
+    om_pb2.DeleteVolume: _volume_plan,
+    om_pb2.SetVolumeProperty: _volume_plan,
+    om_pb2.CreateBucket: _bucket_plan,
+    om_pb2.DeleteBucket: _bucket_plan,
+    om_pb2.SetBucketProperty: _bucket_plan,
+    om_pb2.CreateKey: _key_plan,
+    om_pb2.CommitKey: _key_plan,
+    om_pb2.DeleteKey: _key_plan,
+    om_pb2.RenameKey: _key_plan,
+}
+
+
+def plan_locks(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    """The locks ``request`` must hold from execution until its batch is applied,
+    in acquisition order. Empty for reads."""
+    planner = _PLANNERS.get(request.cmd_type)
+    if planner is None:
+        return ()
+    plan = planner(request)
+    assert list(plan) == sorted(plan), "a plan must follow the global lock order"
+    assert len({lock.resource for lock in plan}) == len(plan), "a resource appears once"
+    return plan

@@ -1,0 +1,127 @@
+"""The retry cache: exactly-once writes keyed by (client id, call id).
+
+Three places hold an answer, checked in this order:
+
+1. ``in_flight``: requests executing or replicating now. A retry waits for the
+   original (the shell keeps the waitable; this table only says who is there).
+2. ``recent``: a bounded LRU of committed responses, so retries after a dropped
+   reply are answered from memory.
+3. The clientRequestReplyTable row, written in the same batch as the request's
+   data. It is the source of truth: it survives restart, failover and
+   snapshots; ``recent`` is only a cache of it, bounded regardless of the rate.
+
+Expiry uses replicated time: a row carries its batch's timestamp and is ignored
+once ``now - timestamp > expiry``; the leader deletes expired rows through
+ordinary batches (``expired_row_deletes``). Only committed writes are stored:
+a request that failed before replication (an error status, a lost leadership)
+changed nothing, so its retry executes afresh, as Ratis does for failed entries.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from om.executor.read_view import ReadView
+from om.protocol import om_pb2
+from om.statemachine import tables
+
+RetryKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class RetryCacheConfig:
+    """Limits of the retry cache."""
+
+    expiry_ms: int = 600_000
+    memory_entries: int = 100_000
+
+    def __post_init__(self) -> None:
+        assert self.expiry_ms > 0
+        assert self.memory_entries > 0
+
+
+class RetryCache:
+    """Answers retries of committed writes; tracks which writes are in flight."""
+
+    def __init__(self, config: RetryCacheConfig) -> None:
+        self.config = config
+        self._in_flight: set[RetryKey] = set()
+        self._recent: OrderedDict[RetryKey, tuple[bytes, int]] = OrderedDict()
+        self.hits = 0
+
+    def in_flight(self, key: RetryKey) -> bool:
+        """True while the write with this key is executing or replicating."""
+        return key in self._in_flight
+
+    def committed_response(self, key: RetryKey, view: ReadView,
+                           now_ms: int) -> om_pb2.OMResponse | None:
+        """The stored response of a committed, unexpired write, or None."""
+        cached = self._recent.get(key)
+        if cached is not None:
+            response_bytes, timestamp_ms = cached
+            if now_ms - timestamp_ms <= self.config.expiry_ms:
+                self._recent.move_to_end(key)
+                self.hits += 1
+                return om_pb2.OMResponse.FromString(response_bytes)
+            del self._recent[key]
+        raw = view.get(om_pb2.CLIENT_REQUEST_REPLY, tables.reply_key(*key))
+        if raw is None:
+            return None
+        row = om_pb2.ClientRequestReply.FromString(raw)
+        assert (row.client_id, row.call_id) == key
+        if now_ms - row.timestamp_ms > self.config.expiry_ms:
+            return None
+        self._remember(key, row.response, row.timestamp_ms)
+        self.hits += 1
+        return om_pb2.OMResponse.FromString(row.response)
+
+    def begin(self, key: RetryKey) -> None:
+        """Marks the write as in flight."""
+        assert key not in self._in_flight
+        self._in_flight.add(key)
+
+    def finish(self, key: RetryKey, committed: om_pb2.ClientRequestReply | None) -> None:
+        """Ends the in-flight mark; remembers the reply when the write committed."""
+        assert key in self._in_flight
+        self._in_flight.discard(key)
+        if committed is not None:
+            assert (committed.client_id, committed.call_id) == key
+            self._remember(key, committed.response, committed.timestamp_ms)
+
+    def _remember(self, key: RetryKey, response: bytes, timestamp_ms: int) -> None:
+        self._recent[key] = (response, timestamp_ms)
+        self._recent.move_to_end(key)
+        while len(self._recent) > self.config.memory_entries:
+            self._recent.popitem(last=False)
+        assert len(self._recent) <= self.config.memory_entries
+
+    def clear_memory(self) -> None:
+        """Forgets the in-memory copies (on losing leadership): the table stays."""
+        self._recent.clear()
+
+    def statistics(self) -> dict[str, int]:
+        """Sizes and hit count, for metrics."""
+        return {"in_flight": len(self._in_flight), "recent": len(self._recent),
+                "hits": self.hits}
+
+
+def expired_row_deletes(view: ReadView, now_ms: int, expiry_ms: int,
+                        limit: int) -> list[om_pb2.TableOp]:
+    """Deletes for up to ``limit`` retry-cache rows older than the expiry.
+
+    Reads the time-ordered expiry index, so the cost is proportional to what
+    expired, not to the size of the cache.
+    """
+    assert limit > 0
+    cutoff = now_ms - expiry_ms
+    if cutoff <= 0:
+        return []
+    deletes: list[om_pb2.TableOp] = []
+    for key, _ in view.scan(om_pb2.CLIENT_REQUEST_EXPIRY, b"", None, limit):
+        if tables.expiry_key_time_ms(key) >= cutoff:
+            break
+        deletes.append(om_pb2.TableOp(table=om_pb2.CLIENT_REQUEST_EXPIRY, key=key, delete=True))
+        deletes.append(om_pb2.TableOp(table=om_pb2.CLIENT_REQUEST_REPLY,
+                                      key=tables.expiry_key_reply_key(key), delete=True))
+    return deletes

@@ -1,0 +1,113 @@
+"""One OM node: store, state machine, replicator and leader service, wired up.
+
+The node owns fail-stop: if a committed entry cannot be applied, the process
+exits at once (status 70) rather than continue with a store that diverged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from om.batch_pipeline import BatchConfig
+from om.config import ServerConfig
+from om.executor.registry import error_response
+from om.executor.context import Limits as HandlerLimits
+from om.gatekeeper.authorize import AclPolicy
+from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.leader import LeaderConfig, LeaderService
+from om.protocol import om_pb2
+from om.statemachine.apply import StateMachine, apply_entry
+from om.statemachine.replicator import LocalReplicator, Replicator
+from om.statemachine.store import Store
+from om.tracing import NullTracer, Tracer, TraceSink
+
+logger = logging.getLogger(__name__)
+FAIL_STOP_EXIT = 70
+
+
+def _exit_now() -> None:
+    os._exit(FAIL_STOP_EXIT)
+
+
+def leader_config(config: ServerConfig) -> LeaderConfig:
+    """The leader pipeline's settings from the server configuration."""
+    limits, batch = config.limits, config.batch
+    return LeaderConfig(
+        lock_timeout_s=limits.lock_timeout_s,
+        in_flight_max=limits.in_flight_max,
+        sweep_interval_s=limits.retry_sweep_interval_s,
+        retry=RetryCacheConfig(expiry_ms=int(limits.retry_cache_expiry_s * 1000),
+                               memory_entries=limits.retry_cache_memory_entries),
+        batch=BatchConfig(bytes_max=batch.bytes_max,
+                          writes_max=batch.writes_max if batch.enabled else 1,
+                          inflight_batches_max=batch.inflight_batches_max,
+                          queue_max=batch.queue_max),
+        acl=AclPolicy(config.acl_enabled, frozenset(config.admins)),
+        limits=HandlerLimits(list_max_keys=limits.list_max_keys),
+    )
+
+
+class Node:
+    """The parts of one OM process, from store to leader service."""
+
+    def __init__(self, config: ServerConfig, fail_stop: Callable[[], None] = _exit_now) -> None:
+        self.config = config
+        self._fail_stop = fail_stop
+        self.tracer: TraceSink = NullTracer()
+        if config.trace_path is not None:
+            self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
+        self.store = Store(config.node_data_dir / "db")
+        self.state_machine = StateMachine(self.store)
+        self.replicator: Replicator = LocalReplicator(
+            self.state_machine, config.node_id, config.node.address, self.apply_entry)
+        self.leader = LeaderService(config.node_id, self.store, self.state_machine,
+                                    self.replicator, leader_config(config), self.tracer)
+        self.closing = False
+
+    def apply_entry(self, position: int, term: int, entry: bytes) -> None:
+        """Applies a committed entry; stops the process if that is impossible."""
+        try:
+            apply_entry(self.state_machine, position, term, entry)
+        except BaseException:
+            logger.critical("cannot apply committed entry at position %d: stopping", position,
+                            exc_info=True)
+            self._fail_stop()
+            raise
+
+    async def start(self) -> None:
+        """Starts the leader service."""
+        await self.leader.start()
+
+    async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Answers one client request."""
+        if self.closing:
+            return error_response(request, om_pb2.LEADER_NOT_READY,
+                                  f"OM:{self.config.node_id} is shutting down")
+        if request.cmd_type == om_pb2.ServiceList:
+            return self.service_list(request)
+        return await self.leader.handle(request)
+
+    def node_info(self) -> om_pb2.NodeInfo:
+        """This node's role and positions."""
+        role = self.replicator.role()
+        return om_pb2.NodeInfo(
+            node_id=self.config.node_id, address=self.config.node.address,
+            role="LEADER" if role.is_leader else "FOLLOWER", term=role.term,
+            commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
+            execution=self.config.execution, managed_index=self.state_machine.managed_index)
+
+    def service_list(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """ServiceList: what this node knows of itself and the leader."""
+        role = self.replicator.role()
+        body = om_pb2.ServiceListResponse(nodes=[self.node_info()], leader_id=role.leader_id)
+        return om_pb2.OMResponse(cmd_type=request.cmd_type, status=om_pb2.OK,
+                                 call_id=request.call_id, service_list=body)
+
+    async def close(self) -> None:
+        """Refuses new requests, drains in-flight writes, closes the store and the trace."""
+        self.closing = True
+        await self.leader.close()
+        self.tracer.close()
+        self.store.close()

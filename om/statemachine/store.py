@@ -1,0 +1,138 @@
+"""The RocksDB store: one column family per table, raw bytes, via rocksdict.
+
+The store is the only code that touches rocksdict. It offers a read view of
+applied state (``get`` / ``scan``), atomic multi-table write batches, the
+transaction info row, checkpoints for snapshots, and per-table digests for
+comparing replicas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocksdict import Checkpoint, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+
+from om.protocol import om_pb2
+from om.statemachine import tables
+
+
+def _prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class Store:
+    """A RocksDB database holding every table of one OM node."""
+
+    def __init__(self, path: Path, sync_writes: bool = False) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        families = {name: Options(raw_mode=True) for name in tables.TABLE_NAMES.values()}
+        self._db = Rdict(str(path), options, column_families=families)
+        self._families = {t: self._db.get_column_family(n) for t, n in tables.TABLE_NAMES.items()}
+        self._handles = {t: self._db.get_column_family_handle(n)
+                         for t, n in tables.TABLE_NAMES.items()}
+        self._write_options = WriteOptions()
+        self._write_options.sync = sync_writes
+        self._closed = False
+
+    def get(self, table: int, key: bytes) -> bytes | None:
+        """The value of ``key`` in ``table``, or None."""
+        assert not self._closed
+        value = self._families[table].get(key)
+        assert value is None or isinstance(value, bytes)
+        return value
+
+    def scan(self, table: int, prefix: bytes, start_after: bytes | None,
+             limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` rows under ``prefix`` in key order, after ``start_after``."""
+        assert limit > 0
+        rows: list[tuple[bytes, bytes]] = []
+        for key, value in self.iterate(table, prefix, start_after):
+            rows.append((key, value))
+            if len(rows) == limit:
+                break
+        return rows
+
+    def iterate(self, table: int, prefix: bytes = b"",
+                start_after: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every row under ``prefix`` in key order, after ``start_after`` when given."""
+        assert not self._closed
+        read_options = ReadOptions()
+        upper = _prefix_upper_bound(prefix)
+        if upper is not None:
+            read_options.set_iterate_upper_bound(upper)
+        it = self._families[table].iter(read_options)
+        seek_to = prefix if start_after is None or start_after < prefix else start_after
+        it.seek(seek_to)
+        if start_after is not None and it.valid() and it.key() == start_after:
+            it.next()
+        while it.valid():
+            key = it.key()
+            assert key.startswith(prefix)
+            yield key, it.value()
+            it.next()
+
+    def new_batch(self) -> WriteBatch:
+        """An empty write batch for this store."""
+        return WriteBatch(raw_mode=True)
+
+    def batch_put(self, batch: WriteBatch, table: int, key: bytes, value: bytes) -> None:
+        """Adds a put of ``table[key] = value`` to ``batch``."""
+        batch.put(key, value, self._handles[table])
+
+    def batch_delete(self, batch: WriteBatch, table: int, key: bytes) -> None:
+        """Adds a delete of ``table[key]`` to ``batch``."""
+        batch.delete(key, self._handles[table])
+
+    def write(self, batch: WriteBatch) -> None:
+        """Writes ``batch`` atomically: all its rows, across tables, or none."""
+        assert not self._closed
+        self._db.write(batch, self._write_options)
+
+    def transaction_info(self) -> om_pb2.TransactionInfo:
+        """The applied position and managed index, as last written by apply."""
+        raw = self.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY)
+        if raw is None:
+            return om_pb2.TransactionInfo()
+        return om_pb2.TransactionInfo.FromString(raw)
+
+    def checkpoint(self, destination: Path) -> None:
+        """Writes a consistent copy of the database (hard links) to ``destination``."""
+        assert not destination.exists()
+        Checkpoint(self._db).create_checkpoint(str(destination))
+
+    def digests(self) -> dict[str, str]:
+        """A SHA-256 per table over its rows in key order (replica comparison)."""
+        result: dict[str, str] = {}
+        for table, name in tables.TABLE_NAMES.items():
+            digest = hashlib.sha256()
+            for key, value in self.iterate(table):
+                digest.update(len(key).to_bytes(4, "big") + key)
+                digest.update(len(value).to_bytes(4, "big") + value)
+            result[name] = digest.hexdigest()
+        return result
+
+    def count(self, table: int) -> int:
+        """The number of rows in ``table``."""
+        return sum(1 for _ in self.iterate(table))
+
+    def close(self) -> None:
+        """Flushes and closes the database; the store is unusable afterwards."""
+        if not self._closed:
+            self._closed = True
+            self._db.close()
+
+    @staticmethod
+    def destroy(path: Path) -> None:
+        """Removes a closed store's files."""
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""Column families and Ozone's key layout.
+
+Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
+
+* volumeTable          ``/<volume>``
+* bucketTable          ``/<volume>/<bucket>``
+* keyTable             ``/<volume>/<bucket>/<key>``
+* openKeyTable         ``/<volume>/<bucket>/<key>/<client session id>``
+* deletedTable         ``/<volume>/<bucket>/<key>/<object id>``
+* transactionInfoTable ``#TRANSACTIONINFO``
+* clientRequestReplyTable  ``<client id>#<call id>``
+* clientRequestExpiryTable ``<8-byte big-endian ms><client id>#<call id>``: an index
+  by time, so expired retry-cache rows are found without scanning the replies.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from om.protocol import om_pb2
+
+TABLE_NAMES: dict[int, str] = {
+    om_pb2.VOLUME: "volumeTable",
+    om_pb2.BUCKET: "bucketTable",
+    om_pb2.KEY: "keyTable",
+    om_pb2.OPEN_KEY: "openKeyTable",
+    om_pb2.DELETED: "deletedTable",
+    om_pb2.TRANSACTION_INFO: "transactionInfoTable",
+    om_pb2.CLIENT_REQUEST_REPLY: "clientRequestReplyTable",
+    om_pb2.CLIENT_REQUEST_EXPIRY: "clientRequestExpiryTable",
+}
+DATA_TABLES: tuple[int, ...] = tuple(TABLE_NAMES)
+
+TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
+_MS = struct.Struct(">Q")
+
+
+def volume_key(volume: str) -> bytes:
+    """The volumeTable key of a volume."""
+    return f"/{volume}".encode()
+
+
+def bucket_key(volume: str, bucket: str) -> bytes:
+    """The bucketTable key of a bucket."""
+    return f"/{volume}/{bucket}".encode()
+
+
+def bucket_prefix(volume: str) -> bytes:
+    """The prefix every bucketTable key of a volume starts with."""
+    return f"/{volume}/".encode()
+
+
+def key_key(volume: str, bucket: str, key: str) -> bytes:
+    """The keyTable key of a committed key."""
+    return f"/{volume}/{bucket}/{key}".encode()
+
+
+def key_prefix(volume: str, bucket: str) -> bytes:
+    """The prefix every keyTable key of a bucket starts with."""
+    return f"/{volume}/{bucket}/".encode()
+
+
+def open_key_key(volume: str, bucket: str, key: str, session_id: int) -> bytes:
+    """The openKeyTable key of a key being written by one client session."""
+    return f"/{volume}/{bucket}/{key}/{session_id}".encode()
+
+
+def deleted_key(volume: str, bucket: str, key: str, object_id: int) -> bytes:
+    """The deletedTable key of a key version waiting for purge."""
+    return f"/{volume}/{bucket}/{key}/{object_id}".encode()
+
+
+def reply_key(client_id: str, call_id: int) -> bytes:
+    """The clientRequestReplyTable key of a request."""
+    return f"{client_id}#{call_id}".encode()
+
+
+def expiry_key(timestamp_ms: int, client_id: str, call_id: int) -> bytes:
+    """The clientRequestExpiryTable key: time first, so a scan finds the oldest."""
+    assert timestamp_ms >= 0
+    return _MS.pack(timestamp_ms) + reply_key(client_id, call_id)
+
+
+def expiry_key_time_ms(key: bytes) -> int:
+    """The time an expiry-index key was written at."""
+    assert len(key) > _MS.size
+    (timestamp_ms,) = _MS.unpack_from(key)
+    return int(timestamp_ms)
+
+
+def expiry_key_reply_key(key: bytes) -> bytes:
+    """The clientRequestReplyTable key an expiry-index key points at."""
+    return key[_MS.size :]
+
+
+def expiry_upper_bound(timestamp_ms: int) -> bytes:
+    """The first expiry-index key at or after ``timestamp_ms``."""
+    return _MS.pack(timestamp_ms)
