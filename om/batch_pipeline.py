@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.statemachine import log_entry
-from om.statemachine.replicator import Replicator, ReplicateResult, ReplicateStatus
+from om.statemachine.replicator import ReplicateResult, ReplicateStatus, Replicator
 from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ Locks are held from step 6 until the batch settles, even if the client goes
 away meanwhile: a request never executes against state an in-flight batch is
 about to change (there is no write cache). A write runs in its own task, which
 a caller's cancellation does not cancel: once admitted it settles, so its
-retry-cache entry is never dropped while its batch might still commit. Reads run steps 1, 2, 5 and the
-handler against applied state, with no locks.
+retry-cache entry is never dropped while its batch might still commit.
+Reads run steps 1, 2, 5 and the handler against applied state, with no locks.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from om.gatekeeper.retry_cache import (
 )
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
-from om.statemachine.replicator import Replicator, ReplicateResult, ReplicateStatus, Role
+from om.statemachine.replicator import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.statemachine.store import Store
 from om.tracing import TraceSink
 
@@ -64,10 +64,10 @@ class LeaderConfig:
     retry_wait_s: float = 60.0
     sweep_interval_s: float = 30.0
     sweep_rows_max: int = 10_000
-    retry: RetryCacheConfig = RetryCacheConfig()
-    batch: BatchConfig = BatchConfig()
-    acl: AclPolicy = AclPolicy()
-    limits: Limits = Limits()
+    retry: RetryCacheConfig = field(default_factory=RetryCacheConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    acl: AclPolicy = field(default_factory=AclPolicy)
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass
@@ -190,13 +190,13 @@ class LeaderService:
             cached = self.retry_cache.committed_response(key, self._store,
                                                          time.time_ns() // 1_000_000)
             if cached is not None:
-                return cached
+                return self._check_same_command(request, cached)
             original = self._originals.get(key)
             if original is None:
                 break
             answer = await self._await_original(original)
             if answer is not None:
-                return answer
+                return self._check_same_command(request, answer)
         if len(self._originals) >= self.config.in_flight_max:
             return error_response(request, om_pb2.SERVER_BUSY,
                                   f"{len(self._originals)} writes in flight; retry shortly")
@@ -205,6 +205,21 @@ class LeaderService:
         self._write_tasks.add(task)
         task.add_done_callback(self._write_tasks.discard)
         return await asyncio.shield(task)
+
+    @staticmethod
+    def _check_same_command(request: om_pb2.OMRequest,
+                            cached: om_pb2.OMResponse) -> om_pb2.OMResponse:
+        """The cached answer, unless the call id was reused for another command.
+
+        A well-behaved client never does that; answering with another command's
+        response would be silently wrong (Ozone's HDDS-11491), so refuse.
+        """
+        if cached.cmd_type == request.cmd_type:
+            return cached
+        return error_response(
+            request, om_pb2.INVALID_REQUEST,
+            f"call id {request.call_id} of client {request.client_id} was already used for "
+            f"{om_pb2.Type.Name(cached.cmd_type)}; a retry must resend the same request")
 
     async def _await_original(
             self, original: asyncio.Future[om_pb2.OMResponse | None]) -> om_pb2.OMResponse | None:

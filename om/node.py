@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from om.batch_pipeline import BatchConfig
 from om.config import ServerConfig
-from om.executor.registry import error_response
 from om.executor.context import Limits as HandlerLimits
+from om.executor.registry import error_response
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.leader import LeaderConfig, LeaderService

@@ -42,6 +42,7 @@ class OMProtocol(asyncio.Protocol):
         self._in_flight = 0
         self._paused = False
         self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -65,7 +66,9 @@ class OMProtocol(asyncio.Protocol):
                 self._transport.write(_invalid("frame is not an OMRequest"))
                 continue
             self._in_flight += 1
-            loop.create_task(self._serve(request))
+            task = loop.create_task(self._serve(request))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         if self._in_flight >= self._in_flight_max and not self._paused:
             self._paused = True
             self._transport.pause_reading()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from om.protocol import om_pb2
+from om.statemachine.tables import TableId
 
 QUOTA_TABLES = (om_pb2.VOLUME, om_pb2.BUCKET)
 
@@ -17,7 +18,7 @@ QUOTA_TABLES = (om_pb2.VOLUME, om_pb2.BUCKET)
 class QuotaChange:
     """A change of a volume's or bucket's used counters."""
 
-    table: int
+    table: TableId
     key: bytes
     object_id: int
     bytes_delta: int
@@ -31,19 +32,19 @@ class ChangeRecorder:
     ops: list[om_pb2.TableOp] = field(default_factory=list)
     quota: list[QuotaChange] = field(default_factory=list)
 
-    def put(self, table: int, key: bytes, value: bytes) -> None:
+    def put(self, table: TableId, key: bytes, value: bytes) -> None:
         """Records that ``key`` of ``table`` becomes ``value``."""
         assert table in om_pb2.Table.values()
         assert key
         self.ops.append(om_pb2.TableOp(table=table, key=key, value=value))
 
-    def delete(self, table: int, key: bytes) -> None:
+    def delete(self, table: TableId, key: bytes) -> None:
         """Records that ``key`` of ``table`` is removed."""
         assert table in om_pb2.Table.values()
         assert key
         self.ops.append(om_pb2.TableOp(table=table, key=key, delete=True))
 
-    def move(self, src_table: int, src_key: bytes, dst_table: int, dst_key: bytes,
+    def move(self, src_table: TableId, src_key: bytes, dst_table: TableId, dst_key: bytes,
              value: bytes) -> None:
         """Records a row leaving ``src_table`` for ``dst_table`` with ``value``.
 
@@ -54,7 +55,7 @@ class ChangeRecorder:
         self.delete(src_table, src_key)
         self.put(dst_table, dst_key, value)
 
-    def quota_delta(self, table: int, key: bytes, object_id: int, bytes_delta: int,
+    def quota_delta(self, table: TableId, key: bytes, object_id: int, bytes_delta: int,
                     namespace_delta: int) -> None:
         """Records that a volume's or bucket's used counters change by the deltas."""
         assert table in QUOTA_TABLES

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from om.statemachine.tables import TableId
 
 OBJECT_ID_EPOCH = 1 << 62
 IDS_PER_INDEX = 256
@@ -24,7 +26,7 @@ def object_id_for(managed_index: int, n: int = 0) -> int:
 class QuotaReservations(Protocol):
     """Quota that requests executed but not yet applied have claimed."""
 
-    def reserved(self, table: int, key: bytes) -> tuple[int, int]:
+    def reserved(self, table: TableId, key: bytes) -> tuple[int, int]:
         """(bytes, namespace) reserved against the row ``key`` of ``table``."""
         ...
 
@@ -32,7 +34,7 @@ class QuotaReservations(Protocol):
 class NoReservations:
     """No request is in flight: the view alone is the truth (old flow, tests)."""
 
-    def reserved(self, table: int, key: bytes) -> tuple[int, int]:
+    def reserved(self, table: TableId, key: bytes) -> tuple[int, int]:
         return (0, 0)
 
 
@@ -57,7 +59,7 @@ class ExecContext:
     managed_index: int
     now_ms: int
     reservations: QuotaReservations
-    limits: Limits = Limits()
+    limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
         assert 0 <= self.managed_index <= MANAGED_INDEX_MAX  # 0: a read

@@ -6,6 +6,7 @@ from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.read_view import ReadView
 from om.protocol import om_pb2
+from om.statemachine.tables import TableId
 
 
 def page_size(requested: int, limits: Limits) -> int:
@@ -18,7 +19,7 @@ def page_size(requested: int, limits: Limits) -> int:
     return requested
 
 
-def list_page(view: ReadView, table: int, scope: bytes, prefix: str, start: str,
+def list_page(view: ReadView, table: TableId, scope: bytes, prefix: str, start: str,
               limit: int) -> tuple[list[bytes], bool]:
     """Values of up to ``limit`` rows under ``scope + prefix`` after ``scope + start``.
 

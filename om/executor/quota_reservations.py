@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from om.executor.change_recorder import QuotaChange
+from om.statemachine.tables import TableId
 
-Row = tuple[int, bytes]
+Row = tuple[TableId, bytes]
 
 
 class QuotaReservationTable:
@@ -22,7 +23,7 @@ class QuotaReservationTable:
         self._totals: dict[Row, list[int]] = defaultdict(lambda: [0, 0])
         self._owned: dict[int, list[QuotaChange]] = {}
 
-    def reserved(self, table: int, key: bytes) -> tuple[int, int]:
+    def reserved(self, table: TableId, key: bytes) -> tuple[int, int]:
         """(bytes, namespace) reserved against the row."""
         total = self._totals.get((table, key))
         if total is None:

@@ -15,6 +15,7 @@ from om.executor.errors import OMError
 from om.executor.read_view import ReadView
 from om.protocol import om_pb2
 from om.statemachine import tables
+from om.statemachine.tables import TableId
 
 _ADMIN_ONLY = {om_pb2.CreateVolume, om_pb2.DeleteVolume, om_pb2.SetVolumeProperty,
                om_pb2.ListVolume}
@@ -30,7 +31,7 @@ class AclPolicy:
     admins: frozenset[str] = frozenset()
 
 
-def _owner(view: ReadView, table: int, key: bytes) -> str | None:
+def _owner(view: ReadView, table: TableId, key: bytes) -> str | None:
     raw = view.get(table, key)
     if raw is None:
         return None

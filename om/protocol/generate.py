@@ -14,7 +14,7 @@ PROTO_DIR = Path(__file__).resolve().parent
 
 def generate(out_dir: Path) -> None:
     """Writes om_pb2.py and om_pb2.pyi for om.proto into out_dir."""
-    from grpc_tools import protoc  # imported late: a dev-only dependency
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # dev-only, imported late
 
     args = [
         "protoc",

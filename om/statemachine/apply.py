@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from rocksdict import WriteBatch
+
 from om.protocol import om_pb2
 from om.statemachine import log_entry, tables
 from om.statemachine.store import Store
@@ -98,7 +100,7 @@ class StateMachine:
             self.applied_index = position
             self.term = term
 
-    def _add_ops(self, write: object, batch: om_pb2.PersistDbBatch) -> None:
+    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> None:
         store = self.store
         for op in batch.ops:
             assert op.table in tables.TABLE_NAMES

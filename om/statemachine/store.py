@@ -13,10 +13,11 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocksdict import Checkpoint, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+from rocksdict import Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from om.protocol import om_pb2
 from om.statemachine import tables
+from om.statemachine.tables import TableId
 
 
 def _prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -45,14 +46,14 @@ class Store:
         self._write_options.sync = sync_writes
         self._closed = False
 
-    def get(self, table: int, key: bytes) -> bytes | None:
+    def get(self, table: TableId, key: bytes) -> bytes | None:
         """The value of ``key`` in ``table``, or None."""
         assert not self._closed
         value = self._families[table].get(key)
         assert value is None or isinstance(value, bytes)
         return value
 
-    def scan(self, table: int, prefix: bytes, start_after: bytes | None,
+    def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` rows under ``prefix`` in key order, after ``start_after``."""
         assert limit > 0
@@ -63,7 +64,7 @@ class Store:
                 break
         return rows
 
-    def iterate(self, table: int, prefix: bytes = b"",
+    def iterate(self, table: TableId, prefix: bytes = b"",
                 start_after: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Every row under ``prefix`` in key order, after ``start_after`` when given."""
         assert not self._closed
@@ -86,11 +87,11 @@ class Store:
         """An empty write batch for this store."""
         return WriteBatch(raw_mode=True)
 
-    def batch_put(self, batch: WriteBatch, table: int, key: bytes, value: bytes) -> None:
+    def batch_put(self, batch: WriteBatch, table: TableId, key: bytes, value: bytes) -> None:
         """Adds a put of ``table[key] = value`` to ``batch``."""
         batch.put(key, value, self._handles[table])
 
-    def batch_delete(self, batch: WriteBatch, table: int, key: bytes) -> None:
+    def batch_delete(self, batch: WriteBatch, table: TableId, key: bytes) -> None:
         """Adds a delete of ``table[key]`` to ``batch``."""
         batch.delete(key, self._handles[table])
 
@@ -122,7 +123,7 @@ class Store:
             result[name] = digest.hexdigest()
         return result
 
-    def count(self, table: int) -> int:
+    def count(self, table: TableId) -> int:
         """The number of rows in ``table``."""
         return sum(1 for _ in self.iterate(table))
 
@@ -130,6 +131,10 @@ class Store:
         """Flushes and closes the database; the store is unusable afterwards."""
         if not self._closed:
             self._closed = True
+            # Column-family views keep the database open: drop them first, or the
+            # LOCK file stays held and the store cannot be reopened in-process.
+            self._families.clear()
+            self._handles.clear()
             self._db.close()
 
     @staticmethod

@@ -16,10 +16,13 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 from __future__ import annotations
 
 import struct
+from typing import TypeAlias
 
 from om.protocol import om_pb2
 
-TABLE_NAMES: dict[int, str] = {
+TableId: TypeAlias = om_pb2.Table.ValueType
+
+TABLE_NAMES: dict[TableId, str] = {
     om_pb2.VOLUME: "volumeTable",
     om_pb2.BUCKET: "bucketTable",
     om_pb2.KEY: "keyTable",
@@ -29,7 +32,6 @@ TABLE_NAMES: dict[int, str] = {
     om_pb2.CLIENT_REQUEST_REPLY: "clientRequestReplyTable",
     om_pb2.CLIENT_REQUEST_EXPIRY: "clientRequestExpiryTable",
 }
-DATA_TABLES: tuple[int, ...] = tuple(TABLE_NAMES)
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
 _MS = struct.Struct(">Q")

@@ -1,0 +1,64 @@
+"""Starting real OM processes on 127.0.0.1 for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def om_command(*args: str) -> list[str]:
+    """The command line running ``om`` with this interpreter."""
+    return [sys.executable, "-m", "om", *args]
+
+
+class ServerProcess:
+    """``om serve`` as a child process; ``stop`` sends SIGTERM and waits."""
+
+    def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
+        self.address = f"127.0.0.1:{port}"
+        self.log = data_dir.parent / f"serve-{port}.log"
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                om_command("serve", "--data-dir", str(data_dir), "--port", str(port), *extra),
+                stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self._wait_listening(port)
+
+    def _wait_listening(self, port: int, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"om serve exited: {self.log.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"om serve did not listen within {timeout_s} s")
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """Graceful shutdown; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)

@@ -1,0 +1,344 @@
+"""The leader pipeline in-process: quota under concurrency, locks, retry cache, ids."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from om.async_locks import AsyncLocks
+from om.batch_pipeline import BatchConfig
+from om.client import requests as build
+from om.executor import registry
+from om.gatekeeper.lock_plan import Level, LockRequest, Mode
+from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.protocol import om_pb2
+from om.statemachine import tables
+from om.statemachine.replicator import ReplicateStatus
+from tests.leader_harness import LeaderUnderTest, config
+
+KEY_SIZE = 1000          # bytes; charged 3x (replication)
+CHARGE = 3 * KEY_SIZE
+
+
+@pytest.fixture
+async def leader(tmp_path: Path) -> AsyncIterator[LeaderUnderTest]:
+    under_test = LeaderUnderTest(tmp_path / "db", config(lock_timeout_s=5.0))
+    await under_test.start()
+    yield under_test
+    await under_test.close()
+
+
+async def _bucket(leader: LeaderUnderTest, quota: int = 0, namespace: int = 0) -> None:
+    await leader.ok(build.create_volume("vol"))
+    await leader.ok(build.create_bucket("vol", "bkt", quota, namespace))
+
+
+async def _open(leader: LeaderUnderTest, key: str) -> int:
+    response = await leader.ok(build.create_key("vol", "bkt", key, KEY_SIZE))
+    return response.create_key.client_session_id
+
+
+async def _wait_until(condition: object, timeout_s: float = 5.0) -> None:
+    assert callable(condition)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.005)
+
+
+# -- quota -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("held_back", [False, True])
+async def test_concurrent_commits_fill_the_quota_exactly(leader: LeaderUnderTest,
+                                                         held_back: bool) -> None:
+    fits = 37
+    await _bucket(leader, quota=fits * CHARGE)
+    sessions = [await _open(leader, f"k{i}") for i in range(100)]
+    if held_back:  # every commit executes while the others are still in flight
+        leader.replicator.gate.clear()
+    commits = [asyncio.create_task(leader.call(build.commit_key("vol", "bkt", f"k{i}", s,
+                                                                 KEY_SIZE)))
+               for i, s in enumerate(sessions)]
+    if held_back:
+        await _wait_until(lambda: leader.service.in_flight == fits)
+        leader.replicator.gate.set()
+    statuses = [r.status for r in await asyncio.gather(*commits)]
+    assert statuses.count(om_pb2.OK) == fits
+    assert statuses.count(om_pb2.QUOTA_EXCEEDED) == 100 - fits
+    bucket = leader.bucket("vol", "bkt")
+    assert bucket.used_bytes == fits * CHARGE
+    assert bucket.used_namespace == fits
+    leader.assert_idle()
+
+
+async def test_namespace_quota_holds_under_concurrency(leader: LeaderUnderTest) -> None:
+    await _bucket(leader, namespace=5)
+    sessions = [await _open(leader, f"k{i}") for i in range(20)]
+    leader.replicator.gate.clear()
+    commits = [asyncio.create_task(leader.call(build.commit_key("vol", "bkt", f"k{i}", s, 1)))
+               for i, s in enumerate(sessions)]
+    await _wait_until(lambda: leader.service.in_flight == 5)
+    leader.replicator.gate.set()
+    statuses = [r.status for r in await asyncio.gather(*commits)]
+    assert statuses.count(om_pb2.OK) == 5
+    assert leader.bucket("vol", "bkt").used_namespace == 5
+
+
+# -- locks -----------------------------------------------------------------------
+
+
+async def test_locks_are_free_after_success_and_error(leader: LeaderUnderTest) -> None:
+    await _bucket(leader)
+    session = await _open(leader, "k")
+    await leader.ok(build.commit_key("vol", "bkt", "k", session, KEY_SIZE))
+    leader.assert_idle()
+    missing = await leader.call(build.commit_key("vol", "bkt", "k", session, KEY_SIZE))
+    assert missing.status == om_pb2.KEY_NOT_FOUND
+    leader.assert_idle()
+
+
+async def test_locks_are_free_after_executor_failure(leader: LeaderUnderTest,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    await _bucket(leader)
+
+    def explode(*args: object) -> om_pb2.OMResponse:
+        raise RuntimeError("handler bug")
+
+    kind = registry.KINDS[om_pb2.DeleteKey]
+    monkeypatch.setitem(registry.KINDS, om_pb2.DeleteKey,
+                        registry.RequestKind(kind.name, kind.body_field, True, explode))
+    response = await leader.call(build.delete_key("vol", "bkt", "k"))
+    assert response.status == om_pb2.INTERNAL_ERROR
+    leader.assert_idle()
+
+
+async def test_cancelled_lock_waiter_leaves_the_table_clean() -> None:
+    locks = AsyncLocks(timeout_s=5.0)
+    plan = (LockRequest(Level.VOLUME, "v", Mode.WRITE),)
+    holder = await locks.acquire(plan)
+    waiter = asyncio.create_task(locks.acquire(plan))
+    await asyncio.sleep(0.01)
+    assert locks.table.statistics().waiters == 1
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    locks.release(holder)
+    assert locks.table.statistics().resources == 0
+
+
+async def test_lock_wait_is_bounded_and_released(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(lock_timeout_s=0.2))
+    await leader.start()
+    await _bucket(leader)
+    session = await _open(leader, "k")
+    leader.replicator.gate.clear()
+    first = asyncio.create_task(leader.call(build.commit_key("vol", "bkt", "k", session, 1)))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    second = await leader.call(build.delete_key("vol", "bkt", "k"))
+    assert second.status == om_pb2.TIMEOUT
+    leader.replicator.gate.set()
+    assert (await first).status == om_pb2.OK
+    leader.assert_idle()
+    await leader.close()
+
+
+async def test_a_cancelled_client_does_not_abandon_its_write(leader: LeaderUnderTest) -> None:
+    await _bucket(leader)
+    session = await _open(leader, "k")
+    leader.replicator.gate.clear()
+    request = build.commit_key("vol", "bkt", "k", session, KEY_SIZE)
+    caller = asyncio.create_task(leader.call(request))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    caller.cancel()
+    leader.replicator.gate.set()
+    await _wait_until(lambda: leader.service.in_flight == 0)
+    leader.assert_idle()
+    assert leader.bucket("vol", "bkt").used_bytes == CHARGE
+    retry = await leader.service.handle(request)
+    assert retry.status == om_pb2.OK, "the retry finds the committed answer"
+    assert leader.bucket("vol", "bkt").used_bytes == CHARGE
+
+
+# -- no write cache ----------------------------------------------------------------
+
+
+async def test_writes_are_invisible_until_applied(leader: LeaderUnderTest) -> None:
+    leader.replicator.gate.clear()
+    create = asyncio.create_task(leader.call(build.create_volume("vol")))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    info = await leader.call(build.info_volume("vol"))
+    assert info.status == om_pb2.VOLUME_NOT_FOUND
+    leader.replicator.gate.set()
+    assert (await create).status == om_pb2.OK
+    assert (await leader.call(build.info_volume("vol"))).status == om_pb2.OK
+
+
+# -- retry cache -------------------------------------------------------------------
+
+
+async def test_committed_duplicate_gets_the_original_response(leader: LeaderUnderTest) -> None:
+    await _bucket(leader)
+    create = leader.stamp(build.create_key("vol", "bkt", "k", KEY_SIZE))
+    first = await leader.service.handle(create)
+    again = await leader.service.handle(create)
+    assert again.SerializeToString() == first.SerializeToString(), "same generated ids"
+    assert leader.store.count(om_pb2.OPEN_KEY) == 1, "the duplicate CreateKey opened nothing"
+    commit = leader.stamp(build.commit_key("vol", "bkt", "k",
+                                           first.create_key.client_session_id, KEY_SIZE))
+    committed = await leader.service.handle(commit)
+    assert (await leader.service.handle(commit)).SerializeToString() == \
+        committed.SerializeToString()
+    assert leader.bucket("vol", "bkt").used_bytes == CHARGE, "charged once"
+    assert leader.service.retry_cache.hits == 2
+
+
+async def test_in_flight_duplicate_waits_for_the_original(leader: LeaderUnderTest) -> None:
+    await _bucket(leader)
+    session = await _open(leader, "k")
+    commit = leader.stamp(build.commit_key("vol", "bkt", "k", session, KEY_SIZE))
+    leader.replicator.gate.clear()
+    original = asyncio.create_task(leader.service.handle(commit))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    duplicate = asyncio.create_task(leader.service.handle(commit))
+    await asyncio.sleep(0.05)
+    assert not duplicate.done(), "the duplicate waits while the original is in flight"
+    leader.replicator.gate.set()
+    first, second = await asyncio.gather(original, duplicate)
+    assert first.status == om_pb2.OK
+    assert second.SerializeToString() == first.SerializeToString()
+    assert leader.replicator.entries == 4, "volume, bucket, open, one commit"
+    assert leader.bucket("vol", "bkt").used_bytes == CHARGE
+
+
+async def test_expired_entries_are_swept_and_forgotten(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(
+        retry=RetryCacheConfig(expiry_ms=150, memory_entries=100)))
+    await leader.start()
+    create = leader.stamp(build.create_volume("vol"))
+    assert (await leader.service.handle(create)).status == om_pb2.OK
+    assert leader.store.count(om_pb2.CLIENT_REQUEST_REPLY) == 1
+    await asyncio.sleep(0.3)
+    assert leader.service.sweep_expired() == 1
+    await _wait_until(lambda: leader.store.count(om_pb2.CLIENT_REQUEST_REPLY) == 0)
+    assert leader.store.count(om_pb2.CLIENT_REQUEST_EXPIRY) == 0
+    replay = await leader.service.handle(create)
+    assert replay.status == om_pb2.VOLUME_ALREADY_EXISTS, "an expired entry re-executes"
+    await leader.close()
+
+
+async def test_retry_cache_survives_restart(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config())
+    await leader.start()
+    await _bucket(leader)
+    create = leader.stamp(build.create_key("vol", "bkt", "k", KEY_SIZE))
+    first = await leader.service.handle(create)
+    await leader.close()
+
+    reopened = LeaderUnderTest(tmp_path / "db", config())
+    await reopened.start()
+    again = await reopened.service.handle(create)
+    assert again.SerializeToString() == first.SerializeToString()
+    assert reopened.store.count(om_pb2.OPEN_KEY) == 1
+    await reopened.close()
+
+
+async def test_call_id_reused_for_another_request_is_refused(leader: LeaderUnderTest) -> None:
+    await leader.ok(build.create_volume("vol"))
+    reused = leader.stamp(build.create_bucket("vol", "bkt"))
+    reused.call_id = 1
+    response = await leader.service.handle(reused)
+    assert response.status == om_pb2.INVALID_REQUEST
+    assert (await leader.call(build.info_bucket("vol", "bkt"))).status == om_pb2.BUCKET_NOT_FOUND
+
+
+async def test_retry_cache_memory_is_bounded(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(
+        retry=RetryCacheConfig(expiry_ms=600_000, memory_entries=10)))
+    await leader.start()
+    requests = [leader.stamp(build.create_volume(f"vol{i:03d}")) for i in range(50)]
+    firsts = [await leader.service.handle(r) for r in requests]
+    assert leader.service.retry_cache.statistics()["recent"] == 10
+    again = await leader.service.handle(requests[0])
+    assert again.SerializeToString() == firsts[0].SerializeToString(), "answered from the table"
+    await leader.close()
+
+
+# -- leadership and back-pressure ----------------------------------------------------
+
+
+async def test_lost_leadership_fails_retryably_and_writes_nothing(
+        leader: LeaderUnderTest) -> None:
+    await _bucket(leader)
+    session = await _open(leader, "k")
+    before = leader.store.digests()
+    leader.replicator.fail_with = ReplicateStatus.LEADER_CHANGED
+    commit = leader.stamp(build.commit_key("vol", "bkt", "k", session, KEY_SIZE))
+    failed = await leader.service.handle(commit)
+    assert failed.status in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY)
+    leader.assert_idle()
+    assert leader.store.digests() == before
+    leader.replicator.fail_with = None
+    assert (await leader.service.handle(commit)).status == om_pb2.OK, "the retry executes"
+    assert leader.bucket("vol", "bkt").used_bytes == CHARGE
+
+
+async def test_full_queue_answers_server_busy(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(
+        batch=BatchConfig(inflight_batches_max=1, queue_max=1)))
+    await leader.start()
+    leader.replicator.gate.clear()
+    sealed = asyncio.create_task(leader.call(build.create_volume("vol1")))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    queued = asyncio.create_task(leader.call(build.create_volume("vol2")))
+    await _wait_until(lambda: leader.service.in_flight == 2)
+    refused = await leader.call(build.create_volume("vol3"))
+    assert refused.status == om_pb2.SERVER_BUSY
+    leader.replicator.gate.set()
+    assert [r.status for r in await asyncio.gather(sealed, queued)] == [om_pb2.OK, om_pb2.OK]
+    leader.assert_idle()
+    await leader.close()
+
+
+async def test_group_commit_batches_what_queued_meanwhile(leader: LeaderUnderTest) -> None:
+    leader.replicator.gate.clear()
+    creates = [asyncio.create_task(leader.call(build.create_volume(f"vol{i:02d}")))
+               for i in range(40)]
+    await _wait_until(lambda: leader.service.in_flight == 40)
+    leader.replicator.gate.set()
+    assert all(r.status == om_pb2.OK for r in await asyncio.gather(*creates))
+    assert leader.service.pipeline.batches < 40
+    assert leader.service.pipeline.writes == 40
+
+
+# -- managed index -------------------------------------------------------------------
+
+
+async def test_object_ids_unique_and_increasing_across_restart(tmp_path: Path) -> None:
+    ids: list[int] = []
+    for _ in range(2):
+        leader = LeaderUnderTest(tmp_path / "db", config())
+        await leader.start()
+        if not ids:
+            await _bucket(leader)
+        for i in range(5):
+            opened = await leader.ok(build.create_key("vol", "bkt", f"k{len(ids)}-{i}", 1))
+            ids.append(opened.create_key.key_info.object_id)
+            ids.append(opened.create_key.client_session_id)
+        await leader.close()
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+
+
+async def test_failed_requests_skip_indexes_without_reusing_them(
+        leader: LeaderUnderTest) -> None:
+    await leader.ok(build.create_volume("vol"))
+    assert (await leader.call(build.create_volume("vol"))).status == om_pb2.VOLUME_ALREADY_EXISTS
+    second = await leader.ok(build.create_volume("vol2"))
+    assert second.create_volume.volume_info.update_id == 3
+    raw = leader.store.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY)
+    assert raw is not None
+    assert om_pb2.TransactionInfo.FromString(raw).managed_index == 3

@@ -1,0 +1,54 @@
+"""The wire contract: generated code matches the .proto; published numbers never move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from om.protocol import generate, om_pb2
+
+PROTOCOL_DIR = Path(generate.__file__).parent
+
+# Published numbers: Ozone's ResultCodes and Type values, plus our own above 1000.
+FROZEN_STATUS = {
+    "OK": 1, "VOLUME_NOT_FOUND": 3, "VOLUME_NOT_EMPTY": 4, "VOLUME_ALREADY_EXISTS": 5,
+    "USER_TOO_MANY_VOLUMES": 7, "BUCKET_NOT_FOUND": 8, "BUCKET_NOT_EMPTY": 9,
+    "BUCKET_ALREADY_EXISTS": 10, "KEY_ALREADY_EXISTS": 11, "KEY_NOT_FOUND": 12,
+    "INVALID_KEY_NAME": 13, "INTERNAL_ERROR": 15, "METADATA_ERROR": 19, "INVALID_REQUEST": 39,
+    "PERMISSION_DENIED": 48, "TIMEOUT": 49, "INVALID_BUCKET_NAME": 58,
+    "INVALID_VOLUME_NAME": 61, "NOT_SUPPORTED_OPERATION": 64, "QUOTA_EXCEEDED": 66,
+    "QUOTA_ERROR": 67, "TOO_MANY_BUCKETS": 94, "NOT_LEADER": 1001, "LEADER_NOT_READY": 1002,
+    "SERVER_BUSY": 1003,
+}
+FROZEN_TYPE = {
+    "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
+    "ListVolume": 16, "CreateBucket": 21, "InfoBucket": 22, "SetBucketProperty": 23,
+    "DeleteBucket": 24, "ListBuckets": 25, "CreateKey": 31, "LookupKey": 32, "RenameKey": 33,
+    "DeleteKey": 34, "ListKeys": 35, "CommitKey": 36, "ServiceList": 51, "PersistDb": 138,
+}
+FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
+                "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8}
+
+
+def test_generated_module_matches_proto(tmp_path: Path) -> None:
+    generate.generate(tmp_path)
+    for name in ("om_pb2.py", "om_pb2.pyi"):
+        fresh = (tmp_path / name).read_text()
+        checked_in = (PROTOCOL_DIR / name).read_text()
+        assert fresh == checked_in, f"{name} drifted from om.proto: run om/protocol/generate.py"
+
+
+def test_status_numbers_are_frozen() -> None:
+    for name, number in FROZEN_STATUS.items():
+        assert om_pb2.Status.Value(name) == number, name
+
+
+def test_no_status_was_removed_or_renumbered_silently() -> None:
+    published = set(FROZEN_STATUS) | {"STATUS_UNSPECIFIED"}
+    assert set(om_pb2.Status.keys()) == published, "add new statuses to FROZEN_STATUS"
+
+
+def test_type_and_table_numbers_are_frozen() -> None:
+    for name, number in FROZEN_TYPE.items():
+        assert om_pb2.Type.Value(name) == number, name
+    for name, number in FROZEN_TABLE.items():
+        assert om_pb2.Table.Value(name) == number, name
