@@ -125,6 +125,7 @@ class BatchPipeline:
         batch_id = self._next_batch_id
         self._next_batch_id += 1
         batch = builder.seal(batch_id, time.time_ns() // 1_000_000, self._leader_id)
+        batch.term = self._replicator.role().term
         assert batch.request_count == len(taken)
         return log_entry.encode_batch(batch), taken, batch_id
 

@@ -92,6 +92,7 @@ class Raft:
     election_timeout_max_s: float = 0.8
     leader_fallback_timeout_s: float = 2.0
     compaction_min_entries: int = 5000
+    commands_queue_max: int = 10_000
     fsync: bool = False
 
 

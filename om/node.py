@@ -6,6 +6,7 @@ exits at once (status 70) rather than continue with a store that diverged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -18,13 +19,16 @@ from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.leader import LeaderConfig, LeaderService
 from om.protocol import om_pb2
-from om.statemachine.apply import StateMachine, apply_entry
+from om.statemachine.apply import ApplyResult, StateMachine, apply_entry
+from om.statemachine.raft import RaftReplicator
 from om.statemachine.replicator import LocalReplicator, Replicator
+from om.statemachine.snapshot import Snapshotter
 from om.statemachine.store import Store
 from om.tracing import NullTracer, Tracer, TraceSink
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
+CANDIDATE = 1  # pysyncobj's state number
 
 
 def _exit_now() -> None:
@@ -60,16 +64,28 @@ class Node:
             self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
         self.store = Store(config.node_data_dir / "db")
         self.state_machine = StateMachine(self.store)
-        self.replicator: Replicator = LocalReplicator(
-            self.state_machine, config.node_id, config.node.address, self.apply_entry)
+        self.raft: RaftReplicator | None = None
+        self.replicator: Replicator
+        if len(config.nodes) == 1:
+            self.replicator = LocalReplicator(
+                self.state_machine, config.node_id, config.node.address, self.apply_entry)
+        else:
+            self.raft = RaftReplicator(
+                config.node, config.nodes, config.node_data_dir / "raft", config.raft,
+                self.apply_entry, Snapshotter(self.state_machine, config.node_data_dir),
+                config.batch.bytes_max)
+            self.replicator = self.raft
         self.leader = LeaderService(config.node_id, self.store, self.state_machine,
                                     self.replicator, leader_config(config), self.tracer)
+        if self.raft is not None:
+            self.raft.on_leadership_lost(self.leader.leadership_lost)
+        self._watcher: asyncio.Task[None] | None = None
         self.closing = False
 
-    def apply_entry(self, position: int, term: int, entry: bytes) -> None:
+    def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies a committed entry; stops the process if that is impossible."""
         try:
-            apply_entry(self.state_machine, position, term, entry)
+            return apply_entry(self.state_machine, position, entry)
         except BaseException:
             logger.critical("cannot apply committed entry at position %d: stopping", position,
                             exc_info=True)
@@ -77,8 +93,10 @@ class Node:
             raise
 
     async def start(self) -> None:
-        """Starts the leader service."""
+        """Starts the leader service and, with Raft, the leadership watcher."""
         await self.leader.start()
+        if self.raft is not None:
+            self._watcher = asyncio.get_running_loop().create_task(self.raft.watch())
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one client request."""
@@ -92,9 +110,14 @@ class Node:
     def node_info(self) -> om_pb2.NodeInfo:
         """This node's role and positions."""
         role = self.replicator.role()
+        name = "FOLLOWER"
+        if role.is_leader:
+            name = "LEADER" if role.ready else "LEADER_NOT_READY"
+        elif self.raft is not None and self.raft.status()["state"] == CANDIDATE:
+            name = "CANDIDATE"
         return om_pb2.NodeInfo(
             node_id=self.config.node_id, address=self.config.node.address,
-            role="LEADER" if role.is_leader else "FOLLOWER", term=role.term,
+            role=name, term=role.term,
             commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
             execution=self.config.execution, managed_index=self.state_machine.managed_index)
 
@@ -109,5 +132,10 @@ class Node:
         """Refuses new requests, drains in-flight writes, closes the store and the trace."""
         self.closing = True
         await self.leader.close()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        if self.raft is not None:
+            self.raft.close()
         self.tracer.close()
         self.store.close()

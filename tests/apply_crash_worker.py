@@ -49,7 +49,7 @@ def main(path: Path) -> None:
     print("ready", flush=True)
     while True:
         position += 1
-        machine.apply(position, 1, batch_for(position))
+        machine.apply(position, batch_for(position))
 
 
 if __name__ == "__main__":

@@ -47,10 +47,6 @@ class GatedReplicator:
         return self.inner.role()
 
 
-def _apply(machine: StateMachine, position: int, term: int, entry: bytes) -> None:
-    apply_entry(machine, position, term, entry)
-
-
 class LeaderUnderTest:
     """A LeaderService with its store and replicator; ``call`` fills in ids."""
 
@@ -60,7 +56,7 @@ class LeaderUnderTest:
         self.state_machine = StateMachine(self.store)
         machine = self.state_machine
         inner = LocalReplicator(machine, "om1", "127.0.0.1:9862",
-                                lambda p, t, e: _apply(machine, p, t, e))
+                                lambda p, e: apply_entry(machine, p, e))
         self.replicator = GatedReplicator(inner)
         self.service = LeaderService("om1", self.store, self.state_machine, self.replicator,
                                      config, NullTracer())

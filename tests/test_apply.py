@@ -26,9 +26,9 @@ def test_applying_a_batch_twice_changes_nothing(tmp_path: Path) -> None:
     store = Store(tmp_path / "db")
     worker.seed(store)
     machine = StateMachine(store)
-    assert machine.apply(1, 1, worker.batch_for(1)).applied
+    assert machine.apply(1, worker.batch_for(1)).applied
     after_first = store.digests()
-    result = machine.apply(1, 1, worker.batch_for(1))
+    result = machine.apply(1, worker.batch_for(1))
     assert not result.applied
     assert store.digests() == after_first
     assert _bucket(store).used_bytes == 1
@@ -40,14 +40,14 @@ def test_replay_after_restart_skips_applied_positions(tmp_path: Path) -> None:
     worker.seed(store)
     machine = StateMachine(store)
     for position in (1, 2, 3):
-        machine.apply(position, 1, worker.batch_for(position))
+        machine.apply(position, worker.batch_for(position))
     store.close()
     store = Store(tmp_path / "db")
     machine = StateMachine(store)
     assert machine.applied_index == 3
     assert machine.managed_index == 3
     before = store.digests()
-    assert [machine.apply(p, 1, worker.batch_for(p)).applied for p in (1, 2, 3)] == [False] * 3
+    assert [machine.apply(p, worker.batch_for(p)).applied for p in (1, 2, 3)] == [False] * 3
     assert store.digests() == before
     assert _bucket(store).used_namespace == 3
     store.close()
@@ -59,7 +59,7 @@ def test_quota_delta_skips_a_recreated_bucket(tmp_path: Path) -> None:
     machine = StateMachine(store)
     batch = worker.batch_for(1)
     batch.quota_deltas[0].object_id = worker.BUCKET_OBJECT_ID + 1
-    machine.apply(1, 1, batch)
+    machine.apply(1, batch)
     assert _bucket(store).used_bytes == 0
     store.close()
 
@@ -88,3 +88,22 @@ def test_kill_minus_nine_leaves_whole_batches_only(tmp_path: Path) -> None:
         assert store.count(om_pb2.CLIENT_REQUEST_REPLY) == applied
         assert store.get(om_pb2.KEY, f"/v/b/p{applied + 1}-0".encode()) is None
         store.close()
+
+
+def test_a_stale_terms_batch_is_skipped_on_every_replica(tmp_path: Path) -> None:
+    digests = []
+    for name in ("a", "b"):
+        store = Store(tmp_path / name)
+        worker.seed(store)
+        machine = StateMachine(store)
+        newer = worker.batch_for(1)
+        newer.term = 6
+        older = worker.batch_for(2)
+        older.term = 5
+        assert machine.apply(1, newer).applied
+        assert not machine.apply(2, older).applied, "a deposed leader's batch"
+        assert machine.applied_index == 2, "the position still advances"
+        assert store.get(om_pb2.KEY, b"/v/b/p2-0") is None
+        digests.append(store.digests())
+        store.close()
+    assert digests[0] == digests[1]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from om.cli import admin, serve, sh
+from om.cli import admin, cluster, serve, sh
 
 
 def parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def parser() -> argparse.ArgumentParser:
     serve.register(commands)
     sh.register(commands)
     admin.register(commands)
+    cluster.register(commands)
     return root
 
 

@@ -1559,6 +1559,7 @@ class PersistDbBatch(_message.Message):
     RETRY_EXPIRY_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     REQUEST_COUNT_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
     batch_id: _builtins.int
     """leader-local sequence, for traces"""
     timestamp_ms: _builtins.int
@@ -1567,6 +1568,12 @@ class PersistDbBatch(_message.Message):
     """highest managed index used in the batch"""
     leader_id: _builtins.str
     request_count: _builtins.int
+    term: _builtins.int
+    """The proposer's Raft term. Apply skips a batch whose term is below the
+    highest term already applied: it was executed by a deposed leader against
+    state the new leader has since moved past (a new leader commits an empty
+    batch of its own term before it executes anything).
+    """
     @_builtins.property
     def ops(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableOp]: ...
     @_builtins.property
@@ -1589,10 +1596,11 @@ class PersistDbBatch(_message.Message):
         retry_expiry: _abc.Iterable[Global___TableOp] | None = ...,
         leader_id: _builtins.str = ...,
         request_count: _builtins.int = ...,
+        term: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "leader_id", b"leader_id", "managed_index", b"managed_index", "ops", b"ops", "quota_deltas", b"quota_deltas", "replies", b"replies", "request_count", b"request_count", "retry_expiry", b"retry_expiry", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "leader_id", b"leader_id", "managed_index", b"managed_index", "ops", b"ops", "quota_deltas", b"quota_deltas", "replies", b"replies", "request_count", b"request_count", "retry_expiry", b"retry_expiry", "term", b"term", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2,7 +2,8 @@
 
 Given the same sequence of (position, batch bytes), every node ends with
 byte-identical tables: apply uses nothing but the batch, the rows it adds
-quota deltas to, and the stored applied position (the idempotence check).
+quota deltas to, and the stored applied position and term (the idempotence
+and staleness checks).
 
 Order inside the write batch: table ops, then quota deltas, then retry-cache
 rows, then expiries, then the transaction info. A row is never both put and
@@ -28,7 +29,7 @@ class ApplyResult:
     """What apply did with one entry."""
 
     position: int
-    applied: bool          # False: the position was already applied (replay)
+    applied: bool          # False: already applied (replay), or a stale term's batch
     managed_index: int
 
 
@@ -58,47 +59,56 @@ class StateMachine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._lock = threading.Lock()
-        info = store.transaction_info()
-        self.applied_index = info.applied_index
-        self.managed_index = info.managed_index
-        self.term = info.term
+        self._lock = threading.RLock()
+        self.applied_index = 0
+        self.managed_index = 0
+        self.term = 0
+        self.timestamp_ms = 0
+        self.reload()
 
-    def apply(self, position: int, term: int, batch: om_pb2.PersistDbBatch) -> ApplyResult:
-        """Applies ``batch`` committed at log ``position``, unless already applied."""
+    def apply(self, position: int, batch: om_pb2.PersistDbBatch) -> ApplyResult:
+        """Applies ``batch`` committed at log ``position``.
+
+        Skips it (recording only the position) when the position was already
+        applied (replay) or the batch comes from a term older than one already
+        applied (a deposed leader's batch, committed after its successor's).
+        """
         assert position > 0
         with self._lock:
             if position <= self.applied_index:
                 return ApplyResult(position, False, self.managed_index)
-            assert term >= self.term, "terms never go back"
             write = self.store.new_batch()
-            self._add_ops(write, batch)
-            managed_index = max(self.managed_index, batch.managed_index)
-            info = om_pb2.TransactionInfo(term=term, applied_index=position,
-                                          managed_index=managed_index,
-                                          timestamp_ms=batch.timestamp_ms)
-            self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
-                                 info.SerializeToString(deterministic=True))
-            self.store.write(write)
+            stale = batch.term < self.term
+            if not stale:
+                self._add_ops(write, batch)
+                self.managed_index = max(self.managed_index, batch.managed_index)
+                self.term = batch.term
+                self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
             self.applied_index = position
-            self.managed_index = managed_index
-            self.term = term
-            return ApplyResult(position, True, managed_index)
+            self._put_transaction_info(write)
+            self.store.write(write)
+            return ApplyResult(position, not stale, self.managed_index)
 
-    def skip(self, position: int, term: int) -> None:
-        """Records that ``position`` carried nothing to apply (e.g. a no-op entry)."""
-        with self._lock:
-            if position <= self.applied_index:
-                return
-            info = om_pb2.TransactionInfo(term=term, applied_index=position,
-                                          managed_index=self.managed_index,
-                                          timestamp_ms=self.store.transaction_info().timestamp_ms)
-            write = self.store.new_batch()
-            self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
-                                 info.SerializeToString(deterministic=True))
-            self.store.write(write)
-            self.applied_index = position
-            self.term = term
+    def _put_transaction_info(self, write: WriteBatch) -> None:
+        info = om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
+                                      managed_index=self.managed_index,
+                                      timestamp_ms=self.timestamp_ms)
+        self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
+                             info.SerializeToString(deterministic=True))
+
+    def applying(self) -> threading.RLock:
+        """The lock apply holds: take it to change the store under apply's feet."""
+        return self._lock
+
+    def reload(self) -> None:
+        """Re-reads the positions from the store (after a snapshot was installed).
+
+        The caller holds ``applying()`` or is the constructor."""
+        info = self.store.transaction_info()
+        self.applied_index = info.applied_index
+        self.managed_index = info.managed_index
+        self.term = info.term
+        self.timestamp_ms = info.timestamp_ms
 
     def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> None:
         store = self.store
@@ -142,9 +152,8 @@ class StateMachine:
         return list(merged.values())
 
 
-def apply_entry(state_machine: StateMachine, position: int, term: int,
-                entry: bytes) -> ApplyResult:
+def apply_entry(state_machine: StateMachine, position: int, entry: bytes) -> ApplyResult:
     """Applies one committed leader-flow log entry."""
     message = log_entry.decode(entry)
     assert isinstance(message, om_pb2.PersistDbBatch), "an old-flow entry on a leader-flow node"
-    return state_machine.apply(position, term, message)
+    return state_machine.apply(position, message)

@@ -79,7 +79,7 @@ class LocalReplicator:
         before any other coroutine runs, so callers see it applied at once."""
         self._position += 1
         started = time.perf_counter_ns()
-        self._apply_entry(self._position, 1, entry)
+        self._apply_entry(self._position, entry)
         return ReplicateResult(ReplicateStatus.COMMITTED, self._position,
                                time.perf_counter_ns() - started)
 
@@ -91,5 +91,5 @@ class LocalReplicator:
 class ApplyEntry(Protocol):
     """Applies one committed log entry at a position (``om.node.Node.apply_entry``)."""
 
-    def __call__(self, position: int, term: int, entry: bytes) -> None: ...
+    def __call__(self, position: int, entry: bytes) -> object: ...
 

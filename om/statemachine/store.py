@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,24 +33,30 @@ class Store:
     """A RocksDB database holding every table of one OM node."""
 
     def __init__(self, path: Path, sync_writes: bool = False) -> None:
-        path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._write_options = WriteOptions()
+        self._write_options.sync = sync_writes
+        # Serialises a snapshot install (Raft thread) against readers (event loop).
+        self._swap_lock = threading.RLock()
+        self._open()
+
+    def _open(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         families = {name: Options(raw_mode=True) for name in tables.TABLE_NAMES.values()}
-        self._db = Rdict(str(path), options, column_families=families)
+        self._db = Rdict(str(self.path), options, column_families=families)
         self._families = {t: self._db.get_column_family(n) for t, n in tables.TABLE_NAMES.items()}
         self._handles = {t: self._db.get_column_family_handle(n)
                          for t, n in tables.TABLE_NAMES.items()}
-        self._write_options = WriteOptions()
-        self._write_options.sync = sync_writes
         self._closed = False
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         """The value of ``key`` in ``table``, or None."""
-        assert not self._closed
-        value = self._families[table].get(key)
+        with self._swap_lock:
+            assert not self._closed
+            value = self._families[table].get(key)
         assert value is None or isinstance(value, bytes)
         return value
 
@@ -58,15 +65,24 @@ class Store:
         """Up to ``limit`` rows under ``prefix`` in key order, after ``start_after``."""
         assert limit > 0
         rows: list[tuple[bytes, bytes]] = []
-        for key, value in self.iterate(table, prefix, start_after):
-            rows.append((key, value))
-            if len(rows) == limit:
-                break
+        with self._swap_lock:
+            for key, value in self.iterate(table, prefix, start_after):
+                rows.append((key, value))
+                if len(rows) == limit:
+                    break
         return rows
 
     def iterate(self, table: TableId, prefix: bytes = b"",
                 start_after: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Every row under ``prefix`` in key order, after ``start_after`` when given."""
+        """Every row under ``prefix`` in key order, after ``start_after`` when given.
+
+        Holds the swap lock while it iterates: exhaust or close the iterator.
+        """
+        with self._swap_lock:
+            yield from self._iterate(table, prefix, start_after)
+
+    def _iterate(self, table: TableId, prefix: bytes,
+                 start_after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         assert not self._closed
         read_options = ReadOptions()
         upper = _prefix_upper_bound(prefix)
@@ -97,8 +113,9 @@ class Store:
 
     def write(self, batch: WriteBatch) -> None:
         """Writes ``batch`` atomically: all its rows, across tables, or none."""
-        assert not self._closed
-        self._db.write(batch, self._write_options)
+        with self._swap_lock:
+            assert not self._closed
+            self._db.write(batch, self._write_options)
 
     def transaction_info(self) -> om_pb2.TransactionInfo:
         """The applied position and managed index, as last written by apply."""
@@ -110,7 +127,23 @@ class Store:
     def checkpoint(self, destination: Path) -> None:
         """Writes a consistent copy of the database (hard links) to ``destination``."""
         assert not destination.exists()
-        Checkpoint(self._db).create_checkpoint(str(destination))
+        with self._swap_lock:
+            Checkpoint(self._db).create_checkpoint(str(destination))
+
+    def replace_with(self, checkpoint: Path) -> None:
+        """Replaces the whole database by ``checkpoint`` (a snapshot install).
+
+        The old files are removed only once the new ones are in place and open.
+        """
+        assert checkpoint.is_dir()
+        with self._swap_lock:
+            self.close()
+            retired = self.path.with_name(self.path.name + ".retired")
+            shutil.rmtree(retired, ignore_errors=True)
+            self.path.rename(retired)
+            checkpoint.rename(self.path)
+            self._open()
+            shutil.rmtree(retired, ignore_errors=True)
 
     def digests(self) -> dict[str, str]:
         """A SHA-256 per table over its rows in key order (replica comparison)."""
@@ -129,12 +162,14 @@ class Store:
 
     def close(self) -> None:
         """Flushes and closes the database; the store is unusable afterwards."""
-        if not self._closed:
+        if self._closed:
+            return
+        with self._swap_lock:
             self._closed = True
             # Column-family views keep the database open: drop them first, or the
             # LOCK file stays held and the store cannot be reopened in-process.
-            self._families.clear()
-            self._handles.clear()
+            self._families = {}
+            self._handles = {}
             self._db.close()
 
     @staticmethod

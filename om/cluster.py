@@ -1,0 +1,188 @@
+"""Local clusters of real OM processes: configuration, start, stop, inspect.
+
+``om cluster up`` writes ``DIR/cluster.toml``, starts one ``om serve`` process
+per node (logs in ``DIR/<id>.log``, pids in ``DIR/<id>.pid``), waits until a
+leader is ready, and remembers ``DIR`` as the last cluster started (so
+``om admin roles`` and ``om cluster down`` find it with no options).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from om import config as om_config
+from om.client import OMClient, OMClientError
+from om.client.retry_policy import RetryPolicy
+from om.config import NodeAddress, ServerConfig
+from om.protocol import om_pb2
+
+DEFAULT_DIR = Path("om-cluster")
+LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
+RAFT_PORT_OFFSET = 10
+
+
+class ClusterError(Exception):
+    """The cluster could not be started, found or stopped."""
+
+
+def write_config(directory: Path, nodes: int, port_base: int, execution: str,
+                 extra_toml: str = "") -> Path:
+    """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1."""
+    assert 1 <= nodes <= 9
+    lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"', ""]
+    for i in range(nodes):
+        lines += ["[[nodes]]", f'id = "om{i + 1}"', 'host = "127.0.0.1"',
+                  f"port = {port_base + i}", f"raft_port = {port_base + RAFT_PORT_OFFSET + i}", ""]
+    path = directory / "cluster.toml"
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + extra_toml)
+    om_config.load(path, node_id="om1")
+    return path
+
+
+@dataclass
+class Cluster:
+    """A cluster directory and its configuration."""
+
+    directory: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "cluster.toml"
+
+    @property
+    def config(self) -> ServerConfig:
+        return om_config.load(self.config_path, node_id="om1")
+
+    @property
+    def nodes(self) -> tuple[NodeAddress, ...]:
+        return self.config.nodes
+
+    @property
+    def addresses(self) -> list[str]:
+        return [n.address for n in self.nodes]
+
+    def pid_file(self, node_id: str) -> Path:
+        return self.directory / f"{node_id}.pid"
+
+    def start_node(self, node_id: str, *extra: str) -> subprocess.Popen[bytes]:
+        """Starts one node's process (detached from this process group)."""
+        log = (self.directory / f"{node_id}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "om", "serve", "--config", str(self.config_path),
+             "--node-id", node_id, *extra],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.pid_file(node_id).write_text(str(process.pid))
+        return process
+
+    def pid(self, node_id: str) -> int | None:
+        try:
+            return int(self.pid_file(node_id).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def signal_node(self, node_id: str, sig: signal.Signals) -> bool:
+        """Sends ``sig`` to a node; False when it is not running."""
+        pid = self.pid(node_id)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop_node(self, node_id: str, timeout_s: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``."""
+        pid = self.pid(node_id)
+        if pid is None:
+            return
+        if self.signal_node(node_id, signal.SIGCONT) and self.signal_node(node_id, signal.SIGTERM):
+            deadline = time.monotonic() + timeout_s
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(pid):
+                self.signal_node(node_id, signal.SIGKILL)
+        self.pid_file(node_id).unlink(missing_ok=True)
+
+    def node_infos(self, timeout_s: float = 1.0) -> list[om_pb2.NodeInfo]:
+        """Each node's own view (role UNREACHABLE when it does not answer)."""
+        infos = []
+        for node in self.nodes:
+            policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
+            try:
+                with OMClient([node.address], policy=policy) as client:
+                    response = client.call_raw(om_pb2.OMRequest(
+                        cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
+                infos.extend(response.service_list.nodes)
+            except OMClientError:
+                infos.append(om_pb2.NodeInfo(node_id=node.id, address=node.address,
+                                             role="UNREACHABLE"))
+        return infos
+
+    def wait_for_leader(self, timeout_s: float = 30.0) -> om_pb2.NodeInfo:
+        """The ready leader, once there is exactly one."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leaders = [i for i in self.node_infos() if i.role == "LEADER"]
+            if len(leaders) == 1:
+                return leaders[0]
+            time.sleep(0.1)
+        raise ClusterError(f"no leader within {timeout_s} s; see the logs in {self.directory}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return finished == 0
+
+
+def up(directory: Path, nodes: int, port_base: int, execution: str,
+       extra_toml: str = "", timeout_s: float = 60.0) -> Cluster:
+    """Starts a fresh cluster in ``directory``; returns once a leader is ready."""
+    cluster = Cluster(directory)
+    if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
+        raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
+    write_config(directory, nodes, port_base, execution, extra_toml)
+    for node in cluster.nodes:
+        cluster.start_node(node.id)
+    cluster.wait_for_leader(timeout_s)
+    remember(directory)
+    return cluster
+
+
+def down(cluster: Cluster) -> None:
+    """Stops every node of the cluster."""
+    for node in cluster.nodes:
+        cluster.stop_node(node.id)
+
+
+def _ids(nodes: int) -> list[str]:
+    return [f"om{i + 1}" for i in range(nodes)]
+
+
+def remember(directory: Path) -> None:
+    """Records ``directory`` as the last cluster started."""
+    LAST_CLUSTER_FILE.parent.mkdir(parents=True, exist_ok=True)
+    LAST_CLUSTER_FILE.write_text(str(directory.resolve()))
+
+
+def last() -> Cluster:
+    """The cluster ``om cluster up`` started last."""
+    try:
+        return Cluster(Path(LAST_CLUSTER_FILE.read_text().strip()))
+    except OSError:
+        raise ClusterError("no cluster started yet: om cluster up, or pass --dir") from None
