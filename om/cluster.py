@@ -25,6 +25,8 @@ from om.protocol import om_pb2
 DEFAULT_DIR = Path("om-cluster")
 LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
 RAFT_PORT_OFFSET = 10
+# Nodes this process started, kept so they are reaped (not left as zombies).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ClusterError(Exception):
@@ -42,7 +44,7 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
     path = directory / "cluster.toml"
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + extra_toml)
-    om_config.load(path, node_id="om1")
+    om_config.load(path)
     return path
 
 
@@ -58,7 +60,7 @@ class Cluster:
 
     @property
     def config(self) -> ServerConfig:
-        return om_config.load(self.config_path, node_id="om1")
+        return om_config.load(self.config_path)
 
     @property
     def nodes(self) -> tuple[NodeAddress, ...]:
@@ -80,6 +82,7 @@ class Cluster:
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.pid_file(node_id).write_text(str(process.pid))
+        _CHILDREN[process.pid] = process
         return process
 
     def pid(self, node_id: str) -> int | None:
@@ -99,6 +102,15 @@ class Cluster:
             return False
         return True
 
+    def kill_node(self, node_id: str) -> None:
+        """kill -9, and reap the process."""
+        pid = self.pid(node_id)
+        self.signal_node(node_id, signal.SIGKILL)
+        child = _CHILDREN.pop(pid, None) if pid is not None else None
+        if child is not None:
+            child.wait(timeout=15)
+        self.pid_file(node_id).unlink(missing_ok=True)
+
     def stop_node(self, node_id: str, timeout_s: float = 15.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``."""
         pid = self.pid(node_id)
@@ -110,22 +122,14 @@ class Cluster:
                 time.sleep(0.05)
             if _alive(pid):
                 self.signal_node(node_id, signal.SIGKILL)
+        child = _CHILDREN.pop(pid, None)
+        if child is not None:
+            child.wait(timeout=timeout_s)
         self.pid_file(node_id).unlink(missing_ok=True)
 
     def node_infos(self, timeout_s: float = 1.0) -> list[om_pb2.NodeInfo]:
         """Each node's own view (role UNREACHABLE when it does not answer)."""
-        infos = []
-        for node in self.nodes:
-            policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
-            try:
-                with OMClient([node.address], policy=policy) as client:
-                    response = client.call_raw(om_pb2.OMRequest(
-                        cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
-                infos.extend(response.service_list.nodes)
-            except OMClientError:
-                infos.append(om_pb2.NodeInfo(node_id=node.id, address=node.address,
-                                             role="UNREACHABLE"))
-        return infos
+        return node_infos(self.addresses, timeout_s)
 
     def wait_for_leader(self, timeout_s: float = 30.0) -> om_pb2.NodeInfo:
         """The ready leader, once there is exactly one."""
@@ -138,16 +142,34 @@ class Cluster:
         raise ClusterError(f"no leader within {timeout_s} s; see the logs in {self.directory}")
 
 
+def node_infos(addresses: list[str], timeout_s: float) -> list[om_pb2.NodeInfo]:
+    """Asks every address for its own view; unreachable nodes are reported as such."""
+    infos: list[om_pb2.NodeInfo] = []
+    for address in addresses:
+        policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
+        try:
+            with OMClient([address], policy=policy) as client:
+                response = client.call_raw(om_pb2.OMRequest(
+                    cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
+        except OMClientError:
+            infos.append(om_pb2.NodeInfo(address=address, role="UNREACHABLE"))
+            continue
+        if response.status != om_pb2.OK:
+            infos.append(om_pb2.NodeInfo(address=address, role=om_pb2.Status.Name(response.status)))
+            continue
+        infos.extend(n for n in response.service_list.nodes if n.address == address)
+    return infos
+
+
 def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    try:
-        finished, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return finished == 0
+    return True
 
 
 def up(directory: Path, nodes: int, port_base: int, execution: str,

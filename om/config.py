@@ -92,6 +92,7 @@ class Raft:
     election_timeout_max_s: float = 0.8
     leader_fallback_timeout_s: float = 2.0
     compaction_min_entries: int = 5000
+    compaction_min_time_s: float = 300.0
     commands_queue_max: int = 10_000
     fsync: bool = False
 
@@ -174,7 +175,7 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         if "admins" in values:
             values["admins"] = tuple(values["admins"])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        if "node_id" not in values and len(values.get("nodes", ())) == 1:
+        if "node_id" not in values and values.get("nodes"):
             values["node_id"] = values["nodes"][0].id
         return ServerConfig(**values).validate()
     except TypeError as error:

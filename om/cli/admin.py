@@ -6,35 +6,18 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from om.client import OMClient, OMClientError
+from om import cluster as om_cluster
+from om import config as om_config
 from om.client.blocking import DEFAULT_ADDRESS
-from om.client.retry_policy import RetryPolicy
+from om.config import ConfigError
 from om.protocol import om_pb2
 
 _COLUMNS = ("node_id", "address", "role", "term", "commit_index", "applied_index", "execution")
-
-
-def node_infos(addresses: list[str], timeout_s: float) -> list[om_pb2.NodeInfo]:
-    """Asks every address for its own view; unreachable nodes are reported as such."""
-    infos: list[om_pb2.NodeInfo] = []
-    for address in addresses:
-        policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
-        try:
-            with OMClient([address], policy=policy) as client:
-                response = client.call_raw(om_pb2.OMRequest(
-                    cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
-        except OMClientError:
-            infos.append(om_pb2.NodeInfo(address=address, role="UNREACHABLE"))
-            continue
-        if response.status != om_pb2.OK:
-            infos.append(om_pb2.NodeInfo(address=address, role=om_pb2.Status.Name(response.status)))
-            continue
-        infos.extend(n for n in response.service_list.nodes if n.address == address)
-    return infos
 
 
 def render_table(infos: list[om_pb2.NodeInfo]) -> str:
@@ -51,17 +34,38 @@ def register(commands: Any) -> None:
     p = commands.add_parser("admin", help="administration (like `ozone admin om`)")
     actions = p.add_subparsers(dest="action", required=True)
     roles = actions.add_parser("roles", help="each node's role, term and positions")
-    roles.add_argument("--om", default=os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS),
-                       help="comma-separated OM addresses")
+    target = roles.add_mutually_exclusive_group()
+    target.add_argument("--om", help="comma-separated OM addresses")
+    target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
+    target.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir)")
     roles.add_argument("--json", action="store_true", help="print JSON instead of a table")
     roles.add_argument("--timeout", type=float, default=3.0)
     roles.set_defaults(run=run_roles)
 
 
+def _addresses(args: argparse.Namespace) -> list[str]:
+    """--om, else --config / --dir, else $OM_ADDRESS, else the last cluster, else the default."""
+    if args.om:
+        return [a.strip() for a in args.om.split(",") if a.strip()]
+    if args.config or args.dir:
+        path = args.config or args.dir / "cluster.toml"
+        return [n.address for n in om_config.load(path).nodes]
+    if "OM_ADDRESS" in os.environ:
+        return [a.strip() for a in os.environ["OM_ADDRESS"].split(",") if a.strip()]
+    try:
+        return om_cluster.last().addresses
+    except om_cluster.ClusterError:
+        return [DEFAULT_ADDRESS]
+
+
 def run_roles(args: argparse.Namespace) -> int:
     """Prints the roles; exit status 1 when no node answered."""
-    addresses = [a.strip() for a in args.om.split(",") if a.strip()]
-    infos = node_infos(addresses, args.timeout)
+    try:
+        addresses = _addresses(args)
+    except ConfigError as error:
+        print(f"om admin roles: {error}", file=sys.stderr)
+        return 2
+    infos = om_cluster.node_infos(addresses, args.timeout)
     if args.json:
         print(json.dumps([MessageToDict(i, preserving_proto_field_name=True) for i in infos],
                          indent=2))

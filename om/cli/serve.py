@@ -47,7 +47,10 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         node = base.nodes[0]
         overrides["nodes"] = (NodeAddress(node.id, args.host or node.host,
                                           args.port or node.port, node.raft_port),)
-    return om_config.load(args.config, **overrides)
+    config = om_config.load(args.config, **overrides)
+    if len(config.nodes) > 1 and not args.node_id:
+        raise ConfigError(f"{args.config} has {len(config.nodes)} nodes: say which with --node-id")
+    return config
 
 
 async def _main(config: ServerConfig) -> None:

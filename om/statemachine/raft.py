@@ -100,6 +100,7 @@ class RaftReplicator:
             serializer=snapshotter.serialize,
             deserializer=snapshotter.deserialize,
             logCompactionMinEntries=settings.compaction_min_entries,
+            logCompactionMinTime=settings.compaction_min_time_s,
             logCompactionSplit=True,
             commandsQueueSize=settings.commands_queue_max,
             connectionRetryTime=0.5,
