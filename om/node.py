@@ -62,7 +62,7 @@ class Node:
         self.tracer: TraceSink = NullTracer()
         if config.trace_path is not None:
             self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
-        self.store = Store(config.node_data_dir / "db")
+        self.store = Store(config.node_data_dir / "db", sync_writes=config.raft.fsync)
         self.state_machine = StateMachine(self.store)
         self.raft: RaftReplicator | None = None
         self.replicator: Replicator

@@ -44,7 +44,7 @@ def free_port_base(nodes: int = 3) -> int:
 
 
 def start(directory: Path, extra_toml: str = "", execution: str = "leader") -> om_cluster.Cluster:
-    """A fresh 3-node cluster with a ready leader."""
+    """A fresh 3-node cluster with a ready leader; ``extra_toml`` lands in [raft]."""
     return om_cluster.up(directory, 3, free_port_base(), execution, FAST_RAFT + extra_toml,
                          timeout_s=60)
 

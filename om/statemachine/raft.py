@@ -41,7 +41,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 from om.config import NodeAddress, Raft
 from om.protocol import om_pb2
-from om.statemachine import log_entry
+from om.statemachine import durable_journal, log_entry
 from om.statemachine.apply import ApplyResult
 from om.statemachine.replicator import ReplicateResult, ReplicateStatus, Role
 from om.statemachine.snapshot import Snapshotter
@@ -89,6 +89,8 @@ class RaftReplicator:
         self._was_leader = False
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.fsync:
+            durable_journal.install()
         conf = SyncObjConf(
             appendEntriesUseBatch=False,
             appendEntriesBatchSizeBytes=max(ENTRY_BYTES_MAX, 2 * entry_bytes_max),
