@@ -71,6 +71,7 @@ class Limits:
     retry_cache_memory_entries: int = 100_000
     retry_sweep_interval_s: float = 30.0
     list_max_keys: int = 10_000
+    unflushed_transactions_max: int = 10_000
 
 
 @dataclass(frozen=True)

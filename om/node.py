@@ -19,8 +19,10 @@ from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.leader import LeaderConfig, LeaderService
 from om.protocol import om_pb2
-from om.statemachine.apply import ApplyResult, StateMachine, apply_entry
+from om.replicated_flow import ReplicatedFlowService
+from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.raft import RaftReplicator
+from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.replicator import LocalReplicator, Replicator
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.store import Store
@@ -63,20 +65,33 @@ class Node:
         if config.trace_path is not None:
             self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
         self.store = Store(config.node_data_dir / "db", sync_writes=config.raft.fsync)
-        self.state_machine = StateMachine(self.store)
+        settings = leader_config(config)
+        self.state_machine: StateMachine | ReplicatedStateMachine
+        if config.execution == "replicated":
+            self.state_machine = ReplicatedStateMachine(
+                self.store, settings.limits,
+                MemoryRetryCache(settings.retry.expiry_ms, settings.retry.memory_entries),
+                config.limits.unflushed_transactions_max, fail_stop)
+        else:
+            self.state_machine = StateMachine(self.store)
         self.raft: RaftReplicator | None = None
         self.replicator: Replicator
         if len(config.nodes) == 1:
-            self.replicator = LocalReplicator(
-                self.state_machine, config.node_id, config.node.address, self.apply_entry)
+            self.replicator = LocalReplicator(config.node_id, config.node.address,
+                                              self.state_machine.applied_index, self.apply_entry)
         else:
             self.raft = RaftReplicator(
                 config.node, config.nodes, config.node_data_dir / "raft", config.raft,
                 self.apply_entry, Snapshotter(self.state_machine, config.node_data_dir),
                 config.batch.bytes_max)
             self.replicator = self.raft
-        self.leader = LeaderService(config.node_id, self.store, self.state_machine,
-                                    self.replicator, leader_config(config), self.tracer)
+        self.leader: LeaderService | ReplicatedFlowService
+        if isinstance(self.state_machine, ReplicatedStateMachine):
+            self.leader = ReplicatedFlowService(config.node_id, self.state_machine,
+                                                self.replicator, settings, self.tracer)
+        else:
+            self.leader = LeaderService(config.node_id, self.store, self.state_machine,
+                                        self.replicator, settings, self.tracer)
         if self.raft is not None:
             self.raft.on_leadership_lost(self.leader.leadership_lost)
         self._watcher: asyncio.Task[None] | None = None
@@ -85,7 +100,7 @@ class Node:
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies a committed entry; stops the process if that is impossible."""
         try:
-            return apply_entry(self.state_machine, position, entry)
+            return self.state_machine.apply_entry(position, entry)
         except BaseException:
             logger.critical("cannot apply committed entry at position %d: stopping", position,
                             exc_info=True)
@@ -119,7 +134,29 @@ class Node:
             node_id=self.config.node_id, address=self.config.node.address,
             role=name, term=role.term,
             commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
-            execution=self.config.execution, managed_index=self.state_machine.managed_index)
+            execution=self.config.execution, managed_index=self.state_machine.managed_index,
+            metrics=self.metrics())
+
+    def metrics(self) -> dict[str, float]:
+        """Counters and gauges of this node, by name."""
+        service = self.leader
+        values: dict[str, float] = {"requests": service.requests,
+                                    "writes_in_flight": service.in_flight}
+        if isinstance(service, LeaderService):
+            pipeline = service.pipeline
+            values.update(batches=pipeline.batches, batched_writes=pipeline.writes,
+                          requests_per_batch=pipeline.writes / max(pipeline.batches, 1),
+                          retry_cache_hits=service.retry_cache.hits,
+                          lock_waiters=service.locks.table.statistics().waiters)
+        machine = self.state_machine
+        if isinstance(machine, ReplicatedStateMachine):
+            buffer = machine.double_buffer
+            values.update(double_buffer_flushes=buffer.flushes,
+                          double_buffer_transactions=buffer.transactions,
+                          avg_flush_transactions=buffer.average_transactions_per_flush,
+                          write_cache_rows=len(machine.cache),
+                          retry_cache_entries=len(machine.retry))
+        return values
 
     def service_list(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """ServiceList: what this node knows of itself and the leader."""
@@ -137,5 +174,7 @@ class Node:
             await asyncio.gather(self._watcher, return_exceptions=True)
         if self.raft is not None:
             self.raft.close()
+        if isinstance(self.state_machine, ReplicatedStateMachine):
+            self.state_machine.close()
         self.tracer.close()
         self.store.close()

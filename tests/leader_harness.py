@@ -13,7 +13,7 @@ from typing import Any
 from om.leader import LeaderConfig, LeaderService
 from om.protocol import om_pb2
 from om.statemachine import tables
-from om.statemachine.apply import StateMachine, apply_entry
+from om.statemachine.apply import StateMachine
 from om.statemachine.replicator import LocalReplicator, ReplicateResult, ReplicateStatus, Role
 from om.statemachine.store import Store
 from om.tracing import NullTracer
@@ -54,9 +54,8 @@ class LeaderUnderTest:
         self.path = path
         self.store = Store(path)
         self.state_machine = StateMachine(self.store)
-        machine = self.state_machine
-        inner = LocalReplicator(machine, "om1", "127.0.0.1:9862",
-                                lambda p, e: apply_entry(machine, p, e))
+        inner = LocalReplicator("om1", "127.0.0.1:9862", self.state_machine.applied_index,
+                                self.state_machine.apply_entry)
         self.replicator = GatedReplicator(inner)
         self.service = LeaderService("om1", self.store, self.state_machine, self.replicator,
                                      config, NullTracer())

@@ -23,9 +23,9 @@ compaction_min_time_s = 1.0
 """
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[om_cluster.Cluster]:
-    started = harness.start(tmp_path / "cluster")
+@pytest.fixture(params=["leader", "replicated"])
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
+    started = harness.start(tmp_path / "cluster", execution=request.param)
     with harness.client(started) as om:
         om.create_volume("vol")
         om.create_bucket("vol", "bkt")
@@ -135,9 +135,12 @@ def test_full_restart_keeps_state_and_replays_nothing_twice(
     assert digests["om1"] == digests["om2"] == digests["om3"]
 
 
+@pytest.mark.parametrize("execution", ["leader", "replicated"])
 @pytest.mark.parametrize("wipe", [False, True], ids=["stopped", "wiped"])
-def test_lagging_or_wiped_follower_catches_up_by_snapshot(tmp_path: Path, wipe: bool) -> None:
-    cluster = harness.start(tmp_path / "cluster", extra_toml=SNAPSHOT_OFTEN)
+def test_lagging_or_wiped_follower_catches_up_by_snapshot(tmp_path: Path, wipe: bool,
+                                                          execution: str) -> None:
+    cluster = harness.start(tmp_path / "cluster", extra_toml=SNAPSHOT_OFTEN,
+                            execution=execution)
     try:
         leader = harness.leader_id(cluster)
         lagging = next(n.id for n in cluster.nodes if n.id != leader)

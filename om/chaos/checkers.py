@@ -285,11 +285,10 @@ def id_acks_from_history(history: History) -> list[IdAck]:
     acks: list[IdAck] = []
     for op in history.of(F.PUT, F.ADD):
         object_id = op.extra.get(OBJECT_ID_FIELD)
-        if op.outcome is not Outcome.OK or not isinstance(object_id, int) or object_id is True:
+        if op.outcome is not Outcome.OK or type(object_id) is not int:
             continue
         assert op.complete_ns is not None, op
-        source = f"{op.f} {op.key} #{op.op_id}"
-        acks.append(IdAck(source, object_id, op.invoke_ns, op.complete_ns))
+        acks.append(IdAck(f"{op.f} {op.key} #{op.op_id}", object_id, op.invoke_ns, op.complete_ns))
     return acks
 
 

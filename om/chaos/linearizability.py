@@ -24,8 +24,16 @@ work, since the future only depends on that pair. An `info` op's completion is
 at +infinity, so the search succeeds as soon as every `ok` op is linearized; the
 `info` ops left over are the ones that never took effect.
 
-The search is exponential in the worst case, so each key gets a step budget;
-a key that exhausts it is reported `unknown`, never `ok`. Time ties count as
+Pruning beyond the memo, each sound (see `_prepare` and `_Search.run`): a read
+that is legal now is linearized now and never delayed (it changes no state, so
+any solution can be rearranged to read now); values nobody read collapse into
+one state; interchangeable writes are only tried in earliest-deadline order; a
+read `info` put is known to have taken effect. `tests/chaos` checks the verdicts
+against a brute-force search from the definition.
+
+The search is exponential in the worst case (many concurrent writes to one
+key), so each key gets a step budget of roughly a microsecond per step; a key
+that exhausts it is reported `unknown`, never `ok`. Time ties count as
 concurrent (an invocation at the instant another op completes may precede it),
 which can only make the checker more permissive, never report a false violation.
 """
@@ -40,7 +48,7 @@ from typing import Final
 
 from om.chaos.history import F, History, Op, Outcome
 
-DEFAULT_MAX_STEPS: Final = 500_000
+DEFAULT_MAX_STEPS: Final = 2_000_000
 
 _PUT: Final = 0
 _GET: Final = 1
@@ -145,6 +153,8 @@ def search_key(ops: Sequence[Op], max_steps: int) -> tuple[Verdict, int]:
 
 
 _UNREAD: Final = object()
+_CLASSES: Final = 4
+_NO_CLASS: Final = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +165,8 @@ class _Prepared:
     values: list[object]
     definite: list[bool]
     ends: list[float]
-    needs: list[int]
+    classes: list[int]
+    ranks: list[int]
 
 
 def _prepare(ops: Sequence[Op]) -> _Prepared:
@@ -165,36 +176,33 @@ def _prepare(ops: Sequence[Op]) -> _Prepared:
        completed: it is definite even if `info`, with that completion as deadline.
     2. Values no ok get returned are all replaced by one token: states differing
        only in an unread value have the same futures, so the memo merges them.
-    3. Indefinite ops with the same effect (unread info puts; info deletes) are
-       interchangeable, and an earlier-invoked one can stand in for a later one,
-       so each is only linearized after its predecessor in invocation order.
+    3. Writes with the same effect and precondition are interchangeable: unread
+       puts, deletes, each split into definite and `info` classes. Given the
+       instants a class's ops take effect at, earliest-deadline-first (ties: the
+       earliest invoked) fills them whenever any assignment can, so the search
+       only linearizes the first-ranked of the class's already-invoked ops.
     """
     first_read: dict[int | None, float] = {}
     for op in ops:
         if op.f is F.GET and op.value is not None:
             first_read[op.value] = min(first_read.get(op.value, op.end_ns), op.end_ns)
-    kinds = [_KIND[op.f] for op in ops]
-    read = [op.f is F.PUT and op.value in first_read for op in ops]
-    values: list[object] = [
-        _UNREAD if op.f is F.PUT and not was_read else op.value
-        for op, was_read in zip(ops, read, strict=True)
-    ]
-    definite = [
-        op.outcome is Outcome.OK or was_read for op, was_read in zip(ops, read, strict=True)
-    ]
-    ends = [
-        max(op.invoke_ns, min(op.end_ns, first_read[op.value])) if was_read else op.end_ns
-        for op, was_read in zip(ops, read, strict=True)
-    ]
-    needs = [0] * len(ops)
-    previous: dict[int, int] = {}
-    for i in sorted(range(len(ops)), key=lambda i: (ops[i].invoke_ns, i)):
-        if definite[i]:
-            continue
-        if kinds[i] in previous:
-            needs[i] = 1 << previous[kinds[i]]
-        previous[kinds[i]] = i
-    return _Prepared(kinds, values, definite, ends, needs)
+    kinds, values, definite, ends, classes = [], [], [], [], []
+    for op in ops:
+        was_read = op.f is F.PUT and op.value in first_read
+        kinds.append(_KIND[op.f])
+        values.append(_UNREAD if op.f is F.PUT and not was_read else op.value)
+        definite.append(op.outcome is Outcome.OK or was_read)
+        ends.append(
+            max(op.invoke_ns, min(op.end_ns, first_read[op.value])) if was_read else op.end_ns
+        )
+        interchangeable = op.f is F.DELETE or (op.f is F.PUT and not was_read)
+        klass = 2 * (op.f is F.DELETE) + definite[-1]
+        classes.append(klass if interchangeable else _NO_CLASS)
+    order = sorted(range(len(ops)), key=lambda i: (ends[i], ops[i].invoke_ns, i))
+    ranks = [0] * len(ops)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return _Prepared(kinds, values, definite, ends, classes, ranks)
 
 
 class _Search:
@@ -224,13 +232,17 @@ class _Search:
                 self.is_call[node] = True
 
     def run(self, max_steps: int) -> tuple[Verdict, int]:
-        nxt, node_op, is_call = self.nxt, self.node_op, self.is_call
-        model, bits = self.model, self.bits
-        kinds, values, definite, needs = model.kinds, model.values, model.definite, model.needs
+        """Walk the events from the head; `passed` holds, per class, the best rank
+        among the invoked ops this walk stepped over without linearizing."""
+        nxt, node_op, is_call, bits = self.nxt, self.node_op, self.is_call, self.bits
+        kinds, values, definite = self.model.kinds, self.model.values, self.model.definite
+        classes, ranks = self.model.classes, self.model.ranks
+        nobody = len(ranks)
+        passed = [nobody] * _CLASSES
         remaining = sum(definite)
         state: object = None
         linearized = 0
-        calls: list[tuple[int, object]] = []
+        calls: list[tuple[int, object, list[int]]] = []
         seen: set[tuple[int, object]] = set()
         steps = 0
         entry = nxt[_HEAD]
@@ -240,37 +252,45 @@ class _Search:
             steps += 1
             i = node_op[entry]
             assert i >= 0, "walked off the event list with ok ops left"
-            if not is_call[entry]:
+            if is_call[entry]:
+                kind, klass = kinds[i], classes[i]
+                new_state = state if kind == _GET else values[i] if kind == _PUT else None
+                if kind == _GET:
+                    legal = state == values[i]
+                else:
+                    first = klass == _NO_CLASS or ranks[i] < passed[klass]
+                    legal = first and (kind == _PUT or state is not None)
+                if legal and (linearized | bits[i], new_state) not in seen:
+                    linearized |= bits[i]
+                    seen.add((linearized, new_state))
+                    calls.append((i, state, passed))
+                    state = new_state
+                    passed = [nobody] * _CLASSES
+                    self._lift(i)
+                    remaining -= definite[i]
+                    entry = nxt[_HEAD]
+                    continue
+                if kind != _GET or not legal:
+                    if klass != _NO_CLASS:
+                        passed[klass] = min(passed[klass], ranks[i])
+                    entry = nxt[entry]
+                    continue
+            else:
                 assert definite[i], "an indefinite op's +inf return was reached"
+            # Every way on from here fails: undo the last choice, and keep undoing
+            # while it was a read, since a read legal now dominates delaying it.
+            while True:
                 if not calls:
                     return Verdict.VIOLATION, steps
-                i, state = calls.pop()
+                i, state, passed = calls.pop()
                 linearized ^= bits[i]
                 self._unlift(i)
                 remaining += definite[i]
-                entry = nxt[self.call_node[i]]
-                continue
-            kind = kinds[i]
-            if kind == _GET:
-                legal, new_state = state == values[i], state
-            elif kind == _PUT:
-                legal, new_state = True, values[i]
-            else:
-                legal, new_state = state is not None, None
-            if (
-                legal
-                and linearized & needs[i] == needs[i]
-                and (linearized | bits[i], new_state) not in seen
-            ):
-                linearized |= bits[i]
-                seen.add((linearized, new_state))
-                calls.append((i, state))
-                state = new_state
-                self._lift(i)
-                remaining -= definite[i]
-                entry = nxt[_HEAD]
-            else:
-                entry = nxt[entry]
+                if kinds[i] != _GET:
+                    break
+            if classes[i] != _NO_CLASS:
+                passed[classes[i]] = min(passed[classes[i]], ranks[i])
+            entry = nxt[self.call_node[i]]
         return Verdict.OK, steps
 
     def _lift(self, i: int) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from om.cli import admin, cluster, serve, sh
+from om.cli import admin, bench, cluster, freon, serve, sh
 
 
 def parser() -> argparse.ArgumentParser:
@@ -17,6 +17,8 @@ def parser() -> argparse.ArgumentParser:
     sh.register(commands)
     admin.register(commands)
     cluster.register(commands)
+    freon.register(commands)
+    bench.register(commands)
     return root
 
 

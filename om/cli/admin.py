@@ -41,6 +41,13 @@ def register(commands: Any) -> None:
     roles.add_argument("--json", action="store_true", help="print JSON instead of a table")
     roles.add_argument("--timeout", type=float, default=3.0)
     roles.set_defaults(run=run_roles)
+    metrics = actions.add_parser("metrics", help="each node's counters (JSON)")
+    metrics_target = metrics.add_mutually_exclusive_group()
+    metrics_target.add_argument("--om", help="comma-separated OM addresses")
+    metrics_target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
+    metrics_target.add_argument("--dir", type=Path, help="a cluster directory")
+    metrics.add_argument("--timeout", type=float, default=3.0)
+    metrics.set_defaults(run=run_metrics)
 
 
 def _addresses(args: argparse.Namespace) -> list[str]:
@@ -75,3 +82,17 @@ def run_roles(args: argparse.Namespace) -> int:
         print("om admin roles: no OM answered", file=sys.stderr)
         return 1
     return 0
+
+
+def run_metrics(args: argparse.Namespace) -> int:
+    """Prints each node's flow and metrics as JSON."""
+    try:
+        addresses = _addresses(args)
+    except ConfigError as error:
+        print(f"om admin metrics: {error}", file=sys.stderr)
+        return 2
+    infos = om_cluster.node_infos(addresses, args.timeout)
+    print(json.dumps([{"node_id": i.node_id, "address": i.address, "role": i.role,
+                       "execution": i.execution, "metrics": dict(sorted(i.metrics.items()))}
+                      for i in infos], indent=2))
+    return 0 if any(i.role != "UNREACHABLE" for i in infos) else 1

@@ -1274,6 +1274,26 @@ class NodeInfo(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetricsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NODE_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
@@ -1282,6 +1302,7 @@ class NodeInfo(_message.Message):
     APPLIED_INDEX_FIELD_NUMBER: _builtins.int
     EXECUTION_FIELD_NUMBER: _builtins.int
     MANAGED_INDEX_FIELD_NUMBER: _builtins.int
+    METRICS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     """"host:port" of the client RPC endpoint"""
@@ -1293,6 +1314,10 @@ class NodeInfo(_message.Message):
     execution: _builtins.str
     """"leader" or "replicated" """
     managed_index: _builtins.int
+    @_builtins.property
+    def metrics(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """counters and gauges of this node"""
+
     def __init__(
         self,
         *,
@@ -1304,10 +1329,11 @@ class NodeInfo(_message.Message):
         applied_index: _builtins.int = ...,
         execution: _builtins.str = ...,
         managed_index: _builtins.int = ...,
+        metrics: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "managed_index", b"managed_index", "node_id", b"node_id", "role", b"role", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "managed_index", b"managed_index", "metrics", b"metrics", "node_id", b"node_id", "role", b"role", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1653,9 +1679,12 @@ class ReplicatedRequest(_message.Message):
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     MANAGED_INDEX_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
     timestamp_ms: _builtins.int
     managed_index: _builtins.int
     leader_id: _builtins.str
+    term: _builtins.int
+    """the proposer's term; stale terms are skipped"""
     @_builtins.property
     def request(self) -> Global___OMRequest: ...
     def __init__(
@@ -1665,10 +1694,11 @@ class ReplicatedRequest(_message.Message):
         timestamp_ms: _builtins.int = ...,
         managed_index: _builtins.int = ...,
         leader_id: _builtins.str = ...,
+        term: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_id", b"leader_id", "managed_index", b"managed_index", "request", b"request", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_id", b"leader_id", "managed_index", b"managed_index", "request", b"request", "term", b"term", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -31,9 +31,10 @@ class ApplyResult:
     position: int
     applied: bool          # False: already applied (replay), or a stale term's batch
     managed_index: int
+    response: bytes = b""  # the old flow's response, executed in apply
 
 
-def _add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
+def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
     """The row with the delta added, or None when the row is another object's."""
     message: om_pb2.VolumeInfo | om_pb2.BucketInfo
     if delta.table == om_pb2.VOLUME:
@@ -96,6 +97,15 @@ class StateMachine:
         self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
                              info.SerializeToString(deterministic=True))
 
+    def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
+        """Applies one committed leader-flow log entry."""
+        message = log_entry.decode(entry)
+        assert isinstance(message, om_pb2.PersistDbBatch), "an old-flow entry on a leader node"
+        return self.apply(position, message)
+
+    def quiesce(self) -> None:
+        """Nothing to wait for: apply writes RocksDB synchronously."""
+
     def applying(self) -> threading.RLock:
         """The lock apply holds: take it to change the store under apply's feet."""
         return self._lock
@@ -121,7 +131,7 @@ class StateMachine:
                 store.batch_put(write, op.table, op.key, op.value)
         for delta in self._merged_deltas(batch):
             raw = store.get(delta.table, delta.key)
-            updated = None if raw is None else _add_usage(raw, delta)
+            updated = None if raw is None else add_usage(raw, delta)
             if updated is not None:
                 store.batch_put(write, delta.table, delta.key, updated)
         for reply in batch.replies:
@@ -151,9 +161,3 @@ class StateMachine:
                 merged[slot].CopyFrom(delta)
         return list(merged.values())
 
-
-def apply_entry(state_machine: StateMachine, position: int, entry: bytes) -> ApplyResult:
-    """Applies one committed leader-flow log entry."""
-    message = log_entry.decode(entry)
-    assert isinstance(message, om_pb2.PersistDbBatch), "an old-flow entry on a leader-flow node"
-    return state_machine.apply(position, message)

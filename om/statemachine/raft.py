@@ -139,7 +139,8 @@ class RaftReplicator:
         applied, apply_ns = result
         if not applied.applied:
             return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
-        return ReplicateResult(ReplicateStatus.COMMITTED, applied.position, apply_ns)
+        return ReplicateResult(ReplicateStatus.COMMITTED, applied.position, apply_ns,
+                               applied.response)
 
     def role(self) -> Role:
         """This node's view: leader or not, ready or not, who leads, term, commit."""

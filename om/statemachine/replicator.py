@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from om.statemachine.apply import StateMachine
+from om.statemachine.apply import ApplyResult
 
 
 class ReplicateStatus(enum.Enum):
@@ -37,6 +37,7 @@ class ReplicateResult:
     status: ReplicateStatus
     position: int = 0
     apply_ns: int = 0
+    response: bytes = b""      # the old flow's response, computed by apply
 
 
 @dataclass(frozen=True)
@@ -66,22 +67,24 @@ class Replicator(Protocol):
 class LocalReplicator:
     """A single-node replicator: positions count up; apply happens at once."""
 
-    def __init__(self, state_machine: StateMachine, node_id: str, address: str,
+    def __init__(self, node_id: str, address: str, applied_index: int,
                  apply_entry: ApplyEntry) -> None:
-        self._state_machine = state_machine
+        assert applied_index >= 0
         self._node_id = node_id
         self._address = address
         self._apply_entry = apply_entry
-        self._position = state_machine.applied_index
+        self._position = applied_index
 
     async def replicate(self, entry: bytes) -> ReplicateResult:
         """Applies the entry as the next position. No await: apply completes
         before any other coroutine runs, so callers see it applied at once."""
         self._position += 1
         started = time.perf_counter_ns()
-        self._apply_entry(self._position, entry)
+        applied = self._apply_entry(self._position, entry)
+        if not applied.applied:
+            return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
         return ReplicateResult(ReplicateStatus.COMMITTED, self._position,
-                               time.perf_counter_ns() - started)
+                               time.perf_counter_ns() - started, applied.response)
 
     def role(self) -> Role:
         return Role(is_leader=True, ready=True, leader_id=self._node_id,
@@ -91,5 +94,5 @@ class LocalReplicator:
 class ApplyEntry(Protocol):
     """Applies one committed log entry at a position (``om.node.Node.apply_entry``)."""
 
-    def __call__(self, position: int, entry: bytes) -> object: ...
+    def __call__(self, position: int, entry: bytes) -> ApplyResult: ...
 

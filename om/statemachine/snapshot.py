@@ -25,18 +25,40 @@ import pickle
 import shutil
 import tarfile
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from om.statemachine.apply import StateMachine
+from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
+
+
+class SnapshotSource(Protocol):
+    """What a snapshot needs of a state machine (either flow's)."""
+
+    store: Store
+    applied_index: int
+    managed_index: int
+    term: int
+
+    def applying(self) -> AbstractContextManager[bool]:
+        """The lock apply holds."""
+        ...
+
+    def quiesce(self) -> None:
+        """Returns once the store holds everything applied."""
+        ...
+
+    def reload(self) -> None:
+        """Re-reads the positions from the store."""
+        ...
 
 
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
-    def __init__(self, state_machine: StateMachine, work_dir: Path) -> None:
+    def __init__(self, state_machine: SnapshotSource, work_dir: Path) -> None:
         self._state_machine = state_machine
         self._work_dir = work_dir
         self.installed = 0
@@ -48,6 +70,7 @@ class Snapshotter:
         checkpoint = self._work_dir / "snapshot-checkpoint"
         shutil.rmtree(checkpoint, ignore_errors=True)
         machine = self._state_machine
+        machine.quiesce()
         manifest = {"applied_index": machine.applied_index,
                     "managed_index": machine.managed_index, "term": machine.term}
         machine.store.checkpoint(checkpoint)
@@ -78,6 +101,7 @@ class Snapshotter:
         archive.extractall(incoming, members=members, filter="data")
         machine = self._state_machine
         with machine.applying():
+            machine.quiesce()
             machine.store.replace_with(incoming / "db")
             machine.reload()
         shutil.rmtree(incoming, ignore_errors=True)

@@ -1,0 +1,77 @@
+"""The old flow's request service: replicate each request, execute it in apply.
+
+After the shared template (``om/service.py``), a write is authorized, gets
+its time and managed index fixed (Ozone's ``preExecute``), and goes to Raft
+as its own entry; every node executes it in apply, and the leader answers
+with the response its own apply produced. There are no locks, reservations
+or batches: apply is serial. Readers see the write cache over RocksDB.
+"""
+
+from __future__ import annotations
+
+import time
+
+from om.executor.read_view import ReadView
+from om.executor.registry import error_response
+from om.gatekeeper.retry_cache import RetryKey
+from om.leader import LeaderConfig
+from om.protocol import om_pb2
+from om.service import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
+from om.statemachine import log_entry
+from om.statemachine.replicated_apply import ReplicatedStateMachine
+from om.statemachine.replicator import ReplicateStatus, Replicator
+from om.tracing import TraceSink
+
+
+class ReplicatedFlowService(RequestService):
+    """Replicates each write request; apply executes it on every node."""
+
+    def __init__(self, node_id: str, state_machine: ReplicatedStateMachine,
+                 replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
+                 clock_ms: Clock = wall_clock_ms) -> None:
+        super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
+                         config.limits, config.in_flight_max, config.retry_wait_s, tracer,
+                         clock_ms)
+        self._state_machine = state_machine
+
+    async def start(self) -> None:
+        """Nothing runs in the background on the request side."""
+
+    async def close(self) -> None:
+        """Lets every admitted write finish."""
+        await self.drain()
+
+    def leadership_lost(self) -> None:
+        """Nothing is queued on the request side; in-flight entries settle via Raft."""
+
+    def _view(self) -> ReadView:
+        return self._state_machine.view
+
+    def _persisted_managed_index(self) -> int:
+        return self._state_machine.managed_index
+
+    def _committed_response(self, key: RetryKey) -> om_pb2.OMResponse | None:
+        stored = self._state_machine.retry.lookup(key, self.clock_ms())
+        return None if stored is None else om_pb2.OMResponse.FromString(stored)
+
+    def _write_finished(self, key: RetryKey, response: om_pb2.OMResponse | None) -> None:
+        """The retry cache is filled by apply, on every node."""
+
+    async def _execute_write(self, request: om_pb2.OMRequest,
+                             trace: Trace) -> om_pb2.OMResponse:
+        self.authorize(request)
+        role = self.role()
+        entry = om_pb2.ReplicatedRequest(request=request, timestamp_ms=self.clock_ms(),
+                                         managed_index=self.managed_index.next(),
+                                         leader_id=self.node_id, term=role.term)
+        started = time.perf_counter_ns()
+        result = await self._replicator.replicate(log_entry.encode_request(entry))
+        trace.execute_ns = result.apply_ns
+        trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
+        trace.settled_ns = time.perf_counter_ns()
+        if result.status is ReplicateStatus.COMMITTED:
+            return om_pb2.OMResponse.FromString(result.response)
+        if result.status is ReplicateStatus.QUEUE_FULL:
+            return error_response(request, om_pb2.SERVER_BUSY,
+                                  "the replication queue is full; retry shortly")
+        return not_leader_response(request, self.node_id, self._replicator.role())

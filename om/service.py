@@ -1,0 +1,262 @@
+"""The request template both execution flows share (Ozone's OMGateway role).
+
+For every request, in this order (each step's failure path undoes the earlier):
+
+ 1. shape check                      -> INVALID_REQUEST
+ 2. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
+ 3. reads: authorize, run the handler against what this flow's readers see
+ 4. writes: retry cache: committed before? -> the stored response;
+            in flight? -> wait for the original
+ 5. admission: in-flight limit       -> SERVER_BUSY
+ 6. the flow's own write path (``_execute_write``), in a task of its own
+
+A write runs in a task that a caller's cancellation does not cancel: once
+admitted it settles, so its retry-cache entry is never dropped while its entry
+might still commit. Subclasses: ``om.leader.LeaderService`` (execute on the
+leader, replicate batches of changes) and ``om.replicated_flow.ReplicatedFlowService``
+(Ozone's old flow: replicate the request, execute it in every node's apply).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
+from om.executor.errors import OMError
+from om.executor.read_view import ReadView
+from om.executor.registry import KINDS, dispatch, error_response, shape_problem
+from om.gatekeeper.authorize import AclPolicy, authorize
+from om.gatekeeper.managed_index import ManagedIndex
+from om.gatekeeper.retry_cache import RetryKey
+from om.protocol import om_pb2
+from om.statemachine.replicator import Replicator, Role
+from om.tracing import TraceSink
+
+logger = logging.getLogger(__name__)
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the leader fixes it for each write."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Trace:
+    """Phase timings of one request (docs/TRACES.md, server_request)."""
+
+    t_ns: int
+    op: str
+    started_ns: int = field(default_factory=time.perf_counter_ns)
+    lock_wait_ns: int = 0
+    execute_ns: int = 0
+    batch_wait_ns: int = 0
+    replicate_ns: int = 0
+    apply_ns: int = 0
+    settled_ns: int = 0
+
+
+def not_leader_response(request: om_pb2.OMRequest, node_id: str,
+                        role: Role) -> om_pb2.OMResponse:
+    """NOT_LEADER with the suggested leader, or LEADER_NOT_READY when none is known
+    or this node is the leader but not yet caught up."""
+    if role.is_leader or not role.leader_id:
+        return error_response(request, om_pb2.LEADER_NOT_READY,
+                              f"OM:{node_id} is not ready to serve requests; retry shortly")
+    response = error_response(
+        request, om_pb2.NOT_LEADER,
+        f"OM:{node_id} is not the leader. Suggested leader is "
+        f"OM:{role.leader_id}[{role.leader_address}].")
+    response.leader_node_id = role.leader_id
+    response.leader_address = role.leader_address
+    return response
+
+
+def check_same_command(request: om_pb2.OMRequest,
+                       cached: om_pb2.OMResponse) -> om_pb2.OMResponse:
+    """The cached answer, unless the call id was reused for another command.
+
+    A well-behaved client never does that; answering with another command's
+    response would be silently wrong (Ozone's HDDS-11491), so refuse.
+    """
+    if cached.cmd_type == request.cmd_type:
+        return cached
+    return error_response(
+        request, om_pb2.INVALID_REQUEST,
+        f"call id {request.call_id} of client {request.client_id} was already used for "
+        f"{om_pb2.Type.Name(cached.cmd_type)}; a retry must resend the same request")
+
+
+class RequestService(abc.ABC):
+    """The shared template; subclasses provide the write path and what readers see."""
+
+    def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
+                 acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
+                 tracer: TraceSink, clock_ms: Clock = wall_clock_ms) -> None:
+        assert in_flight_max > 0
+        assert retry_wait_s > 0
+        self.node_id = node_id
+        self._replicator = replicator
+        self._acl = acl
+        self._limits = limits
+        self._in_flight_max = in_flight_max
+        self._retry_wait_s = retry_wait_s
+        self._tracer = tracer
+        self.clock_ms = clock_ms
+        self.managed_index = ManagedIndex(managed_index)
+        self._originals: dict[RetryKey, asyncio.Future[om_pb2.OMResponse | None]] = {}
+        self._write_tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
+        self._index_term = -1
+        self.requests = 0
+
+    # -- what a subclass provides -------------------------------------------------------
+
+    @abc.abstractmethod
+    def _view(self) -> ReadView:
+        """What readers of this flow see."""
+
+    @abc.abstractmethod
+    def _persisted_managed_index(self) -> int:
+        """The highest managed index this node has applied."""
+
+    @abc.abstractmethod
+    def _committed_response(self, key: RetryKey) -> om_pb2.OMResponse | None:
+        """The stored answer of a committed write with this key, if any."""
+
+    @abc.abstractmethod
+    async def _execute_write(self, request: om_pb2.OMRequest,
+                             trace: Trace) -> om_pb2.OMResponse:
+        """Executes and commits one admitted write; answers with its response."""
+
+    @abc.abstractmethod
+    def _write_finished(self, key: RetryKey, response: om_pb2.OMResponse | None) -> None:
+        """Called once per admitted write when it ends, whatever the outcome."""
+
+    # -- the template -------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Writes admitted and not yet answered."""
+        return len(self._originals)
+
+    async def drain(self) -> None:
+        """Waits for every admitted write to finish."""
+        if self._write_tasks:
+            await asyncio.gather(*self._write_tasks, return_exceptions=True)
+
+    async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Answers one request; never raises for anything a client can cause."""
+        self.requests += 1
+        problem = shape_problem(request)
+        if problem is not None:
+            return error_response(request, om_pb2.INVALID_REQUEST, problem)
+        trace = Trace(time.time_ns(), KINDS[request.cmd_type].name)
+        try:
+            response = await self._handle_valid(request, trace)
+        except OMError as error:
+            response = error_response(request, error.status, error.message)
+        except Exception:
+            logger.exception("request %s failed", trace.op)
+            response = error_response(request, om_pb2.INTERNAL_ERROR,
+                                      f"internal error while running {trace.op}")
+        self._emit(trace, response)
+        return response
+
+    def role(self) -> Role:
+        """This node's role; advances the managed index when a new term becomes ready."""
+        role = self._replicator.role()
+        if role.ready and role.term != self._index_term:
+            self.managed_index.advance_to(self._persisted_managed_index())
+            self._index_term = role.term
+        return role
+
+    def context(self, request: om_pb2.OMRequest, managed_index: int, now_ms: int,
+                reservations: QuotaReservations | None = None) -> ExecContext:
+        """The ExecContext of one request."""
+        return ExecContext(request.user, managed_index, now_ms,
+                           reservations or NoReservations(), self._limits)
+
+    def authorize(self, request: om_pb2.OMRequest) -> None:
+        """PERMISSION_DENIED unless the request's user may run it."""
+        authorize(request, self._view(), self._acl)
+
+    async def _handle_valid(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
+        role = self.role()
+        if not role.ready:
+            return not_leader_response(request, self.node_id, role)
+        if not KINDS[request.cmd_type].write:
+            return self._read(request, trace)
+        return await self._write(request, trace)
+
+    def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
+        self.authorize(request)
+        started = time.perf_counter_ns()
+        response = dispatch(request, self._view(), ChangeRecorder(),
+                            self.context(request, 0, self.clock_ms()))
+        trace.execute_ns = time.perf_counter_ns() - started
+        return response
+
+    async def _write(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
+        key = (request.client_id, request.call_id)
+        while True:
+            cached = self._committed_response(key)
+            if cached is not None:
+                return check_same_command(request, cached)
+            original = self._originals.get(key)
+            if original is None:
+                break
+            answer = await self._await_original(original)
+            if answer is not None:
+                return check_same_command(request, answer)
+        if len(self._originals) >= self._in_flight_max:
+            return error_response(request, om_pb2.SERVER_BUSY,
+                                  f"{len(self._originals)} writes in flight; retry shortly")
+        task = asyncio.get_running_loop().create_task(self._write_original(request, key, trace))
+        self._write_tasks.add(task)
+        task.add_done_callback(self._write_tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _await_original(
+            self, original: asyncio.Future[om_pb2.OMResponse | None]) -> om_pb2.OMResponse | None:
+        """The original's response; None when it ended without one (retry afresh)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(original), self._retry_wait_s)
+        except TimeoutError:
+            raise OMError(om_pb2.TIMEOUT,
+                          "timed out waiting for the original of a retried request") from None
+
+    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey,
+                              trace: Trace) -> om_pb2.OMResponse:
+        original: asyncio.Future[om_pb2.OMResponse | None] = (
+            asyncio.get_running_loop().create_future())
+        self._originals[key] = original
+        response: om_pb2.OMResponse | None = None
+        try:
+            response = await self._execute_write(request, trace)
+            return response
+        except OMError as error:
+            response = error_response(request, error.status, error.message)
+            return response
+        finally:
+            self._write_finished(key, response)
+            del self._originals[key]
+            original.set_result(response)
+
+    def _emit(self, trace: Trace, response: om_pb2.OMResponse) -> None:
+        record: dict[str, Any] = {
+            "t_ns": trace.t_ns, "node": self.node_id, "op": trace.op,
+            "status": om_pb2.Status.Name(response.status),
+            "lock_wait_ns": trace.lock_wait_ns, "execute_ns": trace.execute_ns,
+            "batch_wait_ns": trace.batch_wait_ns, "replicate_ns": trace.replicate_ns,
+            "apply_ns": trace.apply_ns,
+            "reply_ns": (time.perf_counter_ns() - trace.settled_ns) if trace.settled_ns else 0,
+            "batch_id": 0,
+        }
+        self._tracer.emit("server_request", record)

@@ -1,0 +1,159 @@
+"""Ozone's old flow, for side-by-side measurement: execute every request in apply.
+
+Each write is its own log entry (a ``ReplicatedRequest`` carrying the values
+the leader fixed before replication: time and managed index, as Ozone's
+``preExecute`` fixes modification time and the open key's client id). Every
+node runs the *same* request handler as the leader flow inside apply,
+serially, against the write cache (``write_cache.py``); the double buffer
+(``double_buffer.py``) flushes the cached changes to RocksDB in background
+batches, tracking the flushed position, as ``OzoneManagerDoubleBuffer`` does.
+
+The retry cache is in memory on every node and filled at apply, as Ratis's is:
+it survives a failover but not a restart (the weakness the leader flow's
+replicated retry cache removes). Intended differences from the leader flow's
+tables: clientRequestReplyTable and clientRequestExpiryTable stay empty, and
+transactionInfoTable counts different log positions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext, Limits, NoReservations
+from om.executor.registry import dispatch
+from om.gatekeeper.retry_cache import RetryKey
+from om.protocol import om_pb2
+from om.statemachine import log_entry
+from om.statemachine.apply import ApplyResult, add_usage
+from om.statemachine.double_buffer import DoubleBuffer, Transaction
+from om.statemachine.store import Store
+from om.statemachine.write_cache import CacheView, Row, WriteCache
+
+
+class MemoryRetryCache:
+    """Ratis-style retry cache: in memory, bounded, expiring; thread-safe."""
+
+    def __init__(self, expiry_ms: int, entries_max: int) -> None:
+        assert expiry_ms > 0
+        assert entries_max > 0
+        self._expiry_ms = expiry_ms
+        self._entries_max = entries_max
+        self._entries: OrderedDict[RetryKey, tuple[bytes, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, key: RetryKey, response: bytes, timestamp_ms: int) -> None:
+        with self._lock:
+            self._entries[key] = (response, timestamp_ms)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._entries_max:
+                self._entries.popitem(last=False)
+
+    def lookup(self, key: RetryKey, now_ms: int) -> bytes | None:
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None or now_ms - entry[1] > self._expiry_ms:
+            return None
+        return entry[0]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class ReplicatedStateMachine:
+    """Applies old-flow entries: executes each request, caches, flushes behind."""
+
+    def __init__(self, store: Store, limits: Limits, retry: MemoryRetryCache,
+                 unflushed_max: int, fail_stop: Callable[[], None]) -> None:
+        self.store = store
+        self.cache = WriteCache()
+        self.view = CacheView(self.cache, store)
+        self.retry = retry
+        self._limits = limits
+        self._lock = threading.RLock()
+        self.applied_index = 0
+        self.managed_index = 0
+        self.term = 0
+        self.timestamp_ms = 0
+        self._read_positions()
+        self.double_buffer = DoubleBuffer(store, self.cache, unflushed_max,
+                                          self.applied_index, fail_stop)
+
+    def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
+        """Executes the entry's request (or records a barrier) at ``position``."""
+        assert position > 0
+        with self._lock:
+            if position <= self.applied_index:
+                return ApplyResult(position, False, self.managed_index)
+            message = log_entry.decode(entry)
+            stale = message.term < self.term
+            writes: list[tuple[Row, bytes | None]] = []
+            response = b""
+            if not stale:
+                if isinstance(message, om_pb2.PersistDbBatch):
+                    assert not message.ops, "only a leader's empty barrier batch is expected"
+                else:
+                    writes, response = self._execute(position, message)
+                self.term = message.term
+                self.managed_index = max(self.managed_index, message.managed_index)
+                self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
+            self.applied_index = position
+            self.double_buffer.add(Transaction(position, writes, self._info()))
+            return ApplyResult(position, not stale, self.managed_index, response)
+
+    def _execute(self, position: int, message: om_pb2.ReplicatedRequest
+                 ) -> tuple[list[tuple[Row, bytes | None]], bytes]:
+        request = message.request
+        ctx = ExecContext(request.user, message.managed_index, message.timestamp_ms,
+                          NoReservations(), self._limits)
+        recorder = ChangeRecorder()
+        response = dispatch(request, self.view, recorder, ctx).SerializeToString()
+        writes: list[tuple[Row, bytes | None]] = []
+        for op in recorder.ops:
+            writes.append(((op.table, op.key), None if op.delete else op.value))
+            self.cache.put(op.table, op.key, None if op.delete else op.value, position)
+        for change in recorder.quota:
+            raw = self.view.get(change.table, change.key)
+            delta = om_pb2.QuotaDelta(table=change.table, key=change.key,
+                                      object_id=change.object_id,
+                                      bytes_delta=change.bytes_delta,
+                                      namespace_delta=change.namespace_delta)
+            updated = None if raw is None else add_usage(raw, delta)
+            if updated is not None:
+                writes.append(((change.table, change.key), updated))
+                self.cache.put(change.table, change.key, updated, position)
+        self.retry.remember((request.client_id, request.call_id), response,
+                            message.timestamp_ms)
+        return writes, response
+
+    def _info(self) -> om_pb2.TransactionInfo:
+        return om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
+                                      managed_index=self.managed_index,
+                                      timestamp_ms=self.timestamp_ms)
+
+    def applying(self) -> threading.RLock:
+        """The lock apply holds: take it to change the store under apply's feet."""
+        return self._lock
+
+    def quiesce(self) -> None:
+        """Waits until RocksDB holds everything applied (before a snapshot)."""
+        self.double_buffer.flush_all(self.applied_index)
+
+    def reload(self) -> None:
+        """Re-reads positions from a replaced store; the caller quiesced first."""
+        self.cache.clear()
+        self._read_positions()
+        self.double_buffer.restart_at(self.applied_index)
+
+    def _read_positions(self) -> None:
+        info = self.store.transaction_info()
+        self.applied_index = info.applied_index
+        self.managed_index = info.managed_index
+        self.term = info.term
+        self.timestamp_ms = info.timestamp_ms
+
+    def close(self) -> None:
+        """Flushes what is queued and stops the double buffer."""
+        self.double_buffer.stop()
