@@ -2,8 +2,8 @@
 
 Volume and bucket names follow Ozone's ``OmUtils.validateName`` (S3 bucket
 rules): 3 to 63 characters of lowercase letters, digits, '-' and '.'; they
-start and end with a letter or digit; no '..', '.-' or '-.'; not an IPv4
-address. Key names in an object-store bucket are any non-empty string of at
+start and end with a letter or digit; no '..', '.-' or '-.'; not all digits and dots
+(which covers IPv4 addresses). Key names in an object-store bucket are any non-empty string of at
 most ``Limits.key_name_max_bytes`` bytes without control characters.
 """
 
@@ -15,7 +15,7 @@ from om.executor.errors import OMError
 from om.protocol import om_pb2
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_NUMERIC = re.compile(r"^[0-9.]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -28,8 +28,8 @@ def _name_problem(name: str) -> str | None:
     for bad in ("..", ".-", "-."):
         if bad in name:
             return f"must not contain '{bad}'"
-    if _IPV4.match(name):
-        return "must not be an IP address"
+    if _NUMERIC.match(name):
+        return "must not be an IPv4 address or all numeric"
     return None
 
 

@@ -52,3 +52,4 @@ def encode(message: om_pb2.VolumeInfo | om_pb2.BucketInfo | om_pb2.KeyInfo
            | om_pb2.RepeatedKeyInfo) -> bytes:
     """A row's bytes: deterministic, so replicas and flows compare byte for byte."""
     return message.SerializeToString(deterministic=True)
+

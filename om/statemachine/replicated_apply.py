@@ -71,7 +71,7 @@ class ReplicatedStateMachine:
         self.cache = WriteCache()
         self.view = CacheView(self.cache, store)
         self.retry = retry
-        self._limits = limits
+        self.limits = limits
         self._lock = threading.RLock()
         self.applied_index = 0
         self.managed_index = 0
@@ -107,7 +107,7 @@ class ReplicatedStateMachine:
                  ) -> tuple[list[tuple[Row, bytes | None]], bytes]:
         request = message.request
         ctx = ExecContext(request.user, message.managed_index, message.timestamp_ms,
-                          NoReservations(), self._limits)
+                          NoReservations(), self.limits)
         recorder = ChangeRecorder()
         response = dispatch(request, self.view, recorder, ctx).SerializeToString()
         writes: list[tuple[Row, bytes | None]] = []

@@ -13,6 +13,7 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.read_view import ReadView
+from om.executor.retired_keys import retire
 from om.executor.rows import encode, load_bucket, load_key
 from om.protocol import om_pb2
 from om.statemachine import tables
@@ -48,9 +49,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     recorder.delete(om_pb2.OPEN_KEY, tables.open_key_key(
         body.volume, body.bucket, body.key, body.client_session_id))
     if old is not None:
-        recorder.put(om_pb2.DELETED,
-                     tables.deleted_key(body.volume, body.bucket, body.key, old.object_id),
-                     encode(om_pb2.RepeatedKeyInfo(key_info=[old])))
+        retire(recorder, old, ctx)
     recorder.put(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key), encode(info))
     recorder.quota_delta(om_pb2.BUCKET, tables.bucket_key(body.volume, body.bucket),
                          bucket.object_id, new_bytes - old_bytes, namespace_delta)

@@ -1,6 +1,7 @@
 """DeleteKey: moves the key to deletedTable and releases its quota.
 
-KEY_NOT_FOUND when missing. The bucket gets back the key's replicated bytes
+KEY_NOT_FOUND when missing. The version is retired to deletedTable
+(``retired_keys``). The bucket gets back the key's replicated bytes
 and one namespace unit at once: there are no datanodes or snapshots here to
 keep the blocks alive, so nothing is held as pending-delete usage.
 """
@@ -11,7 +12,8 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.quota import replicated_size
 from om.executor.read_view import ReadView
-from om.executor.rows import encode, load_bucket, require_key
+from om.executor.retired_keys import retire
+from om.executor.rows import load_bucket, require_key
 from om.protocol import om_pb2
 from om.statemachine import tables
 
@@ -21,10 +23,8 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     body = request.delete_key
     bucket = load_bucket(view, body.volume, body.bucket)
     info = require_key(view, body.volume, body.bucket, body.key)
-    recorder.move(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key),
-                  om_pb2.DELETED,
-                  tables.deleted_key(body.volume, body.bucket, body.key, info.object_id),
-                  encode(om_pb2.RepeatedKeyInfo(key_info=[info])))
+    recorder.delete(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key))
+    retire(recorder, info, ctx)
     recorder.quota_delta(om_pb2.BUCKET, tables.bucket_key(body.volume, body.bucket),
                          bucket.object_id,
                          -replicated_size(info.data_size, info.replication_factor), -1)

@@ -1,4 +1,4 @@
-"""RenameKey: KEY_NOT_FOUND, KEY_ALREADY_EXISTS, INVALID_KEY_NAME.
+"""RenameKey: INVALID_KEY_NAME, then KEY_ALREADY_EXISTS, then KEY_NOT_FOUND (Ozone's order).
 
 The key keeps its object id; its update id and modification time change.
 """
@@ -18,12 +18,13 @@ from om.statemachine import tables
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.rename_key
+    check_key_name(body.key, ctx.limits.key_name_max_bytes)
     check_key_name(body.to_key, ctx.limits.key_name_max_bytes)
     load_bucket(view, body.volume, body.bucket)
-    info = require_key(view, body.volume, body.bucket, body.key)
     if load_key(view, body.volume, body.bucket, body.to_key) is not None:
         raise OMError(om_pb2.KEY_ALREADY_EXISTS,
                       f"Key '/{body.volume}/{body.bucket}/{body.to_key}' already exists")
+    info = require_key(view, body.volume, body.bucket, body.key)
     info.key_name = body.to_key
     info.modification_time = ctx.now_ms
     info.update_id = ctx.managed_index
