@@ -28,7 +28,7 @@ from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)
 
-Settle = Callable[[ReplicateResult, int], None]
+Settle = Callable[[ReplicateResult, int, int], None]  # result, batch wait ns, batch id
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class BatchPipeline:
         assert status is not ReplicateStatus.COMMITTED
         while self._queue:
             queued = self._queue.popleft()
-            queued.settle(ReplicateResult(status), 0)
+            queued.settle(ReplicateResult(status), 0, 0)
 
     async def close(self) -> None:
         """Waits for in-flight batches, fails what is still queued, stops the loop."""
@@ -140,7 +140,7 @@ class BatchPipeline:
         finally:
             self._slots.release()
             for queued in taken:
-                queued.settle(result, sealed_ns - queued.queued_ns)
+                queued.settle(result, sealed_ns - queued.queued_ns, batch_id)
         self.batches += 1
         self.writes += len(taken)
         self._tracer.emit("server_batch", {

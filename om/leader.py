@@ -150,16 +150,17 @@ class LeaderService(RequestService):
         settled: asyncio.Future[ReplicateResult] = asyncio.get_running_loop().create_future()
         self.reservations.reserve(index, recorder.quota)
 
-        def settle(result: ReplicateResult, batch_wait_ns: int) -> None:
+        def settle(result: ReplicateResult, batch_wait_ns: int, batch_id: int) -> None:
             self.reservations.release(index)
             self.locks.release(owner)
             trace.batch_wait_ns = batch_wait_ns
+            trace.batch_id = batch_id
             trace.apply_ns = result.apply_ns
             trace.settled_ns = time.perf_counter_ns()
             settled.set_result(result)
 
         if not self.pipeline.submit(PendingWrite(index, recorder, reply), settle):
-            settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0)
+            settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0, 0)
         submitted = time.perf_counter_ns()
         result = await asyncio.shield(settled)
         trace.replicate_ns = max(trace.settled_ns - submitted - trace.batch_wait_ns
@@ -186,5 +187,5 @@ class LeaderService(RequestService):
                                       self.config.retry.expiry_ms, self.config.sweep_rows_max)
         if deletes:
             self.pipeline.submit(PendingWrite(0, ChangeRecorder(), None, deletes),
-                                 lambda result, wait_ns: None)
+                                 lambda result, wait_ns, batch_id: None)
         return len(deletes) // 2

@@ -61,6 +61,7 @@ class Trace:
     replicate_ns: int = 0
     apply_ns: int = 0
     settled_ns: int = 0
+    batch_id: int = 0
 
 
 def not_leader_response(request: om_pb2.OMRequest, node_id: str,
@@ -257,6 +258,6 @@ class RequestService(abc.ABC):
             "batch_wait_ns": trace.batch_wait_ns, "replicate_ns": trace.replicate_ns,
             "apply_ns": trace.apply_ns,
             "reply_ns": (time.perf_counter_ns() - trace.settled_ns) if trace.settled_ns else 0,
-            "batch_id": 0,
+            "batch_id": trace.batch_id,
         }
         self._tracer.emit("server_request", record)
