@@ -110,6 +110,9 @@ class ServerConfig:
     admins: tuple[str, ...] = ()
     trace_path: Path | None = None
     trace_flow: str = ""
+    # Test-only: answer retries as new requests, so the chaos suite's red test can
+    # prove its exactly-once checker detects the duplicates this causes.
+    unsafe_disable_retry_cache: bool = False
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)

@@ -59,6 +59,7 @@ class LeaderConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     acl: AclPolicy = field(default_factory=AclPolicy)
     limits: Limits = field(default_factory=Limits)
+    retry_cache_enabled: bool = True
 
 
 class LeaderService(RequestService):
@@ -69,7 +70,7 @@ class LeaderService(RequestService):
                  clock_ms: Clock = wall_clock_ms) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms)
+                         clock_ms, config.retry_cache_enabled)
         self.config = config
         self._store = store
         self._state_machine = state_machine
@@ -107,8 +108,12 @@ class LeaderService(RequestService):
     def _committed_response(self, key: RetryKey) -> om_pb2.OMResponse | None:
         return self.retry_cache.committed_response(key, self._store, self.clock_ms())
 
-    def _write_finished(self, key: RetryKey, response: om_pb2.OMResponse | None) -> None:
-        self.retry_cache.finish(key, self._committed.pop(key, None))
+    def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
+                        response: om_pb2.OMResponse | None) -> None:
+        committed = self._committed.pop((request.client_id, request.call_id), None)
+        if committed is not None and key != (committed.client_id, committed.call_id):
+            committed = None  # the retry cache is disabled for a test: remember nothing
+        self.retry_cache.finish(key, committed)
 
     async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey,
                               trace: Trace) -> om_pb2.OMResponse:

@@ -52,6 +52,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
                           queue_max=batch.queue_max),
         acl=AclPolicy(config.acl_enabled, frozenset(config.admins)),
         limits=HandlerLimits(list_max_keys=limits.list_max_keys),
+        retry_cache_enabled=not config.unsafe_disable_retry_cache,
     )
 
 
@@ -59,6 +60,9 @@ class Node:
     """The parts of one OM process, from store to leader service."""
 
     def __init__(self, config: ServerConfig, fail_stop: Callable[[], None] = _exit_now) -> None:
+        if config.unsafe_disable_retry_cache:
+            logger.warning("the retry cache is DISABLED (unsafe_disable_retry_cache): retries "
+                           "of committed writes execute again; for tests only")
         self.config = config
         self._fail_stop = fail_stop
         self.tracer: TraceSink = NullTracer()

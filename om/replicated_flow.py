@@ -31,7 +31,7 @@ class ReplicatedFlowService(RequestService):
                  clock_ms: Clock = wall_clock_ms) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms)
+                         clock_ms, config.retry_cache_enabled)
         self._state_machine = state_machine
 
     async def start(self) -> None:
@@ -54,7 +54,8 @@ class ReplicatedFlowService(RequestService):
         stored = self._state_machine.retry.lookup(key, self.clock_ms())
         return None if stored is None else om_pb2.OMResponse.FromString(stored)
 
-    def _write_finished(self, key: RetryKey, response: om_pb2.OMResponse | None) -> None:
+    def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
+                        response: om_pb2.OMResponse | None) -> None:
         """The retry cache is filled by apply, on every node."""
 
     async def _execute_write(self, request: om_pb2.OMRequest,

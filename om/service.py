@@ -100,7 +100,8 @@ class RequestService(abc.ABC):
 
     def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
                  acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
-                 tracer: TraceSink, clock_ms: Clock = wall_clock_ms) -> None:
+                 tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
+                 retry_cache_enabled: bool = True) -> None:
         assert in_flight_max > 0
         assert retry_wait_s > 0
         self.node_id = node_id
@@ -111,6 +112,7 @@ class RequestService(abc.ABC):
         self._retry_wait_s = retry_wait_s
         self._tracer = tracer
         self.clock_ms = clock_ms
+        self._retry_cache_enabled = retry_cache_enabled
         self.managed_index = ManagedIndex(managed_index)
         self._originals: dict[RetryKey, asyncio.Future[om_pb2.OMResponse | None]] = {}
         self._write_tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
@@ -137,8 +139,12 @@ class RequestService(abc.ABC):
         """Executes and commits one admitted write; answers with its response."""
 
     @abc.abstractmethod
-    def _write_finished(self, key: RetryKey, response: om_pb2.OMResponse | None) -> None:
-        """Called once per admitted write when it ends, whatever the outcome."""
+    def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
+                        response: om_pb2.OMResponse | None) -> None:
+        """Called once per admitted write when it ends, whatever the outcome.
+
+        ``key`` is the in-flight key: the request's (client id, call id), unless
+        the retry cache is disabled for a test."""
 
     # -- the template -------------------------------------------------------------------
 
@@ -206,6 +212,8 @@ class RequestService(abc.ABC):
 
     async def _write(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
         key = (request.client_id, request.call_id)
+        if not self._retry_cache_enabled:  # test-only: every retry executes again
+            key = (f"{request.client_id}#retry-cache-off#{self.requests}", request.call_id)
         while True:
             cached = self._committed_response(key)
             if cached is not None:
@@ -246,7 +254,7 @@ class RequestService(abc.ABC):
             response = error_response(request, error.status, error.message)
             return response
         finally:
-            self._write_finished(key, response)
+            self._write_finished(request, key, response)
             del self._originals[key]
             original.set_result(response)
 

@@ -342,3 +342,16 @@ async def test_failed_requests_skip_indexes_without_reusing_them(
     raw = leader.store.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY)
     assert raw is not None
     assert om_pb2.TransactionInfo.FromString(raw).managed_index == 3
+
+
+async def test_disabled_retry_cache_executes_a_retry_again(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(retry_cache_enabled=False))
+    await leader.start()
+    await _bucket(leader)
+    session = await _open(leader, "k")
+    commit = leader.stamp(build.commit_key("vol", "bkt", "k", session, KEY_SIZE))
+    assert (await leader.service.handle(commit)).status == om_pb2.OK
+    retry = await leader.service.handle(commit)
+    assert retry.status == om_pb2.KEY_NOT_FOUND, "the retry ran again (its open key is gone)"
+    leader.assert_idle()
+    await leader.close()
