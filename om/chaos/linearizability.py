@@ -309,19 +309,36 @@ class _Search:
 def _shrink(ops: Sequence[Op], budget: int) -> tuple[Op, ...]:
     """Greedily drop ops, latest first, while the rest stays non-linearizable.
 
-    A put is only dropped once no kept read observes its value, so the witness
-    never shows a read of a value that was in fact written.
+    Only drops that cannot create a violation of their own are tried, so the
+    witness is non-linearizable because the original is: a read can always go;
+    a put only once no kept read returns its value and no kept delete may follow
+    it (the delete could need the key to exist); a delete only once no kept read
+    of "absent" may follow it. Passes repeat until nothing more can go or the
+    budget is spent.
     """
     kept = list(ops)
     spent = 0
-    for op in sorted(ops, key=lambda op: (op.invoke_ns, op.op_id), reverse=True):
-        if spent >= budget:
-            break
-        if op.f is F.PUT and any(k.f is F.GET and k.value == op.value for k in kept):
-            continue
-        trial = [k for k in kept if k.op_id != op.op_id]
-        verdict, steps = search_key(trial, budget - spent)
-        spent += steps
-        if verdict is Verdict.VIOLATION:
-            kept = trial
+    shrinking = True
+    while shrinking and spent < budget:
+        shrinking = False
+        for op in sorted(kept, key=lambda op: (op.invoke_ns, op.op_id), reverse=True):
+            if spent >= budget or not _droppable(op, kept):
+                continue
+            trial = [k for k in kept if k.op_id != op.op_id]
+            verdict, steps = search_key(trial, budget - spent)
+            spent += steps
+            if verdict is Verdict.VIOLATION:
+                kept, shrinking = trial, True
     return tuple(kept)
+
+
+def _droppable(op: Op, kept: Sequence[Op]) -> bool:
+    """Whether every linearization of `kept` stays legal without `op`."""
+    if op.f is F.PUT:
+        return not any(
+            (k.f is F.GET and k.value == op.value) or (k.f is F.DELETE and k.end_ns >= op.invoke_ns)
+            for k in kept
+        )
+    if op.f is F.DELETE:
+        return not any(k.f is F.GET and k.value is None and k.end_ns >= op.invoke_ns for k in kept)
+    return True

@@ -1,0 +1,1 @@
+"""Tests of the pure chaos checkers in om.chaos."""
