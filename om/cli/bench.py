@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
                    metavar="{" + ",".join(_VISIBLE_PROFILES) + "}",
                    help="quick: ~15 s of load per flow; full: longer, more concurrency, "
                         "and a mixed read/list phase")
-    p.add_argument("--out", type=Path, help="run directory (default bench-runs/<time>)")
+    p.add_argument("--out", type=Path, help="run directory (default bench-out/<time>)")
     p.add_argument("--keys", type=int, default=0,
                    help="preload this many keys before measuring (namespace size)")
     p.add_argument("--flows", default=",".join(driver.FLOW_NAMES),
@@ -58,7 +58,7 @@ def config_from(args: argparse.Namespace) -> driver.BenchConfig:
             raise ValueError("--threads must be >= 1")
         profile = dataclasses.replace(profile, threads=args.threads)
     flows = driver.select_flows([f.strip() for f in args.flows.split(",") if f.strip()])
-    out = args.out or Path("bench-runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return driver.BenchConfig(out=out, profile=profile, keys=args.keys, flows=flows)
 
 

@@ -1,0 +1,11 @@
+"""Load generators and the benchmark driver of the OM (never imported by ``om`` itself).
+
+* ``bench.locustfile``: locust users on the blocking ``OMClient`` (gevent, no asyncio).
+* ``bench.freon``: ``om freon omkg|ombg|ockrw``, many requests in flight per
+  connection on the asyncio client; returns a ``FreonResult``.
+* ``bench.ceiling``: the same executor in-process (no RPC, no Raft).
+* ``bench.driver``: ``om bench``, every flow on a fresh local cluster, with
+  traces (docs/TRACES.md), ``manifest.json`` and ``summary.json``.
+
+Benchmarks live here, never in the test suite: tests check behaviour, not speed.
+"""

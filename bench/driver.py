@@ -1,0 +1,304 @@
+"""``om bench``: every flow under the same load, each on a fresh cluster, with traces.
+
+For each flow in order (``leader``, ``replicated``, ``leader-nobatch``, then the
+in-process ``ceiling``), the driver:
+
+1. replaces ``OUT/<flow>/`` and starts a fresh 3-node cluster in
+   ``OUT/<flow>/cluster`` on free 127.0.0.1 ports, each node tracing to
+   ``OUT/<flow>/raw-traces/server-<id>.jsonl`` (the ceiling instead runs the
+   same ``Node`` in-process on a store in ``OUT/ceiling/data``);
+2. optionally preloads ``keys`` keys (a high-concurrency, untraced ``omkg``);
+3. warms up (untraced ``omkg``), then measures the same ``omkg`` load for the
+   same time, tracing ``client_request`` records to
+   ``OUT/<flow>/traces/client-freon.jsonl``; in the ``full`` profile a mixed
+   ``ockrw`` phase follows, traced as flow ``<flow>-mixed``;
+4. reads the OM processes' RSS, stops the cluster (always, in ``finally``),
+   and copies the server records of the measured window to
+   ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up and preload stay out);
+5. writes freon's report (``freon-measure.txt``/``.json``).
+
+Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
+its error and the others still run (Ctrl-C stops the run; clusters are still
+stopped). Every phase is bounded in time, every cluster start by a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from bench import freon
+from bench.ceiling import InProcessCaller, in_process_node
+from bench.clusters import traced_cluster
+from bench.freon import FreonConfig, FreonResult
+from bench.machine import CpuMeter, rss_mb
+from bench.manifest import build_manifest, write_json
+from bench.progress import StepLog
+from bench.session import RequestCaller
+from bench.summary import CLIENT_PROCESS, FlowMeasurement, build_summary
+from bench.traces import batch_sizes, copy_window
+from om.client import AsyncOMClient
+from om.client.retry_policy import RetryPolicy
+
+POLICY = RetryPolicy(deadline_s=30.0, attempt_timeout_s=10.0)
+Connect = Callable[[], RequestCaller]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long and how hard each flow is driven."""
+
+    name: str
+    warmup_s: float
+    measure_s: float
+    threads: int
+    mixed_s: float = 0.0
+    preload_threads: int = 128
+    preload_timeout_s: float = 300.0
+    nodes: int = 3
+    mixed_read_pct: int = 70
+    mixed_list_pct: int = 10
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile("quick", warmup_s=2.0, measure_s=15.0, threads=64),
+    "full": Profile("full", warmup_s=5.0, measure_s=60.0, threads=256, mixed_s=30.0),
+    # For tests: a couple of seconds per flow.
+    "smoke": Profile("smoke", warmup_s=0.3, measure_s=1.5, threads=8, mixed_s=0.5,
+                     preload_timeout_s=10.0),
+}
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """One flow: how its cluster is configured, or in-process."""
+
+    name: str
+    execution: str = "leader"
+    extra_toml: str = ""
+    in_process: bool = False
+
+
+FLOWS: tuple[FlowSpec, ...] = (
+    FlowSpec("leader"),
+    FlowSpec("replicated", execution="replicated"),
+    FlowSpec("leader-nobatch", extra_toml="\n[batch]\nenabled = false\n"),
+    FlowSpec("ceiling", in_process=True),
+)
+FLOW_NAMES = tuple(f.name for f in FLOWS)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A whole run."""
+
+    out: Path
+    profile: Profile
+    keys: int = 0
+    flows: tuple[FlowSpec, ...] = FLOWS
+    volume: str = "vol1"
+    bucket: str = "bucket1"
+
+    def describe(self) -> dict[str, Any]:
+        """The run's parameters, as recorded in both JSON files."""
+        return {"profile": asdict(self.profile), "keys": self.keys,
+                "flow_names": [f.name for f in self.flows]}
+
+
+@dataclass(frozen=True)
+class FlowDirs:
+    """Where one flow's files go."""
+
+    root: Path
+    mixed: Path
+
+    @classmethod
+    def of(cls, out: Path, flow: str) -> FlowDirs:
+        return cls(out / flow, out / f"{flow}-mixed")
+
+    @property
+    def cluster(self) -> Path:
+        return self.root / "cluster"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw-traces"
+
+    @property
+    def traces(self) -> Path:
+        return self.root / "traces"
+
+    def reset(self) -> None:
+        """Removes what an earlier run left for this flow."""
+        for path in (self.root, self.mixed):
+            if path.exists():
+                shutil.rmtree(path)
+        self.traces.mkdir(parents=True)
+
+
+@dataclass
+class Phases:
+    """What the phases of one flow measured; CPU is over the measured phase."""
+
+    measure: FreonResult
+    mixed: FreonResult | None = None
+    preloaded: int = 0
+    rss_mb: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def select_flows(names: list[str]) -> tuple[FlowSpec, ...]:
+    """The flows named, in the driver's order; ValueError for an unknown name."""
+    unknown = set(names) - set(FLOW_NAMES)
+    if unknown:
+        raise ValueError(f"unknown flows {sorted(unknown)}: choose from {list(FLOW_NAMES)}")
+    return tuple(f for f in FLOWS if f.name in names)
+
+
+def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
+    """Runs every flow and writes manifest.json and summary.json; returns the summary."""
+    config.out.mkdir(parents=True, exist_ok=True)
+    flow_configs = {f.name: {**asdict(f), "nodes": 1 if f.in_process else config.profile.nodes}
+                    for f in config.flows}
+    write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
+    measurements: list[FlowMeasurement] = []
+    for number, flow in enumerate(config.flows, 1):
+        log.step(f"flow {number}/{len(config.flows)}: {flow.name}")
+        measurements.append(run_flow(config, flow, log))
+        cluster_toml = FlowDirs.of(config.out, flow.name).cluster / "cluster.toml"
+        if cluster_toml.exists():
+            flow_configs[flow.name]["cluster_toml"] = cluster_toml.read_text()
+    summary = build_summary(measurements, config.describe())
+    write_json(config.out / "summary.json", summary)
+    write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
+    return summary
+
+
+def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasurement:
+    """One flow from a fresh start to collected traces; failures become ``error``."""
+    dirs = FlowDirs.of(config.out, flow.name)
+    dirs.reset()
+    leader = "in-process"
+    try:
+        if flow.in_process:
+            phases = uvloop.run(_in_process(config, flow, dirs, log))
+        else:
+            phases, leader = _on_cluster(config, flow, dirs, log)
+    except Exception as error:  # one flow's failure must not lose the others' results
+        log.step(f"{flow.name}: FAILED: {type(error).__name__}: {error}")
+        return FlowMeasurement(flow.name, None, error=f"{type(error).__name__}: {error}")
+    sizes = _collect_traces(dirs, phases.measure)
+    _write_reports(dirs, phases)
+    demand = {label: use["thread_demand"] for label, use in phases.cpu.items()}
+    busiest = max(demand, key=lambda k: demand[k], default="-")
+    log.step(f"{flow.name}: {phases.measure.write_requests_per_s:,.0f} write req/s, "
+             f"{phases.measure.failures} failed operations, busiest thread: {busiest} "
+             f"{demand.get(busiest, 0.0):.0f}% of the time running or waiting for a CPU")
+    return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
+                           phases.preloaded, leader, cpu=phases.cpu)
+
+
+def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
+                log: StepLog) -> tuple[Phases, str]:
+    log.step(f"{flow.name}: starting {config.profile.nodes} nodes "
+             f"(execution={flow.execution}) in {dirs.cluster}")
+    with traced_cluster(dirs.cluster, config.profile.nodes, flow.execution, flow.extra_toml,
+                        dirs.raw, flow.name) as cluster:
+        leader = cluster.wait_for_leader().node_id
+        log.step(f"{flow.name}: leader {leader}")
+        addresses = cluster.addresses
+
+        def connect() -> RequestCaller:
+            return AsyncOMClient(addresses, user="bench", policy=POLICY)
+
+        pids = {n.id: pid for n in cluster.nodes if (pid := cluster.pid(n.id)) is not None}
+        meter = CpuMeter({**pids, CLIENT_PROCESS: os.getpid()})
+        phases = uvloop.run(run_phases(config, flow, dirs, connect, log, meter))
+        for node in cluster.nodes:
+            pid = cluster.pid(node.id)
+            rss = rss_mb(pid) if pid is not None else None
+            if rss is not None:
+                phases.rss_mb[node.id] = rss
+        log.step(f"{flow.name}: stopping the cluster")
+    return phases, leader
+
+
+async def _in_process(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
+                      log: StepLog) -> Phases:
+    log.step(f"{flow.name}: in-process node (no RPC, no Raft) in {dirs.data}")
+    async with in_process_node(dirs.data, dirs.raw / "server-om1.jsonl", flow.name) as node:
+        meter = CpuMeter({CLIENT_PROCESS: os.getpid()})
+        phases = await run_phases(config, flow, dirs, lambda: InProcessCaller(node), log, meter)
+        rss = rss_mb(os.getpid())
+        if rss is not None:
+            phases.rss_mb[CLIENT_PROCESS] = rss
+        return phases
+
+
+async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connect: Connect,
+                     log: StepLog, meter: CpuMeter) -> Phases:
+    """Preload (optional), warm-up, measured omkg, mixed ockrw (optional)."""
+    profile = config.profile
+    base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT, threads=profile.threads,
+                       volume=config.volume, bucket=config.bucket, flow=flow.name)
+    preloaded = 0
+    if config.keys:
+        preload = replace(base, count=config.keys, threads=profile.preload_threads,
+                          duration_s=profile.preload_timeout_s, prefix="preload")
+        preloaded = (await _phase(preload, connect, log, flow.name, "preload")).successes
+    if profile.warmup_s > 0:
+        await _phase(replace(base, duration_s=profile.warmup_s, prefix="warmup"),
+                     connect, log, flow.name, "warm-up")
+    meter.start()
+    measure = await _phase(replace(base, duration_s=profile.measure_s, prefix="bench",
+                                   trace_path=dirs.traces / "client-freon.jsonl"),
+                           connect, log, flow.name, "measure")
+    cpu = meter.stop()
+    mixed = None
+    if profile.mixed_s > 0:
+        mixed_config = replace(
+            base, generator="ockrw", duration_s=profile.mixed_s, prefix="bench",
+            key_range=max(measure.successes, 1), percentage_read=profile.mixed_read_pct,
+            percentage_list=profile.mixed_list_pct, flow=f"{flow.name}-mixed",
+            trace_path=dirs.mixed / "traces" / "client-freon.jsonl")
+        mixed = await _phase(mixed_config, connect, log, flow.name, "mixed")
+    return Phases(measure, mixed, preloaded, cpu=cpu)
+
+
+async def _phase(config: FreonConfig, connect: Connect, log: StepLog, flow: str,
+                 phase: str) -> FreonResult:
+    count = None if config.count >= freon.UNBOUNDED_COUNT else config.count
+    log.step(f"{flow}: {phase} ({config.generator}, {config.threads} in flight, "
+             f"{'' if count is None else f'{count} operations, '}{config.duration_s:g} s max)")
+    result = await freon.run(config, connect, log.bar(f"[{flow}] {phase}", count,
+                                                      config.duration_s))
+    return result
+
+
+def _collect_traces(dirs: FlowDirs, measure: FreonResult) -> list[int]:
+    """Copies the measured window of each server trace; the window's batch sizes."""
+    copied = []
+    for raw in sorted(dirs.raw.glob("server-*.jsonl")):
+        target = dirs.traces / raw.name
+        copy_window(raw, target, measure.start_ns, measure.end_ns)
+        copied.append(target)
+    return batch_sizes(copied)
+
+
+def _write_reports(dirs: FlowDirs, phases: Phases) -> None:
+    for directory, result in ((dirs.root, phases.measure), (dirs.mixed, phases.mixed)):
+        if result is None:
+            continue
+        name = "freon-mixed" if result is phases.mixed else "freon-measure"
+        (directory / f"{name}.txt").write_text(freon.format_report(result) + "\n")
+        write_json(directory / f"{name}.json", result.as_dict())

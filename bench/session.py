@@ -1,0 +1,98 @@
+"""Instrumented requests: each call is timed, counted, traced, and its status checked.
+
+A ``Session`` sends requests through any ``RequestCaller`` (the asyncio
+``AsyncOMClient``, or ``bench.ceiling.InProcessCaller``), and for each one:
+records a ``client_request`` trace record, counts ``(op, status)``, adds the
+latency of every successful write to ``write_latency``, and raises
+``RequestFailed`` (carrying the status name) unless the status is OK. A
+transport failure the client gave up on has the status ``CLIENT_ERROR``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Protocol
+
+from bench.stats import LatencyRecorder
+from bench.traces import CLIENT_ERROR, WRITE_OPS, ClientTrace, op_name
+from om.client import requests as build
+from om.client.errors import OMClientError
+from om.protocol import om_pb2
+
+
+class RequestCaller(Protocol):
+    """Sends one request, retrying as the client does; the final answer and its retries."""
+
+    async def call_raw(self, request: om_pb2.OMRequest) -> tuple[om_pb2.OMResponse, int]:
+        """The final answer to ``request``, whatever its status, and the retries it took."""
+        ...
+
+    async def close(self) -> None:
+        """Releases connections."""
+        ...
+
+
+class RequestFailed(Exception):
+    """A request ended with a status other than OK."""
+
+    def __init__(self, op: str, status: str, message: str = "") -> None:
+        super().__init__(f"{op}: {status}: {message}" if message else f"{op}: {status}")
+        self.op = op
+        self.status = status
+
+
+class Session:
+    """Sends requests and measures each one (see the module docstring)."""
+
+    def __init__(self, caller: RequestCaller, trace: ClientTrace,
+                 write_latency: LatencyRecorder | None = None) -> None:
+        self.caller = caller
+        self.trace = trace
+        self.write_latency = write_latency if write_latency is not None else LatencyRecorder()
+        self.statuses: Counter[tuple[str, str]] = Counter()
+
+    async def send(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """The OK response to ``request``; raises ``RequestFailed`` otherwise."""
+        op = op_name(request)
+        t_ns = time.time_ns()
+        started = time.perf_counter_ns()
+        try:
+            response, retries = await self.caller.call_raw(request)
+        except OMClientError as error:
+            self._record(op, t_ns, time.perf_counter_ns() - started, CLIENT_ERROR, 0)
+            raise RequestFailed(op, CLIENT_ERROR, str(error)) from None
+        status = om_pb2.Status.Name(response.status)
+        self._record(op, t_ns, time.perf_counter_ns() - started, status, retries)
+        if response.status != om_pb2.OK:
+            raise RequestFailed(op, status, response.message)
+        return response
+
+    def _record(self, op: str, t_ns: int, latency_ns: int, status: str, retries: int) -> None:
+        self.trace.request(t_ns, op, latency_ns, status, retries)
+        self.statuses[(op, status)] += 1
+        if status == "OK" and op in WRITE_OPS:
+            self.write_latency.add(latency_ns)
+
+    async def put_key(self, volume: str, bucket: str, key: str, size: int) -> None:
+        """CreateKey then CommitKey, as ``ozone freon omkg`` does (no data)."""
+        opened = await self.send(build.create_key(volume, bucket, key, size))
+        session_id = opened.create_key.client_session_id
+        await self.send(build.commit_key(volume, bucket, key, session_id, size))
+
+
+async def ensure_bucket(caller: RequestCaller, volume: str, bucket: str | None) -> None:
+    """Creates ``volume`` and ``bucket`` unless they exist (idempotent, untraced)."""
+    session = Session(caller, ClientTrace.off())
+    try:
+        await session.send(build.create_volume(volume))
+    except RequestFailed as failure:
+        if failure.status != "VOLUME_ALREADY_EXISTS":
+            raise
+    if bucket is None:
+        return
+    try:
+        await session.send(build.create_bucket(volume, bucket))
+    except RequestFailed as failure:
+        if failure.status != "BUCKET_ALREADY_EXISTS":
+            raise

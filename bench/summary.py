@@ -1,0 +1,157 @@
+"""The headline numbers of a bench run (``summary.json``) and their table.
+
+For each flow: successful write requests per second over the measured
+window, write-request latency percentiles (successful writes only, as the
+Spark analysis computes them), mean requests per replicated batch (from the
+window's ``server_batch`` records; 1.0 when there are none, i.e. one request
+per entry), the OM processes' resident memory at the end, and each process's
+CPU use and its threads' demand for a CPU over the window
+(``bench.machine.CpuMeter``; a demand near 100% marks a CPU-bound process,
+even when other load on the machine keeps its CPU use lower). Ratios divide
+write throughputs; a ratio is ``None`` when either flow is missing or the
+denominator is zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.freon import FreonResult
+
+# (numerator, denominator) flows of the ratios, keyed "<num>_over_<den>" with '-' -> '_'.
+RATIO_FLOWS: tuple[tuple[str, str], ...] = (
+    ("leader", "replicated"),
+    ("leader", "ceiling"),
+    ("leader", "leader-nobatch"),
+)
+# The label of the bench process (the load generator; in-process, the node too).
+CLIENT_PROCESS = "bench"
+_TABLE_COLUMNS = ("flow", "write req/s", "p50 ms", "p99 ms", "max ms", "req/batch",
+                  "OM RSS MB", "OM CPU%", "bench CPU%", "busiest thread", "failures")
+
+
+@dataclass
+class FlowMeasurement:
+    """What one flow produced; ``measure`` is None when the flow failed before measuring."""
+
+    name: str
+    measure: FreonResult | None
+    mixed: FreonResult | None = None
+    batch_sizes: list[int] = field(default_factory=list)
+    rss_mb: dict[str, float] = field(default_factory=dict)
+    preloaded_keys: int = 0
+    leader: str = ""
+    error: str | None = None
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def ratio_name(numerator: str, denominator: str) -> str:
+    """e.g. ``leader_over_leader_nobatch``."""
+    return f"{numerator}_over_{denominator}".replace("-", "_")
+
+
+def _latency(result: FreonResult) -> dict[str, float]:
+    writes = result.write_latency.summary()
+    return {"p50": writes.p50, "p99": writes.p99, "max": writes.max, "mean": writes.mean}
+
+
+def _phase(result: FreonResult) -> dict[str, Any]:
+    return {
+        "generator": result.generator,
+        "write_requests_per_s": result.write_requests_per_s,
+        "operations_per_s": result.rate,
+        "latency_ms": _latency(result),
+        "operation_latency_ms": result.latency.summary().as_dict(),
+        "ok_writes": result.ok_writes,
+        "operations": result.operations,
+        "failures": result.failures,
+        "failure_statuses": dict(result.failure_statuses),
+        "duration_s": result.duration_s,
+        "threads": result.threads,
+        "window_ns": [result.start_ns, result.end_ns],
+    }
+
+
+def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
+    """The summary of one flow (see the module docstring)."""
+    summary: dict[str, Any] = {"error": flow.error} if flow.error else {}
+    if flow.measure is not None:
+        summary.update(_phase(flow.measure))
+    sizes = flow.batch_sizes
+    summary["requests_per_batch"] = sum(sizes) / len(sizes) if sizes else 1.0
+    summary["batches"] = len(sizes)
+    summary["om_rss_mb"] = sum(flow.rss_mb.values()) if flow.rss_mb else None
+    summary["om_rss_mb_by_process"] = dict(flow.rss_mb)
+    summary["cpu_percent"] = {label: use["cpu"] for label, use in flow.cpu.items()}
+    summary["loop_demand_percent"] = {label: use["loop_demand"]
+                                      for label, use in flow.cpu.items()}
+    summary["thread_demand_percent"] = {label: use["thread_demand"]
+                                        for label, use in flow.cpu.items()}
+    summary["preloaded_keys"] = flow.preloaded_keys
+    summary["leader"] = flow.leader
+    if flow.mixed is not None:
+        summary["mixed"] = _phase(flow.mixed)
+    return summary
+
+
+def ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """Write-throughput ratios of ``RATIO_FLOWS``."""
+    found: dict[str, float | None] = {}
+    for numerator, denominator in RATIO_FLOWS:
+        top = flows.get(numerator, {}).get("write_requests_per_s")
+        bottom = flows.get(denominator, {}).get("write_requests_per_s")
+        found[ratio_name(numerator, denominator)] = (
+            top / bottom if top is not None and bottom else None)
+    return found
+
+
+def build_summary(measurements: list[FlowMeasurement], run: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json``: ``run`` (profile, keys, ...), ``flows`` and ``ratios``."""
+    flows = {m.name: flow_summary(m) for m in measurements}
+    return {**run, "flows": flows, "ratios": ratios(flows)}
+
+
+def _number(value: Any, digits: int) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _cpu_columns(cpu: dict[str, float]) -> tuple[str, str]:
+    """("95+31+28", "60"): each OM process's CPU, busiest first, and the bench process's."""
+    oms = sorted((v for k, v in cpu.items() if k != CLIENT_PROCESS), reverse=True)
+    return "+".join(f"{v:.0f}" for v in oms) or "-", _number(cpu.get(CLIENT_PROCESS), 0)
+
+
+def _busiest(demand: dict[str, float]) -> str:
+    """"om1 98%": the process whose busiest thread wanted a CPU the largest share of time."""
+    if not demand:
+        return "-"
+    label = max(demand, key=lambda k: demand[k])
+    return f"{label} {demand[label]:.0f}%"
+
+
+def render_table(summary: dict[str, Any]) -> str:
+    """A fixed-width table of the flows, then the ratios."""
+    rows: list[tuple[str, ...]] = []
+    for name, flow in summary["flows"].items():
+        latency = flow.get("latency_ms", {})
+        rows.append((
+            name, _number(flow.get("write_requests_per_s"), 0),
+            _number(latency.get("p50"), 2), _number(latency.get("p99"), 2),
+            _number(latency.get("max"), 2), _number(flow.get("requests_per_batch"), 1),
+            _number(flow.get("om_rss_mb"), 0), *_cpu_columns(flow.get("cpu_percent", {})),
+            _busiest(flow.get("thread_demand_percent", {})),
+            "ERROR" if flow.get("error") else str(flow.get("failures", "-"))))
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+              for i, c in enumerate(_TABLE_COLUMNS)]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w)
+                       for i, (c, w) in enumerate(zip(_TABLE_COLUMNS, widths, strict=True)))]
+    lines += ["  ".join(v.rjust(w) if i else v.ljust(w)
+                        for i, (v, w) in enumerate(zip(row, widths, strict=True)))
+              for row in rows]
+    lines.append("")
+    lines += [f"{name:<28} {_number(value, 2)}" + ("x" if value is not None else "")
+              for name, value in summary["ratios"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""A very short real ``om bench`` run: every flow, and the files it must leave."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.traces import client_request_problems, read_records
+from tests.processes import REPO, om_command
+
+pytestmark = pytest.mark.integration
+FLOWS = ("leader", "replicated", "leader-nobatch", "ceiling")
+
+
+def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out),
+                                     "--duration", "1"),
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "leader_over_replicated" in done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["flows"]) == set(FLOWS)
+    assert {"cpu_count", "memory_total_mb", "python", "platform"} <= set(manifest["machine"])
+    assert {"protobuf", "pysyncobj", "rocksdict", "uvloop", "locust"} <= set(manifest["versions"])
+    assert "revision" in manifest["git"]
+    assert 'enabled = false' in manifest["flows"]["leader-nobatch"]["cluster_toml"]
+    summary = json.loads((out / "summary.json").read_text())
+    for name in FLOWS:
+        flow = summary["flows"][name]
+        assert "error" not in flow, flow
+        assert flow["write_requests_per_s"] > 0
+        assert {"p50", "p99", "max"} <= set(flow["latency_ms"])
+        assert flow["requests_per_batch"] >= 1.0
+        assert flow["om_rss_mb"] > 0
+        clients = list(read_records(out / name / "traces" / "client-freon.jsonl"))
+        assert clients
+        assert all(client_request_problems(r) == [] for r in clients)
+        assert {r["flow"] for r in clients} == {name}
+        servers = [r for path in (out / name / "traces").glob("server-*.jsonl")
+                   for r in read_records(path)]
+        assert {r["flow"] for r in servers} == {name}
+        start, end = flow["window_ns"]
+        assert all(start <= r["t_ns"] <= end for r in servers)
+    assert summary["flows"]["leader-nobatch"]["requests_per_batch"] == 1.0
+    assert set(summary["ratios"]) >= {"leader_over_replicated", "leader_over_ceiling"}
+    assert all(value > 0 for value in summary["ratios"].values())
+    for name in ("leader", "ceiling"):
+        assert (out / f"{name}-mixed" / "traces" / "client-freon.jsonl").exists()
+        assert "Successful executions" in (out / name / "freon-measure.txt").read_text()
+    assert not list(out.glob("*/cluster/*.pid"))          # every node was stopped

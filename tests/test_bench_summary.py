@@ -1,0 +1,103 @@
+"""The summary and ratio computation of ``om bench``, and its options, on synthetic inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import driver
+from bench.freon import FreonResult
+from bench.summary import FlowMeasurement, build_summary, ratios, render_table
+from om.cli import parser
+
+
+def result(ok_writes: int, duration_s: float, write_ms: list[int],
+           failures: int = 0) -> FreonResult:
+    made = FreonResult("omkg", "key-create", "leader", "bench", 64,
+                       operations=ok_writes // 2 + failures, failures=failures,
+                       duration_s=duration_s, start_ns=1_000, end_ns=2_000)
+    made.write_latency.extend(ms * 1_000_000 for ms in write_ms)
+    made.write_latency.extend([1_000_000] * (ok_writes - len(write_ms)))
+    made.latency.extend([2_000_000] * made.operations)
+    return made
+
+
+def measurements() -> list[FlowMeasurement]:
+    return [
+        FlowMeasurement("leader", result(3000, 1.5, [1, 2, 3, 100]), batch_sizes=[10, 20, 30],
+                        rss_mb={"om1": 100.0, "om2": 50.0, "om3": 50.0},
+                        cpu={"om1": {"cpu": 95.0, "loop_demand": 99.0, "thread_demand": 99.0},
+                             "om2": {"cpu": 30.0, "loop_demand": 31.0, "thread_demand": 40.0},
+                             "om3": {"cpu": 28.0, "loop_demand": 29.0, "thread_demand": 29.0},
+                             "bench": {"cpu": 60.0, "loop_demand": 70.0, "thread_demand": 70.0}},
+                        leader="om1"),
+        FlowMeasurement("replicated", result(1000, 1.0, [5])),
+        FlowMeasurement("leader-nobatch", result(1500, 1.0, [5]), batch_sizes=[1, 1, 1]),
+        FlowMeasurement("ceiling", result(8000, 1.0, [1]), rss_mb={"bench": 80.0}),
+    ]
+
+
+def test_flow_headlines() -> None:
+    summary = build_summary(measurements(), {"profile": {"name": "quick"}, "keys": 0})
+    leader = summary["flows"]["leader"]
+    assert leader["write_requests_per_s"] == pytest.approx(2000.0)
+    assert leader["ok_writes"] == 3000
+    assert leader["latency_ms"]["max"] == pytest.approx(100.0)
+    assert leader["latency_ms"]["p50"] == pytest.approx(1.0)
+    assert leader["requests_per_batch"] == pytest.approx(20.0)
+    assert leader["batches"] == 3
+    assert leader["om_rss_mb"] == pytest.approx(200.0)
+    assert leader["cpu_percent"]["om1"] == 95.0
+    assert leader["loop_demand_percent"]["bench"] == 70.0
+    assert leader["thread_demand_percent"]["om2"] == 40.0
+    assert summary["flows"]["replicated"]["requests_per_batch"] == 1.0   # no batch records
+    assert summary["flows"]["replicated"]["om_rss_mb"] is None
+    assert summary["profile"] == {"name": "quick"}
+
+
+def test_ratios_divide_write_throughputs() -> None:
+    summary = build_summary(measurements(), {})
+    assert summary["ratios"] == {
+        "leader_over_replicated": pytest.approx(2.0),
+        "leader_over_ceiling": pytest.approx(0.25),
+        "leader_over_leader_nobatch": pytest.approx(2000 / 1500),
+    }
+
+
+def test_ratios_are_none_for_missing_or_failed_flows() -> None:
+    failed = FlowMeasurement("replicated", None, error="ClusterError: no leader")
+    summary = build_summary([measurements()[0], failed], {})
+    assert summary["flows"]["replicated"]["error"] == "ClusterError: no leader"
+    assert summary["ratios"] == {"leader_over_replicated": None, "leader_over_ceiling": None,
+                                 "leader_over_leader_nobatch": None}
+    assert ratios({"leader": {"write_requests_per_s": 5.0},
+                   "ceiling": {"write_requests_per_s": 0.0}})["leader_over_ceiling"] is None
+
+
+def test_table_lists_every_flow_and_ratio() -> None:
+    summary = build_summary([*measurements(), FlowMeasurement("replicated", None, error="x")],
+                            {})
+    table = render_table(summary)
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["flow", "write", "req/s"]
+    leader = next(line for line in lines if line.startswith("leader "))
+    assert "2,000" in leader
+    assert "95+30+28" in leader
+    assert "om1 99%" in leader
+    assert "ERROR" in next(line for line in lines if line.startswith("replicated"))
+    assert any(line.startswith("leader_over_ceiling") and "0.25x" in line for line in lines)
+
+
+def test_bench_options(tmp_path: Path) -> None:
+    from om.cli import bench as bench_cli
+    args = parser().parse_args(["bench", "--profile", "smoke", "--out", str(tmp_path),
+                                "--flows", "ceiling,leader", "--duration", "3",
+                                "--keys", "10"])
+    config = bench_cli.config_from(args)
+    assert [f.name for f in config.flows] == ["leader", "ceiling"]
+    assert config.profile.measure_s == 3.0
+    assert config.keys == 10
+    with pytest.raises(ValueError, match="unknown flows"):
+        driver.select_flows(["leader", "nope"])
+    assert parser().parse_args(["bench"]).profile == "quick"

@@ -1,0 +1,107 @@
+"""``om freon`` against a real ``om serve``, and the engine in-process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import freon
+from bench.ceiling import InProcessCaller, in_process_node
+from bench.session import RequestCaller
+from bench.traces import client_request_problems, read_records
+from om.client import OMClient
+from tests.processes import REPO, ServerProcess, free_port, om_command
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path / "data", free_port())
+    yield process
+    process.kill()
+
+
+def om_freon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(om_command("freon", *args), capture_output=True, text=True,
+                          cwd=REPO, timeout=60, check=False)
+
+
+@pytest.mark.integration
+def test_omkg_creates_keys_reports_and_traces(server: ServerProcess, tmp_path: Path) -> None:
+    trace = tmp_path / "client.jsonl"
+    done = om_freon("omkg", "-n", "200", "-t", "8", "--om", server.address, "-p", "pre",
+                    "--trace", str(trace), "--flow", "leader", "--json", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr
+    for line in ("key-create", "count = 200", "mean rate =", "median =", "99.9% <=",
+                 "Total execution time (sec):", "Failures: 0", "Successful executions: 200"):
+        assert line in done.stdout
+    with OMClient([server.address]) as client:
+        listed = client.list_keys("vol1", "bucket1", prefix="pre/", max_keys=1000)
+    assert sorted(k.key_name for k in listed.key_info) == sorted(f"pre/{i}" for i in range(200))
+    records = list(read_records(trace))
+    assert len(records) == 400                    # CreateKey + CommitKey per key
+    assert all(client_request_problems(r) == [] for r in records)
+    assert {(r["op"], r["status"], r["flow"], r["write"]) for r in records} == {
+        ("CreateKey", "OK", "leader", True), ("CommitKey", "OK", "leader", True)}
+    assert json.loads((tmp_path / "r.json").read_text())["successes"] == 200
+
+
+@pytest.mark.integration
+def test_ockrw_and_ombg_and_total_failure(server: ServerProcess) -> None:
+    assert om_freon("omkg", "-n", "20", "--om", server.address, "-p", "k").returncode == 0
+    done = om_freon("ockrw", "-n", "100", "-t", "4", "--om", server.address, "-p", "k",
+                    "--range", "20", "--percentage-read", "60", "--percentage-list", "20")
+    assert done.returncode == 0, done.stderr
+    assert "key-read-write-list" in done.stdout
+    assert "Failures: 0" in done.stdout
+    assert "LookupKey OK" in done.stdout
+    assert "ListKeys OK" in done.stdout
+    buckets = om_freon("ombg", "-n", "5", "--om", server.address, "-p", "bkt")
+    assert buckets.returncode == 0
+    assert "Successful executions: 5" in buckets.stdout
+    # Every operation fails (bucket names may not hold '_'): exit 1.
+    failing = om_freon("ombg", "-n", "5", "--om", server.address, "-p", "bad_")
+    assert failing.returncode == 1
+    assert "Failures: 5" in failing.stdout
+    assert "CreateBucket INVALID_BUCKET_NAME: 5" in failing.stdout
+
+
+def test_usage_errors_exit_2() -> None:
+    assert om_freon("ockrw", "--percentage-read", "80", "--percentage-list", "30",
+                    "--om", "127.0.0.1:1").returncode == 2
+    assert om_freon("omkg", "-t", "0", "--om", "127.0.0.1:1").returncode == 2
+
+
+async def test_engine_in_process_stops_at_count_and_at_duration(tmp_path: Path) -> None:
+    async with in_process_node(tmp_path / "data", tmp_path / "server.jsonl", "ceiling") as node:
+        def connect() -> RequestCaller:
+            return InProcessCaller(node)
+
+        counted = await freon.run(freon.FreonConfig(count=50, threads=8, prefix="c",
+                                                    trace_path=tmp_path / "c.jsonl",
+                                                    flow="ceiling"), connect)
+        assert (counted.operations, counted.successes, counted.ok_writes) == (50, 50, 100)
+        assert counted.latency.count == 50
+        assert counted.requests == {("CreateKey", "OK"): 50, ("CommitKey", "OK"): 50}
+        assert counted.start_ns < counted.end_ns
+        timed = await freon.run(freon.FreonConfig(count=freon.UNBOUNDED_COUNT, threads=4,
+                                                  duration_s=0.3, prefix="d"), connect)
+        assert timed.operations > 0
+        assert 0.3 <= timed.duration_s < 5.0
+        assert timed.failures == 0
+    records = list(read_records(tmp_path / "c.jsonl"))
+    assert len(records) == 100
+    servers = list(read_records(tmp_path / "server.jsonl"))
+    assert {r["kind"] for r in servers} == {"server_request", "server_batch"}
+    assert {r["flow"] for r in servers} == {"ceiling"}
+
+
+def test_ockrw_without_a_bound_needs_a_range_and_no_server_exits_2() -> None:
+    assert om_freon("ockrw", "--duration", "1", "--om", "127.0.0.1:1").returncode == 2
+    unreachable = om_freon("omkg", "-n", "1", "--om", f"127.0.0.1:{free_port()}",
+                           "--timeout", "0.5")
+    assert unreachable.returncode == 2
+    assert "CLIENT_ERROR" in unreachable.stderr
