@@ -9,7 +9,9 @@ leader is ready, and remembers ``DIR`` as the last cluster started (so
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
 from om.config import NodeAddress, ServerConfig
 from om.protocol import om_pb2
+from om.statemachine.store import Store
 
 DEFAULT_DIR = Path("om-cluster")
 LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
@@ -34,10 +37,14 @@ class ClusterError(Exception):
 
 
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
-                 extra_toml: str = "") -> Path:
-    """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1."""
+                 extra_toml: str = "", top_level_toml: str = "") -> Path:
+    """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1.
+
+    ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
+    appended after the nodes, where a bare key would land in the last node)."""
     assert 1 <= nodes <= 9
-    lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"', ""]
+    lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"',
+             top_level_toml, ""]
     for i in range(nodes):
         lines += ["[[nodes]]", f'id = "om{i + 1}"', 'host = "127.0.0.1"',
                   f"port = {port_base + i}", f"raft_port = {port_base + RAFT_PORT_OFFSET + i}", ""]
@@ -131,6 +138,32 @@ class Cluster:
         """Each node's own view (role UNREACHABLE when it does not answer)."""
         return node_infos(self.addresses, timeout_s)
 
+    def wait_converged(self, timeout_s: float = 30.0) -> int:
+        """Waits until every node reports the same applied position, equal to the
+        commit index; returns that position."""
+        deadline = time.monotonic() + timeout_s
+        infos: list[om_pb2.NodeInfo] = []
+        while time.monotonic() < deadline:
+            infos = self.node_infos()
+            positions = {i.applied_index for i in infos} | {i.commit_index for i in infos}
+            if all(i.role != "UNREACHABLE" for i in infos) and len(positions) == 1:
+                return positions.pop()
+            time.sleep(0.1)
+        raise ClusterError(f"nodes did not converge within {timeout_s} s: "
+                           f"{[(i.node_id, i.role, i.applied_index) for i in infos]}")
+
+    def stopped_digests(self) -> dict[str, dict[str, str]]:
+        """Each stopped node's per-table digests, read from its RocksDB files."""
+        assert all(self.pid(n.id) is None for n in self.nodes), "stop the cluster first"
+        result = {}
+        for node in self.nodes:
+            store = Store(self.config.data_dir / node.id / "db")
+            try:
+                result[node.id] = store.digests()
+            finally:
+                store.close()
+        return result
+
     def wait_for_leader(self, timeout_s: float = 30.0) -> om_pb2.NodeInfo:
         """The ready leader, once there is exactly one."""
         deadline = time.monotonic() + timeout_s
@@ -173,17 +206,47 @@ def _alive(pid: int) -> bool:
 
 
 def up(directory: Path, nodes: int, port_base: int, execution: str,
-       extra_toml: str = "", timeout_s: float = 60.0) -> Cluster:
-    """Starts a fresh cluster in ``directory``; returns once a leader is ready."""
+       extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
+       top_level_toml: str = "") -> Cluster:
+    """Starts a fresh cluster in ``directory``; returns once a leader is ready.
+
+    ``remember_it`` records it as the last cluster (for ``om admin roles`` and
+    ``om cluster down`` without options); tools that start their own clusters
+    leave the user's pointer alone."""
     cluster = Cluster(directory)
     if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
-    write_config(directory, nodes, port_base, execution, extra_toml)
+    write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml)
     for node in cluster.nodes:
         cluster.start_node(node.id)
-    cluster.wait_for_leader(timeout_s)
-    remember(directory)
+    try:
+        cluster.wait_for_leader(timeout_s)
+    except ClusterError:
+        down(cluster)
+        raise
+    if remember_it:
+        remember(directory)
     return cluster
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(nodes: int = 3, attempts: int = 100) -> int:
+    """A base port whose client and Raft ports on 127.0.0.1 are all free now."""
+    for _ in range(attempts):
+        base = random.randrange(20_000, 40_000, 20)
+        ports = [base + i for i in range(nodes)]
+        ports += [base + RAFT_PORT_OFFSET + i for i in range(nodes)]
+        if all(_port_free(p) for p in ports):
+            return base
+    raise ClusterError("no free port range on 127.0.0.1")
 
 
 def down(cluster: Cluster) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import random
-import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +10,6 @@ from om import cluster as om_cluster
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
-from om.statemachine.store import Store
 
 FAST_RAFT = """
 [raft]
@@ -23,30 +19,10 @@ leader_fallback_timeout_s = 1.5
 """
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_base(nodes: int = 3) -> int:
-    """A base port whose client and Raft ports are all free."""
-    for _ in range(100):
-        base = random.randrange(20_000, 40_000, 20)
-        ports = [base + i for i in range(nodes)]
-        ports += [base + om_cluster.RAFT_PORT_OFFSET + i for i in range(nodes)]
-        if all(_free(p) for p in ports):
-            return base
-    raise RuntimeError("no free port range")
-
-
 def start(directory: Path, extra_toml: str = "", execution: str = "leader") -> om_cluster.Cluster:
     """A fresh 3-node cluster with a ready leader; ``extra_toml`` lands in [raft]."""
-    return om_cluster.up(directory, 3, free_port_base(), execution, FAST_RAFT + extra_toml,
-                         timeout_s=60)
+    return om_cluster.up(directory, 3, om_cluster.free_port_base(), execution,
+                         FAST_RAFT + extra_toml, timeout_s=60, remember_it=False)
 
 
 def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, **kwargs: str) -> OMClient:
@@ -59,30 +35,15 @@ def leader_id(cluster: om_cluster.Cluster) -> str:
     return cluster.wait_for_leader().node_id
 
 
-def wait_converged(cluster: om_cluster.Cluster, node_ids: list[str],
-                   timeout_s: float = 30.0) -> int:
-    """Waits until the nodes report one applied position; returns it."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        infos = {i.node_id: i for i in cluster.node_infos() if i.node_id in node_ids}
-        positions = {i.applied_index for i in infos.values()}
-        if len(infos) == len(node_ids) and len(positions) == 1:
-            leader_commit = max(i.commit_index for i in infos.values())
-            if positions == {leader_commit}:
-                return positions.pop()
-        time.sleep(0.1)
-    raise AssertionError(f"nodes did not converge: {cluster.node_infos()}")
+def wait_converged(cluster: om_cluster.Cluster) -> int:
+    """Waits until every node reports one applied position; returns it."""
+    return cluster.wait_converged(timeout_s=60)
 
 
 def digests_after_stop(cluster: om_cluster.Cluster) -> dict[str, dict[str, str]]:
     """Stops every node, then reads each node's tables' digests from disk."""
     om_cluster.down(cluster)
-    result = {}
-    for node in cluster.nodes:
-        store = Store(cluster.config.data_dir / node.id / "db")
-        result[node.id] = store.digests()
-        store.close()
-    return result
+    return cluster.stopped_digests()
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The ``om`` command: serve, sh (mirrors ``ozone sh``) and admin."""
+"""The ``om`` command: serve, sh (like ``ozone sh``), admin, cluster, freon, bench, chaos."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from om.cli import admin, bench, cluster, freon, serve, sh
+from om.cli import admin, bench, chaos, cluster, freon, serve, sh
 
 
 def parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def parser() -> argparse.ArgumentParser:
     cluster.register(commands)
     freon.register(commands)
     bench.register(commands)
+    chaos.register(commands)
     return root
 
 

@@ -87,6 +87,7 @@ class OMClient:
                 self.close()
                 delay = attempts.after_connection_error(time.monotonic())
                 if delay is None:
+                    self.last_retries = attempts.retries
                     raise OMConnectionError(
                         f"no OM answered call {request.call_id} within "
                         f"{self.policy.deadline_s} s (tried {self.addresses})") from None

@@ -1,0 +1,78 @@
+"""``om chaos``: a Jepsen-style run against a local 3-node cluster.
+
+Exits 0 when no checker found a violation, 1 when one did, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from om.chaos.nemesis import FAULTS
+from om.chaos.runner import ChaosConfig, run
+from om.chaos.workload import WorkloadConfig
+from om.cluster import ClusterError
+from om.config import EXECUTIONS
+
+PROFILES = {"quick": 40.0, "long": 600.0}
+
+
+def register(commands: Any) -> None:
+    """Adds the ``chaos`` subcommand."""
+    p = commands.add_parser("chaos", help="fault-injection correctness run (Jepsen-style)")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="quick",
+                   help="quick: 40 s of faults; long: 10 minutes")
+    p.add_argument("--duration", type=float, help="seconds of load and faults (overrides)")
+    p.add_argument("--out", type=Path, help="output directory (default chaos-out/<time>)")
+    p.add_argument("--execution", choices=EXECUTIONS, default="leader")
+    p.add_argument("--faults", default=",".join(FAULTS),
+                   help=f"comma-separated faults, from {', '.join(FAULTS)}; 'none' for none")
+    p.add_argument("--fault-interval", type=float, default=4.0)
+    p.add_argument("--duplicate-send", type=float, default=0.05,
+                   help="share of acknowledged adds re-sent with the same call id")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--unsafe-disable-retry-cache", action="store_true",
+                   help="red test: the exactly-once checker must then report violations")
+    p.set_defaults(run=run_chaos)
+
+
+def _faults(text: str) -> tuple[str, ...]:
+    if text == "none":
+        return ()
+    faults = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown faults {unknown}; choose from {list(FAULTS)}")
+    return faults
+
+
+def run_chaos(args: argparse.Namespace) -> int:
+    """Runs the experiment, prints the result, returns the exit status."""
+    try:
+        faults = _faults(args.faults)
+    except ValueError as error:
+        print(f"om chaos: {error}", file=sys.stderr)
+        return 2
+    out = args.out or Path("chaos-out") / time.strftime("%Y%m%d-%H%M%S")
+    config = ChaosConfig(
+        out=out, duration_s=args.duration or PROFILES[args.profile], execution=args.execution,
+        faults=faults, fault_interval_s=args.fault_interval,
+        workload=WorkloadConfig(duplicate_send=args.duplicate_send, seed=args.seed),
+        unsafe_disable_retry_cache=args.unsafe_disable_retry_cache)
+    print(f"om chaos: {config.duration_s:.0f} s against a 3-node {config.execution} cluster, "
+          f"faults: {', '.join(faults) or 'none'}; writing {out}", file=sys.stderr)
+    try:
+        result = run(config)
+    except ClusterError as error:
+        print(f"om chaos: {error}", file=sys.stderr)
+        return 2
+    summary = {k: v for k, v in result.items() if k != "violations"}
+    print(json.dumps(summary, indent=2))
+    for violation in result["violations"][:20]:
+        print(f"VIOLATION {violation['checker']}/{violation['kind']}: {violation['detail']}")
+    print(f"{len(result['violations'])} violations; details in {out / 'result.json'}")
+    return 1 if result["violations"] else 0

@@ -1,0 +1,58 @@
+"""Chaos runs against real clusters: clean under faults, and red when they must be."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from om.chaos import checkers
+from om.chaos.history import F, History, Op, Outcome
+from om.chaos.runner import ChaosConfig, run
+from om.chaos.workload import WorkloadConfig
+from om.cli.chaos import PROFILES
+
+pytestmark = pytest.mark.integration
+
+# The old flow's retry cache lives in memory (as Ratis's does): restarting every
+# node forgets it, which the exactly-once checker rightly reports. The old flow
+# is therefore checked without restart_all; the README documents why.
+OLD_FLOW_FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers")
+
+
+@pytest.mark.parametrize("execution", ["leader", "replicated"])
+def test_quick_profile_finds_no_violation(tmp_path: Path, execution: str) -> None:
+    faults = OLD_FLOW_FAULTS if execution == "replicated" else ChaosConfig.faults
+    duration = PROFILES["quick"] if execution == "leader" else 25.0
+    result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, execution=execution,
+                             faults=faults))
+    assert result["violations"] == []
+    assert result["faults_injected"] >= len(faults)
+    assert set(result["faults"]) == set(faults)
+    assert result["retries"] > 0, "no retry was exercised: the run proves nothing"
+    assert result["ops"]["ok"] > 1000
+    assert (tmp_path / "chaos" / "result.json").exists()
+    assert History.from_jsonl((tmp_path / "chaos" / "history.jsonl").read_text())
+
+
+def test_red_checkers_fail_when_they_must(tmp_path: Path) -> None:
+    result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=8.0, faults=(),
+                             workload=WorkloadConfig(duplicate_send=0.5),
+                             unsafe_disable_retry_cache=True))
+    kinds = {(v["checker"], v["kind"]) for v in result["violations"]}
+    assert (checkers.EXACTLY_ONCE, "duplicate") in kinds, "a disabled retry cache went unseen"
+
+    history = History.from_jsonl((tmp_path / "chaos" / "history.jsonl").read_text())
+    assert checkers.check_linearizability(history) == []
+    read = next(op for op in history if op.f is F.GET and op.outcome is Outcome.OK)
+    forged = dataclasses.replace(read, value=10**12)  # a value nobody ever wrote
+    bad = History(tuple(forged if op is read else op for op in history))
+    assert any(v.kind == "nonlinearizable" for v in checkers.check_linearizability(bad))
+
+    put = next(op for op in history if op.f is F.PUT and op.outcome is Outcome.OK)
+    ghost = Op(process=999, op_id=10**9, f=F.PUT, key=put.key, value=10**12 + 1,
+               invoke_ns=put.invoke_ns, complete_ns=put.invoke_ns + 1, outcome=Outcome.OK)
+    lost = History((*history.ops, ghost))
+    final = {op.key: None for op in lost if op.f is F.PUT}
+    assert checkers.check_no_lost_writes(lost, final), "an acknowledged write went missing"
