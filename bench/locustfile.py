@@ -40,7 +40,7 @@ from locust import User, constant, events, task
 from bench.traces import CLIENT_ERROR, ClientTrace, op_name
 from om.client import OMClient, OMClientError
 from om.client import requests as build
-from om.client.blocking import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
 

@@ -13,7 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from om import cluster as om_cluster
 from om import config as om_config
-from om.client.blocking import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS
 from om.config import ConfigError
 from om.protocol import om_pb2
 
@@ -34,20 +34,31 @@ def register(commands: Any) -> None:
     p = commands.add_parser("admin", help="administration (like `ozone admin om`)")
     actions = p.add_subparsers(dest="action", required=True)
     roles = actions.add_parser("roles", help="each node's role, term and positions")
-    target = roles.add_mutually_exclusive_group()
-    target.add_argument("--om", help="comma-separated OM addresses")
-    target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
-    target.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir)")
+    _add_target(roles)
     roles.add_argument("--json", action="store_true", help="print JSON instead of a table")
     roles.add_argument("--timeout", type=float, default=3.0)
     roles.set_defaults(run=run_roles)
     metrics = actions.add_parser("metrics", help="each node's counters (JSON)")
-    metrics_target = metrics.add_mutually_exclusive_group()
-    metrics_target.add_argument("--om", help="comma-separated OM addresses")
-    metrics_target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
-    metrics_target.add_argument("--dir", type=Path, help="a cluster directory")
+    _add_target(metrics)
     metrics.add_argument("--timeout", type=float, default=3.0)
     metrics.set_defaults(run=run_metrics)
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--om", help="comma-separated OM addresses")
+    target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
+    target.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir)")
+
+
+def _nodes(args: argparse.Namespace, command: str) -> list[om_pb2.NodeInfo] | None:
+    """Every targeted node's view, or None after printing a configuration error."""
+    try:
+        addresses = _addresses(args)
+    except ConfigError as error:
+        print(f"om admin {command}: {error}", file=sys.stderr)
+        return None
+    return om_cluster.node_infos(addresses, args.timeout)
 
 
 def _addresses(args: argparse.Namespace) -> list[str]:
@@ -67,12 +78,9 @@ def _addresses(args: argparse.Namespace) -> list[str]:
 
 def run_roles(args: argparse.Namespace) -> int:
     """Prints the roles; exit status 1 when no node answered."""
-    try:
-        addresses = _addresses(args)
-    except ConfigError as error:
-        print(f"om admin roles: {error}", file=sys.stderr)
+    infos = _nodes(args, "roles")
+    if infos is None:
         return 2
-    infos = om_cluster.node_infos(addresses, args.timeout)
     if args.json:
         print(json.dumps([MessageToDict(i, preserving_proto_field_name=True) for i in infos],
                          indent=2))
@@ -86,12 +94,9 @@ def run_roles(args: argparse.Namespace) -> int:
 
 def run_metrics(args: argparse.Namespace) -> int:
     """Prints each node's flow and metrics as JSON."""
-    try:
-        addresses = _addresses(args)
-    except ConfigError as error:
-        print(f"om admin metrics: {error}", file=sys.stderr)
+    infos = _nodes(args, "metrics")
+    if infos is None:
         return 2
-    infos = om_cluster.node_infos(addresses, args.timeout)
     print(json.dumps([{"node_id": i.node_id, "address": i.address, "role": i.role,
                        "execution": i.execution, "metrics": dict(sorted(i.metrics.items()))}
                       for i in infos], indent=2))

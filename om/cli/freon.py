@@ -24,7 +24,7 @@ from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
 from om.client import AsyncOMClient
-from om.client.blocking import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS
 from om.client.retry_policy import RetryPolicy
 
 DEFAULT_COUNT = 1000

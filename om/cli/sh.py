@@ -22,7 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from om.client import OMClient, OMConnectionError, OMStatusError
-from om.client.blocking import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS
 from om.client.retry_policy import RetryPolicy
 
 _UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,

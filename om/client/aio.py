@@ -8,13 +8,10 @@ order. A lost connection fails every request pending on it; each then retries
 from __future__ import annotations
 
 import asyncio
-import getpass
-import itertools
-import uuid
 from collections.abc import Sequence
 
-from om.client.blocking import DEFAULT_ADDRESS, split_address
 from om.client.errors import OMConnectionError, error_for
+from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
@@ -73,18 +70,12 @@ class _Connection:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
-class AsyncOMClient:
+class AsyncOMClient(ClientIdentity):
     """An asyncio OM client that retries with the same call id."""
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None) -> None:
-        assert addresses
-        self.addresses = list(addresses)
-        self.user = user or getpass.getuser()
-        self.policy = policy or RetryPolicy()
-        self.client_id = client_id or str(uuid.uuid4())
-        self._call_ids = itertools.count(1)
-        self._current = 0
+        super().__init__(addresses, user, policy, client_id)
         self._connections: dict[str, _Connection] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -106,7 +97,7 @@ class AsyncOMClient:
         request.client_id = self.client_id
         request.user = request.user or self.user
         if not request.call_id:
-            request.call_id = next(self._call_ids)
+            request.call_id = self.next_call_id()
         frame = encode_frame(request.SerializeToString())
         loop = asyncio.get_running_loop()
         attempts = Attempts(list(self.addresses), self._current, self.policy, loop.time())

@@ -6,40 +6,24 @@ locust applies it) makes it cooperative.
 
 from __future__ import annotations
 
-import getpass
-import itertools
 import socket
 import time
-import uuid
 from collections.abc import Sequence
 
 from om.client import requests as build
 from om.client.errors import OMConnectionError, error_for
+from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
 
-DEFAULT_ADDRESS = "127.0.0.1:9862"
 
-
-def split_address(address: str) -> tuple[str, int]:
-    """("host", port) from "host:port"."""
-    host, _, port = address.rpartition(":")
-    return host, int(port)
-
-
-class OMClient:
+class OMClient(ClientIdentity):
     """A blocking OM client that retries with the same call id."""
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None) -> None:
-        assert addresses
-        self.addresses = list(addresses)
-        self.user = user or getpass.getuser()
-        self.policy = policy or RetryPolicy()
-        self.client_id = client_id or str(uuid.uuid4())
-        self._call_ids = itertools.count(1)
-        self._current = 0
+        super().__init__(addresses, user, policy, client_id)
         self._socket: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
         self.last_retries = 0
@@ -56,10 +40,6 @@ class OMClient:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-
-    def next_call_id(self) -> int:
-        """A new call id for a request this client will send."""
-        return next(self._call_ids)
 
     def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Sends ``request`` (retrying as needed); raises the typed error unless OK."""
