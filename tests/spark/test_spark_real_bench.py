@@ -1,0 +1,40 @@
+"""The report of a real (smoke-sized) ``om bench`` run: every section, real numbers."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_analysis import sections
+from spark_analysis.report import HTML_FILE
+from tests.processes import REPO, om_command
+
+from .conftest import run_analysis
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+def test_report_of_a_real_bench_run_has_every_section(spark: SparkSession,
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out)),
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = run_analysis(spark, out)
+    page = (report.out_dir / HTML_FILE).read_text(encoding="utf-8")
+    for title in sections.SECTION_TITLES:
+        assert re.search(rf'<h2 id="[^"]+">{re.escape(html.escape(title))}</h2>', page), title
+    bench_summary = json.loads((out / "summary.json").read_text())
+    (run,) = report.summary["runs"].values()
+    leader = run["flows"]["leader"]
+    assert leader["write_throughput_rps"] > 0
+    assert leader["write_throughput_rps"] == pytest.approx(
+        bench_summary["flows"]["leader"]["write_requests_per_s"], rel=0.05)
+    assert set(run["ratios"]) >= {"leader_over_replicated", "leader_over_ceiling"}
+    assert report.summary["malformed_total"] == 0
