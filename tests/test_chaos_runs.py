@@ -11,7 +11,7 @@ from om.chaos import checkers
 from om.chaos.history import F, History, Op, Outcome
 from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
-from om.cli.chaos import PROFILES
+from om.cli.chaos import PROFILES, ops_budget
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,8 @@ def test_quick_profile_finds_no_violation(tmp_path: Path, execution: str) -> Non
     faults = OLD_FLOW_FAULTS if execution == "replicated" else ChaosConfig.faults
     duration = PROFILES["quick"] if execution == "leader" else 25.0
     result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, execution=execution,
-                             faults=faults))
+                             faults=faults,
+                             workload=WorkloadConfig(ops_per_worker_max=ops_budget(duration))))
     assert result["violations"] == []
     assert result["faults_injected"] >= len(faults)
     assert set(result["faults"]) == set(faults)

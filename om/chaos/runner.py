@@ -76,6 +76,8 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig
     for thread in threads:
         thread.join(timeout=spec.deadline_s * 3)
         assert not thread.is_alive(), "a chaos worker did not stop"
+    assert all(w.ops < spec.ops_per_worker_max for w in workers), \
+        "a worker spent its operation budget before the run ended: raise ops_per_worker_max"
     nemesis.heal()
     return recorder, workers, nemesis
 

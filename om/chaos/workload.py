@@ -107,6 +107,7 @@ class Worker:
                              attempt_timeout_s=config.attempt_timeout_s)
         self._client = OMClient(addresses, policy=policy, client_id=f"chaos-{process}")
         self.retries = 0
+        self.ops = 0
 
     def run(self, step: Callable[[], None]) -> None:
         """Runs ``step`` until stopped or the operation budget is spent."""
@@ -115,6 +116,7 @@ class Worker:
                 if self._stop.is_set():
                     return
                 step()
+                self.ops += 1
         finally:
             self._client.close()
 

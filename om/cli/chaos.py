@@ -40,6 +40,12 @@ def register(commands: Any) -> None:
     p.set_defaults(run=run_chaos)
 
 
+def ops_budget(duration_s: float) -> int:
+    """Operations one worker may run: far above what it can do in ``duration_s``
+    (about 200/s here), so the stop event, not the budget, ends the load."""
+    return max(20_000, int(duration_s * 2_000))
+
+
 def _faults(text: str) -> tuple[str, ...]:
     if text == "none":
         return ()
@@ -58,10 +64,12 @@ def run_chaos(args: argparse.Namespace) -> int:
         print(f"om chaos: {error}", file=sys.stderr)
         return 2
     out = args.out or Path("chaos-out") / time.strftime("%Y%m%d-%H%M%S")
+    duration_s = args.duration or PROFILES[args.profile]
     config = ChaosConfig(
-        out=out, duration_s=args.duration or PROFILES[args.profile], execution=args.execution,
+        out=out, duration_s=duration_s, execution=args.execution,
         faults=faults, fault_interval_s=args.fault_interval,
-        workload=WorkloadConfig(duplicate_send=args.duplicate_send, seed=args.seed),
+        workload=WorkloadConfig(duplicate_send=args.duplicate_send, seed=args.seed,
+                                ops_per_worker_max=ops_budget(duration_s)),
         unsafe_disable_retry_cache=args.unsafe_disable_retry_cache)
     print(f"om chaos: {config.duration_s:.0f} s against a 3-node {config.execution} cluster, "
           f"faults: {', '.join(faults) or 'none'}; writing {out}", file=sys.stderr)
