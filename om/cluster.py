@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,21 +208,24 @@ def _alive(pid: int) -> bool:
 
 def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
-       top_level_toml: str = "") -> Cluster:
+       top_level_toml: str = "",
+       node_args: Callable[[str], Sequence[str]] = lambda node_id: ()) -> Cluster:
     """Starts a fresh cluster in ``directory``; returns once a leader is ready.
 
-    ``remember_it`` records it as the last cluster (for ``om admin roles`` and
-    ``om cluster down`` without options); tools that start their own clusters
-    leave the user's pointer alone."""
+    ``node_args`` gives extra ``om serve`` flags per node id (e.g. its own trace
+    file). ``remember_it`` records it as the last cluster (for ``om admin roles``
+    and ``om cluster down`` without options); tools that start their own
+    clusters leave the user's pointer alone. On failure every started node is
+    stopped again."""
     cluster = Cluster(directory)
     if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
     write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml)
-    for node in cluster.nodes:
-        cluster.start_node(node.id)
     try:
+        for node in cluster.nodes:
+            cluster.start_node(node.id, *node_args(node.id))
         cluster.wait_for_leader(timeout_s)
-    except ClusterError:
+    except BaseException:
         down(cluster)
         raise
     if remember_it:

@@ -50,10 +50,6 @@ class RetryCache:
         self._recent: OrderedDict[RetryKey, tuple[bytes, int]] = OrderedDict()
         self.hits = 0
 
-    def in_flight(self, key: RetryKey) -> bool:
-        """True while the write with this key is executing or replicating."""
-        return key in self._in_flight
-
     def committed_response(self, key: RetryKey, view: ReadView,
                            now_ms: int) -> om_pb2.OMResponse | None:
         """The stored response of a committed, unexpired write, or None."""
