@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from om import gc_policy
 from om.config import ServerConfig
 from om.node import Node
 from om.protocol import om_pb2
@@ -62,6 +63,7 @@ async def in_process_node(directory: Path, trace_path: Path | None, flow: str,
     node = Node(server_config, fail_stop=_keep_going)
     try:
         await node.start()
-        yield node
+        with gc_policy.serving():
+            yield node
     finally:
         await node.close()

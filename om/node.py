@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from om import gc_policy
 from om.batch_pipeline import BatchConfig
 from om.config import ServerConfig
 from om.executor.context import Limits as HandlerLimits
@@ -145,7 +146,8 @@ class Node:
         """Counters and gauges of this node, by name."""
         service = self.leader
         values: dict[str, float] = {"requests": service.requests,
-                                    "writes_in_flight": service.in_flight}
+                                    "writes_in_flight": service.in_flight,
+                                    **gc_policy.metrics()}
         if isinstance(service, LeaderService):
             pipeline = service.pipeline
             values.update(batches=pipeline.batches, batched_writes=pipeline.writes,

@@ -17,6 +17,7 @@ from typing import cast
 
 from google.protobuf.message import DecodeError
 
+from om import gc_policy
 from om.node import Node
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, FrameTooLarge, encode_frame
@@ -101,7 +102,8 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
     print(f"OM {node.config.node_id} listening on {address.address} "
           f"(execution={node.config.execution}, data={node.config.node_data_dir})", flush=True)
     try:
-        await stop.wait()
+        with gc_policy.serving():
+            await stop.wait()
     finally:
         server.close()
         await node.close()

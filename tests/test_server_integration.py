@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -95,6 +96,10 @@ def test_cli_mirrors_ozone_sh(server: ServerProcess, tmp_path: Path) -> None:
     (node,) = json.loads(roles.stdout)
     assert node["role"] == "LEADER"
     assert node["execution"] == "leader"
+    metrics = subprocess.run(om_command("admin", "metrics", "--om", server.address),
+                             capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    assert re.search(r"gc_gen0_threshold\D+10000\b", metrics.stdout)
+    assert "gc_frozen_objects" in metrics.stdout
 
 
 def test_malformed_frame_is_answered_and_the_connection_lives(server: ServerProcess) -> None:
