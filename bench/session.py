@@ -3,7 +3,8 @@
 A ``Session`` sends requests through any ``RequestCaller`` (the asyncio
 ``AsyncOMClient``, or ``bench.ceiling.InProcessCaller``), and for each one:
 records a ``client_request`` trace record, counts ``(op, status)``, adds the
-latency of every successful write to ``write_latency``, and raises
+latency of every successful write to ``write_latency`` and of every successful
+request to its op's recorder in ``op_latency``, and raises
 ``RequestFailed`` (carrying the status name) unless the status is OK. A
 transport failure the client gave up on has the status ``CLIENT_ERROR``.
 """
@@ -19,6 +20,8 @@ from bench.traces import CLIENT_ERROR, WRITE_OPS, ClientTrace, op_name
 from om.client import requests as build
 from om.client.errors import OMClientError
 from om.protocol import om_pb2
+
+OP_LATENCY_SAMPLES = 200_000
 
 
 class RequestCaller(Protocol):
@@ -51,6 +54,7 @@ class Session:
         self.trace = trace
         self.write_latency = write_latency if write_latency is not None else LatencyRecorder()
         self.statuses: Counter[tuple[str, str]] = Counter()
+        self.op_latency: dict[str, LatencyRecorder] = {}
 
     async def send(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """The OK response to ``request``; raises ``RequestFailed`` otherwise."""
@@ -71,7 +75,13 @@ class Session:
     def _record(self, op: str, t_ns: int, latency_ns: int, status: str, retries: int) -> None:
         self.trace.request(t_ns, op, latency_ns, status, retries)
         self.statuses[(op, status)] += 1
-        if status == "OK" and op in WRITE_OPS:
+        if status != "OK":
+            return
+        recorder = self.op_latency.get(op)
+        if recorder is None:
+            recorder = self.op_latency[op] = LatencyRecorder(OP_LATENCY_SAMPLES)
+        recorder.add(latency_ns)
+        if op in WRITE_OPS:
             self.write_latency.add(latency_ns)
 
     async def put_key(self, volume: str, bucket: str, key: str, size: int) -> None:

@@ -73,6 +73,9 @@ def test_usage_errors_exit_2() -> None:
     assert om_freon("ockrw", "--percentage-read", "80", "--percentage-list", "30",
                     "--om", "127.0.0.1:1").returncode == 2
     assert om_freon("omkg", "-t", "0", "--om", "127.0.0.1:1").returncode == 2
+    zero_rate = om_freon("omkg", "--rate", "0", "--om", "127.0.0.1:1")
+    assert zero_rate.returncode == 2
+    assert "--rate must be > 0" in zero_rate.stderr
 
 
 async def test_engine_in_process_stops_at_count_and_at_duration(tmp_path: Path) -> None:
@@ -97,6 +100,22 @@ async def test_engine_in_process_stops_at_count_and_at_duration(tmp_path: Path) 
     servers = list(read_records(tmp_path / "server.jsonl"))
     assert {r["kind"] for r in servers} == {"server_request", "server_batch"}
     assert {r["flow"] for r in servers} == {"ceiling"}
+
+
+async def test_rate_paces_operations_and_reports_each_op(tmp_path: Path) -> None:
+    async with in_process_node(tmp_path / "data", None, "ceiling") as node:
+        paced = await freon.run(freon.FreonConfig(count=60, threads=8, prefix="r", rate=300.0),
+                                lambda: InProcessCaller(node))
+    assert (paced.operations, paced.failures) == (60, 0)
+    assert paced.duration_s >= 59 / 300, "the last operation is due at 59/300 s"
+    assert paced.duration_s < 59 / 300 + 2.0
+    summary = paced.as_dict()
+    assert summary["target_rate"] == 300.0
+    assert set(summary["op_latency_ms"]) == {"CreateKey", "CommitKey"}
+    assert summary["op_latency_ms"]["CommitKey"]["count"] == 60
+    report = freon.format_report(paced)
+    assert "target rate = 300.00 calls/second" in report
+    assert "CommitKey latency: median" in report
 
 
 def test_ockrw_without_a_bound_needs_a_range_and_no_server_exits_2() -> None:

@@ -59,6 +59,8 @@ def _common_options(g: argparse.ArgumentParser) -> None:
                    help="operations in flight at once (default 10)")
     g.add_argument("--duration", type=float, help="stop after this many seconds "
                    "(with -n: whichever ends first)")
+    g.add_argument("--rate", type=float, help="start operations at this many per second "
+                   "(at most -t in flight); latency then counts from when each was due")
     g.add_argument("--om", default=os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS),
                    help="comma-separated OM addresses (default 127.0.0.1:9862 or $OM_ADDRESS)")
     g.add_argument("-v", "--volume", default="vol1")
@@ -79,6 +81,8 @@ def config_from(args: argparse.Namespace) -> freon.FreonConfig:
         count = DEFAULT_COUNT if args.duration is None else freon.UNBOUNDED_COUNT
     if count < 0 or args.threads < 1 or (args.duration is not None and args.duration <= 0):
         raise ValueError("-n must be >= 0, -t >= 1 and --duration > 0")
+    if args.rate is not None and args.rate <= 0:
+        raise ValueError("--rate must be > 0")
     read, listed = getattr(args, "percentage_read", 0), getattr(args, "percentage_list", 0)
     if read < 0 or listed < 0 or read + listed > 100:
         raise ValueError("--percentage-read and --percentage-list must add up to 0..100")
@@ -92,7 +96,8 @@ def config_from(args: argparse.Namespace) -> freon.FreonConfig:
         duration_s=args.duration, volume=args.volume, bucket=args.bucket, prefix=args.prefix,
         size=args.size, percentage_read=read, percentage_list=listed,
         key_range=key_range, max_list=getattr(args, "max_list", 10),
-        flow=args.flow, trace_path=args.trace, label=f"freon {args.generator}")
+        flow=args.flow, trace_path=args.trace, label=f"freon {args.generator}",
+        rate=args.rate)
 
 
 def run(args: argparse.Namespace) -> int:
