@@ -14,6 +14,7 @@ and enqueued in one thread in index order. Apply persists the highest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from om.executor.change_recorder import ChangeRecorder
 from om.protocol import om_pb2
@@ -28,8 +29,10 @@ class PendingWrite:
     reply: om_pb2.ClientRequestReply | None   # None for system writes (expiry sweeps)
     expiry_ops: list[om_pb2.TableOp] = field(default_factory=list)
 
+    @cached_property
     def size(self) -> int:
-        """Approximate bytes this write adds to a batch."""
+        """Approximate bytes this write adds to a batch (computed once: an
+        executed write's changes are final)."""
         reply = 0 if self.reply is None else self.reply.ByteSize()
         return self.recorder.encoded_size() + reply + 16 * len(self.expiry_ops)
 
@@ -44,30 +47,29 @@ class BatchBuilder:
         self._writes_max = writes_max
         self.writes: list[PendingWrite] = []
         self._bytes = 0
+        self._last_index = 0   # the highest managed index added (system writes carry 0)
 
     def fits(self, write: PendingWrite) -> bool:
         """True when ``write`` may join: the batch is empty or stays under both caps."""
         if not self.writes:
             return True
         return (len(self.writes) < self._writes_max
-                and self._bytes + write.size() <= self._bytes_max)
+                and self._bytes + write.size <= self._bytes_max)
 
     def add(self, write: PendingWrite) -> None:
         """Adds a write that ``fits``."""
         assert self.fits(write)
-        if self.writes and write.managed_index:
-            assert write.managed_index > self._last_index(), "batch order is index order"
+        if write.managed_index:
+            assert write.managed_index > self._last_index, "batch order is index order"
+            self._last_index = write.managed_index
         self.writes.append(write)
-        self._bytes += write.size()
-
-    def _last_index(self) -> int:
-        return max((w.managed_index for w in self.writes), default=0)
+        self._bytes += write.size
 
     def seal(self, batch_id: int, timestamp_ms: int, leader_id: str) -> om_pb2.PersistDbBatch:
         """The batch carrying every added write, in order."""
         assert self.writes
         batch = om_pb2.PersistDbBatch(batch_id=batch_id, timestamp_ms=timestamp_ms,
-                                      managed_index=self._last_index(), leader_id=leader_id,
+                                      managed_index=self._last_index, leader_id=leader_id,
                                       request_count=len(self.writes))
         for write in self.writes:
             batch.ops.extend(write.recorder.ops)

@@ -12,6 +12,7 @@ from om.protocol import om_pb2
 from om.statemachine.tables import TableId
 
 QUOTA_TABLES = (om_pb2.VOLUME, om_pb2.BUCKET)
+TABLES = frozenset(om_pb2.Table.values())
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,13 @@ class ChangeRecorder:
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
         """Records that ``key`` of ``table`` becomes ``value``."""
-        assert table in om_pb2.Table.values()
+        assert table in TABLES
         assert key
         self.ops.append(om_pb2.TableOp(table=table, key=key, value=value))
 
     def delete(self, table: TableId, key: bytes) -> None:
         """Records that ``key`` of ``table`` is removed."""
-        assert table in om_pb2.Table.values()
+        assert table in TABLES
         assert key
         self.ops.append(om_pb2.TableOp(table=table, key=key, delete=True))
 
