@@ -18,7 +18,7 @@ Example ``cluster.toml``::
     lock_timeout_s = 60.0
 
     [batch]
-    inflight_batches_max = 4
+    inflight_batches_max = 1
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Batch:
     enabled: bool = True
     bytes_max: int = 1024 * 1024
     writes_max: int = 2000
-    inflight_batches_max: int = 4
+    inflight_batches_max: int = 1
     queue_max: int = 20_000
 
 

@@ -314,6 +314,25 @@ async def test_group_commit_batches_what_queued_meanwhile(leader: LeaderUnderTes
     assert leader.service.pipeline.writes == 40
 
 
+@pytest.mark.parametrize("in_flight", [1, 3])
+async def test_batches_in_flight_are_capped_by_config(tmp_path: Path, in_flight: int) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(
+        batch=BatchConfig(inflight_batches_max=in_flight)))
+    await leader.start()
+    leader.replicator.gate.clear()
+    creates = []
+    for i in range(6):
+        creates.append(asyncio.create_task(leader.call(build.create_volume(f"vol{i}"))))
+        await _wait_until(lambda n=i + 1: leader.service.in_flight == n)
+    await _wait_until(lambda: leader.replicator.waiting == in_flight)
+    await asyncio.sleep(0.05)
+    assert leader.replicator.waiting == in_flight, "never more batches than the cap"
+    leader.replicator.gate.set()
+    assert all(r.status == om_pb2.OK for r in await asyncio.gather(*creates))
+    leader.assert_idle()
+    await leader.close()
+
+
 # -- managed index -------------------------------------------------------------------
 
 
