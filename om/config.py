@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ class NodeAddress:
     port: int = DEFAULT_PORT
     raft_port: int = DEFAULT_RAFT_PORT
 
-    @property
+    @cached_property
     def address(self) -> str:
         """host:port of the client endpoint."""
         return f"{self.host}:{self.port}"

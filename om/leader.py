@@ -162,12 +162,13 @@ class LeaderService(RequestService):
             trace.batch_id = batch_id
             trace.apply_ns = result.apply_ns
             trace.settled_ns = time.perf_counter_ns()
-            settled.set_result(result)
+            if not settled.done():  # done only if this write's task was cancelled (shutdown)
+                settled.set_result(result)
 
         if not self.pipeline.submit(PendingWrite(index, recorder, reply), settle):
             settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0, 0)
         submitted = time.perf_counter_ns()
-        result = await asyncio.shield(settled)
+        result = await settled
         trace.replicate_ns = max(trace.settled_ns - submitted - trace.batch_wait_ns
                                  - trace.apply_ns, 0)
         if result.status is ReplicateStatus.COMMITTED:
