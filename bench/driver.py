@@ -59,6 +59,7 @@ class Profile:
     measure_s: float
     threads: int
     mixed_s: float = 0.0
+    half_load_s: float = 0.0
     preload_threads: int = 128
     preload_timeout_s: float = 300.0
     nodes: int = 3
@@ -67,11 +68,12 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "quick": Profile("quick", warmup_s=2.0, measure_s=15.0, threads=64),
-    "full": Profile("full", warmup_s=5.0, measure_s=60.0, threads=256, mixed_s=30.0),
+    "quick": Profile("quick", warmup_s=2.0, measure_s=15.0, threads=64, half_load_s=8.0),
+    "full": Profile("full", warmup_s=5.0, measure_s=60.0, threads=256, mixed_s=30.0,
+                    half_load_s=30.0),
     # For tests: a couple of seconds per flow.
     "smoke": Profile("smoke", warmup_s=0.3, measure_s=1.5, threads=8, mixed_s=0.5,
-                     preload_timeout_s=10.0),
+                     half_load_s=0.5, preload_timeout_s=10.0),
 }
 
 
@@ -155,6 +157,7 @@ class Phases:
 
     measure: FreonResult
     mixed: FreonResult | None = None
+    half_load: FreonResult | None = None
     preloaded: int = 0
     rss_mb: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -208,7 +211,8 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasureme
              f"{phases.measure.failures} failed operations, busiest thread: {busiest} "
              f"{demand.get(busiest, 0.0):.0f}% of the time running or waiting for a CPU")
     return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
-                           phases.preloaded, leader, cpu=phases.cpu)
+                           phases.preloaded, leader, cpu=phases.cpu,
+                           half_load=phases.half_load)
 
 
 def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
@@ -250,7 +254,13 @@ async def _in_process(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
 
 async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connect: Connect,
                      log: StepLog, meter: CpuMeter) -> Phases:
-    """Preload (optional), warm-up, measured omkg, mixed ockrw (optional)."""
+    """Preload (optional), warm-up, measured omkg, half load (optional), mixed ockrw
+    (optional).
+
+    The half-load phase paces omkg at half the measured operation rate
+    (``freon --rate``), untraced, for the latency a cluster gives when it is
+    not saturated: Ozone users size clusters by that, not by peak p99.
+    """
     profile = config.profile
     base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT, threads=profile.threads,
                        volume=config.volume, bucket=config.bucket, flow=flow.name)
@@ -267,6 +277,11 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
                                    trace_path=dirs.traces / "client-freon.jsonl"),
                            connect, log, flow.name, "measure")
     cpu = meter.stop()
+    half_load = None
+    if profile.half_load_s > 0 and measure.rate > 0:
+        half_load = await _phase(replace(base, duration_s=profile.half_load_s, prefix="half",
+                                         rate=measure.rate / 2),
+                                 connect, log, flow.name, "half load")
     mixed = None
     if profile.mixed_s > 0:
         mixed_config = replace(
@@ -275,7 +290,7 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
             percentage_list=profile.mixed_list_pct, flow=f"{flow.name}-mixed",
             trace_path=dirs.mixed / "traces" / "client-freon.jsonl")
         mixed = await _phase(mixed_config, connect, log, flow.name, "mixed")
-    return Phases(measure, mixed, preloaded, cpu=cpu)
+    return Phases(measure, mixed, half_load, preloaded, cpu=cpu)
 
 
 async def _phase(config: FreonConfig, connect: Connect, log: StepLog, flow: str,
@@ -299,9 +314,10 @@ def _collect_traces(dirs: FlowDirs, measure: FreonResult) -> list[int]:
 
 
 def _write_reports(dirs: FlowDirs, phases: Phases) -> None:
-    for directory, result in ((dirs.root, phases.measure), (dirs.mixed, phases.mixed)):
+    for directory, name, result in ((dirs.root, "freon-measure", phases.measure),
+                                    (dirs.root, "freon-half-load", phases.half_load),
+                                    (dirs.mixed, "freon-mixed", phases.mixed)):
         if result is None:
             continue
-        name = "freon-mixed" if result is phases.mixed else "freon-measure"
         (directory / f"{name}.txt").write_text(freon.format_report(result) + "\n")
         write_json(directory / f"{name}.json", result.as_dict())

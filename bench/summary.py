@@ -7,7 +7,9 @@ window's ``server_batch`` records; 1.0 when there are none, i.e. one request
 per entry), the OM processes' resident memory at the end, and each process's
 CPU use and its threads' demand for a CPU over the window
 (``bench.machine.CpuMeter``; a demand near 100% marks a CPU-bound process,
-even when other load on the machine keeps its CPU use lower). Ratios divide
+even when other load on the machine keeps its CPU use lower), and, when the
+profile has one, the half-load phase (omkg paced at half the measured
+operation rate) with each request type's latency. Ratios divide
 write throughputs; a ratio is ``None`` when either flow is missing or the
 denominator is zero.
 """
@@ -28,7 +30,8 @@ RATIO_FLOWS: tuple[tuple[str, str], ...] = (
 # The label of the bench process (the load generator; in-process, the node too).
 CLIENT_PROCESS = "bench"
 _TABLE_COLUMNS = ("flow", "write req/s", "p50 ms", "p99 ms", "max ms", "req/batch",
-                  "OM RSS MB", "OM CPU%", "bench CPU%", "busiest thread", "failures")
+                  "CommitKey p99 ms at half load", "OM RSS MB", "OM CPU%", "bench CPU%",
+                  "busiest thread", "failures")
 
 
 @dataclass
@@ -44,6 +47,7 @@ class FlowMeasurement:
     leader: str = ""
     error: str | None = None
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    half_load: FreonResult | None = None
 
 
 def ratio_name(numerator: str, denominator: str) -> str:
@@ -92,7 +96,19 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     summary["leader"] = flow.leader
     if flow.mixed is not None:
         summary["mixed"] = _phase(flow.mixed)
+    if flow.half_load is not None:
+        summary["half_load"] = _half_load(flow.half_load)
     return summary
+
+
+def _half_load(result: FreonResult) -> dict[str, Any]:
+    """The paced phase: its target and achieved rates and each request type's latency."""
+    return {
+        **_phase(result),
+        "target_operations_per_s": result.target_rate,
+        "op_latency_ms": {op: recorder.summary().as_dict()
+                          for op, recorder in sorted(result.op_latency.items())},
+    }
 
 
 def ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
@@ -132,6 +148,11 @@ def _busiest(demand: dict[str, float]) -> str:
     return f"{label} {demand[label]:.0f}%"
 
 
+def _half_load_commit_p99(flow: dict[str, Any]) -> float | None:
+    commit = flow.get("half_load", {}).get("op_latency_ms", {}).get("CommitKey")
+    return None if commit is None else float(commit["p99"])
+
+
 def render_table(summary: dict[str, Any]) -> str:
     """A fixed-width table of the flows, then the ratios."""
     rows: list[tuple[str, ...]] = []
@@ -141,7 +162,8 @@ def render_table(summary: dict[str, Any]) -> str:
             name, _number(flow.get("write_requests_per_s"), 0),
             _number(latency.get("p50"), 2), _number(latency.get("p99"), 2),
             _number(latency.get("max"), 2), _number(flow.get("requests_per_batch"), 1),
-            _number(flow.get("om_rss_mb"), 0), *_cpu_columns(flow.get("cpu_percent", {})),
+            _number(_half_load_commit_p99(flow), 2), _number(flow.get("om_rss_mb"), 0),
+            *_cpu_columns(flow.get("cpu_percent", {})),
             _busiest(flow.get("thread_demand_percent", {})),
             "ERROR" if flow.get("error") else str(flow.get("failures", "-"))))
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)

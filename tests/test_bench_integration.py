@@ -36,6 +36,10 @@ def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
         assert {"p50", "p99", "max"} <= set(flow["latency_ms"])
         assert flow["requests_per_batch"] >= 1.0
         assert flow["om_rss_mb"] > 0
+        half = flow["half_load"]
+        assert half["target_operations_per_s"] == pytest.approx(flow["operations_per_s"] / 2)
+        assert half["op_latency_ms"]["CommitKey"]["count"] > 0
+        assert half["failures"] == 0
         clients = list(read_records(out / name / "traces" / "client-freon.jsonl"))
         assert clients
         assert all(client_request_problems(r) == [] for r in clients)
@@ -51,4 +55,5 @@ def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
     for name in ("leader", "ceiling"):
         assert (out / f"{name}-mixed" / "traces" / "client-freon.jsonl").exists()
         assert "Successful executions" in (out / name / "freon-measure.txt").read_text()
+        assert "target rate =" in (out / name / "freon-half-load.txt").read_text()
     assert not list(out.glob("*/cluster/*.pid"))          # every node was stopped

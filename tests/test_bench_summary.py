@@ -8,6 +8,7 @@ import pytest
 
 from bench import driver
 from bench.freon import FreonResult
+from bench.stats import LatencyRecorder
 from bench.summary import FlowMeasurement, build_summary, ratios, render_table
 from om.cli import parser
 
@@ -87,6 +88,25 @@ def test_table_lists_every_flow_and_ratio() -> None:
     assert "om1 99%" in leader
     assert "ERROR" in next(line for line in lines if line.startswith("replicated"))
     assert any(line.startswith("leader_over_ceiling") and "0.25x" in line for line in lines)
+
+
+def test_half_load_reports_its_target_and_commit_key_latency() -> None:
+    paced = result(1000, 2.0, [4])
+    paced.target_rate = 250.0
+    paced.op_latency["CommitKey"] = LatencyRecorder()
+    paced.op_latency["CommitKey"].extend([3_000_000, 7_000_000])
+    leader = measurements()[0]
+    leader.half_load = paced
+    summary = build_summary([leader, *measurements()[1:]], {})
+    half = summary["flows"]["leader"]["half_load"]
+    assert half["target_operations_per_s"] == 250.0
+    assert half["write_requests_per_s"] == pytest.approx(500.0)
+    assert half["op_latency_ms"]["CommitKey"]["max"] == pytest.approx(7.0)
+    assert "half_load" not in summary["flows"]["replicated"]
+    lines = render_table(summary).splitlines()
+    assert "CommitKey p99 ms at half load" in lines[0]
+    p99 = f"{half['op_latency_ms']['CommitKey']['p99']:.2f}"
+    assert p99 in next(line for line in lines if line.startswith("leader "))
 
 
 def test_bench_options(tmp_path: Path) -> None:
