@@ -107,7 +107,8 @@ async def test_rate_paces_operations_and_reports_each_op(tmp_path: Path) -> None
         paced = await freon.run(freon.FreonConfig(count=60, threads=8, prefix="r", rate=300.0),
                                 lambda: InProcessCaller(node))
     assert (paced.operations, paced.failures) == (60, 0)
-    assert paced.duration_s >= 59 / 300, "the last operation is due at 59/300 s"
+    # The last operation is due at 59/300 s; loop timers may fire up to 1 ms early.
+    assert paced.duration_s >= 59 / 300 - 0.002, "operations were not paced"
     assert paced.duration_s < 59 / 300 + 2.0
     summary = paced.as_dict()
     assert summary["target_rate"] == 300.0
