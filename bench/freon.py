@@ -176,7 +176,10 @@ async def _drive(config: FreonConfig, generator: Generator, session: Session,
                 return
             started = time.perf_counter_ns()
             if config.rate is not None:
-                started = await _due(run_started + int(index * 1e9 / config.rate))
+                due_ns = run_started + int(index * 1e9 / config.rate)
+                if time.monotonic() + (due_ns - time.perf_counter_ns()) / 1e9 >= deadline:
+                    return  # due after the end of the run
+                started = await _due(due_ns)
             try:
                 await generator.operation(session, index)
             except RequestFailed as failure:

@@ -119,6 +119,15 @@ async def test_rate_paces_operations_and_reports_each_op(tmp_path: Path) -> None
     assert "CommitKey latency: median" in report
 
 
+async def test_a_paced_run_ends_at_its_duration(tmp_path: Path) -> None:
+    async with in_process_node(tmp_path / "data", None, "ceiling") as node:
+        paced = await freon.run(freon.FreonConfig(count=freon.UNBOUNDED_COUNT, threads=50,
+                                                  duration_s=0.3, prefix="d", rate=100.0),
+                                lambda: InProcessCaller(node))
+    assert 28 <= paced.operations <= 31, "only the operations due within 0.3 s run"
+    assert paced.duration_s < 0.45, "workers do not sleep past the end for later slots"
+
+
 def test_ockrw_without_a_bound_needs_a_range_and_no_server_exits_2() -> None:
     assert om_freon("ockrw", "--duration", "1", "--om", "127.0.0.1:1").returncode == 2
     unreachable = om_freon("omkg", "-n", "1", "--om", f"127.0.0.1:{free_port()}",
