@@ -34,6 +34,12 @@ FAIL_STOP_EXIT = 70
 CANDIDATE = 1  # pysyncobj's state number
 
 
+def _answered(response: om_pb2.OMResponse) -> asyncio.Future[om_pb2.OMResponse]:
+    answer: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
+    answer.set_result(response)
+    return answer
+
+
 def _exit_now() -> None:
     os._exit(FAIL_STOP_EXIT)
 
@@ -118,14 +124,18 @@ class Node:
         if self.raft is not None:
             self._watcher = asyncio.get_running_loop().create_task(self.raft.watch())
 
-    async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
-        """Answers one client request."""
+    def submit(self, request: om_pb2.OMRequest) -> asyncio.Future[om_pb2.OMResponse]:
+        """Starts answering one client request; the caller must not cancel the future."""
         if self.closing:
-            return error_response(request, om_pb2.LEADER_NOT_READY,
-                                  f"OM:{self.config.node_id} is shutting down")
+            return _answered(error_response(request, om_pb2.LEADER_NOT_READY,
+                                            f"OM:{self.config.node_id} is shutting down"))
         if request.cmd_type == om_pb2.ServiceList:
-            return self.service_list(request)
-        return await self.leader.handle(request)
+            return _answered(self.service_list(request))
+        return self.leader.submit(request)
+
+    async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Answers one client request; the caller's cancellation does not stop it."""
+        return await asyncio.shield(self.submit(request))
 
     def node_info(self) -> om_pb2.NodeInfo:
         """This node's role and positions."""

@@ -12,6 +12,7 @@ on. Neither affects other connections.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import cast
 
@@ -43,13 +44,18 @@ class OMProtocol(asyncio.Protocol):
         self._in_flight = 0
         self._paused = False
         self._transport: asyncio.Transport | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+
+    def eof_received(self) -> bool:
+        """A client that half-closes after sending still gets every answer."""
+        self._eof = True
+        return self._in_flight > 0   # True keeps the transport open until the last reply
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None
@@ -59,7 +65,6 @@ class OMProtocol(asyncio.Protocol):
             self._transport.write(_invalid(str(error)))
             self._transport.close()
             return
-        loop = asyncio.get_running_loop()
         for frame in frames:
             try:
                 request = om_pb2.OMRequest.FromString(frame)
@@ -67,30 +72,31 @@ class OMProtocol(asyncio.Protocol):
                 self._transport.write(_invalid("frame is not an OMRequest"))
                 continue
             self._in_flight += 1
-            task = loop.create_task(self._serve(request))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._node.submit(request).add_done_callback(
+                functools.partial(self._reply, request.call_id))
         if self._in_flight >= self._in_flight_max and not self._paused:
             self._paused = True
             self._transport.pause_reading()
 
-    async def _serve(self, request: om_pb2.OMRequest) -> None:
-        try:
-            response = await self._node.handle(request)
-            payload = response.SerializeToString()
-            if len(payload) + 4 > self._max_frame_bytes:
-                frame = _invalid("response over the frame limit; ask for fewer keys",
-                                 request.call_id)
-            else:
-                frame = encode_frame(payload, self._max_frame_bytes)
-            if self._transport is not None and not self._transport.is_closing():
-                self._transport.write(frame)
-        finally:
-            self._in_flight -= 1
-            if self._paused and self._in_flight < self._in_flight_max // 2:
-                self._paused = False
-                if self._transport is not None and not self._transport.is_closing():
-                    self._transport.resume_reading()
+    def _reply(self, call_id: int, answer: asyncio.Future[om_pb2.OMResponse]) -> None:
+        """Sends the answer of one request (nothing when shutdown cancelled it)."""
+        self._in_flight -= 1
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if not answer.cancelled():
+            transport.write(self._frame(call_id, answer.result()))
+        if self._eof and self._in_flight == 0:
+            transport.close()
+        elif self._paused and self._in_flight < self._in_flight_max // 2:
+            self._paused = False
+            transport.resume_reading()
+
+    def _frame(self, call_id: int, response: om_pb2.OMResponse) -> bytes:
+        payload = response.SerializeToString()
+        if len(payload) + 4 > self._max_frame_bytes:
+            return _invalid("response over the frame limit; ask for fewer keys", call_id)
+        return encode_frame(payload, self._max_frame_bytes)
 
 
 async def serve(node: Node, stop: asyncio.Event) -> None:

@@ -8,12 +8,17 @@ For every request, in this order (each step's failure path undoes the earlier):
  4. writes: retry cache: committed before? -> the stored response;
             in flight? -> wait for the original
  5. admission: in-flight limit       -> SERVER_BUSY
- 6. the flow's own write path (``_execute_write``), in a task of its own
+ 6. the flow's own write path (``_execute_write``)
 
-A write runs in a task that a caller's cancellation does not cancel: once
-admitted it settles, so its retry-cache entry is never dropped while its entry
-might still commit. Subclasses: ``om.leader.LeaderService`` (execute on the
-leader, replicate batches of changes) and ``om.replicated_flow.ReplicatedFlowService``
+Every request runs in one task of its own (``submit``), which the service
+tracks until it ends (``drain``) and which no caller can cancel: the server
+attaches its reply to the task, and ``handle`` awaits it shielded. So an
+admitted write always settles, and its retry-cache entry is never dropped
+while its entry might still commit. A write runs inline in that task: there
+is no second task, and no shield, per write.
+
+Subclasses: ``om.leader.LeaderService`` (execute on the leader, replicate
+batches of changes) and ``om.replicated_flow.ReplicatedFlowService``
 (Ozone's old flow: replicate the request, execute it in every node's apply).
 """
 
@@ -115,7 +120,7 @@ class RequestService(abc.ABC):
         self._retry_cache_enabled = retry_cache_enabled
         self.managed_index = ManagedIndex(managed_index)
         self._originals: dict[RetryKey, asyncio.Future[om_pb2.OMResponse | None]] = {}
-        self._write_tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
+        self._tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
         self._index_term = -1
         self.requests = 0
 
@@ -154,11 +159,22 @@ class RequestService(abc.ABC):
         return len(self._originals)
 
     async def drain(self) -> None:
-        """Waits for every admitted write to finish."""
-        if self._write_tasks:
-            await asyncio.gather(*self._write_tasks, return_exceptions=True)
+        """Waits for every request being answered to finish."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def submit(self, request: om_pb2.OMRequest) -> asyncio.Task[om_pb2.OMResponse]:
+        """Starts answering ``request`` in a task the caller must not cancel."""
+        task = asyncio.get_running_loop().create_task(self._answer(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Answers one request; the caller's cancellation does not stop it."""
+        return await asyncio.shield(self.submit(request))
+
+    async def _answer(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one request; never raises for anything a client can cause."""
         self.requests += 1
         problem = shape_problem(request)
@@ -227,10 +243,7 @@ class RequestService(abc.ABC):
         if len(self._originals) >= self._in_flight_max:
             return error_response(request, om_pb2.SERVER_BUSY,
                                   f"{len(self._originals)} writes in flight; retry shortly")
-        task = asyncio.get_running_loop().create_task(self._write_original(request, key, trace))
-        self._write_tasks.add(task)
-        task.add_done_callback(self._write_tasks.discard)
-        return await asyncio.shield(task)
+        return await self._write_original(request, key, trace)
 
     async def _await_original(
             self, original: asyncio.Future[om_pb2.OMResponse | None]) -> om_pb2.OMResponse | None:
