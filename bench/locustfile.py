@@ -40,7 +40,7 @@ from locust import User, constant, events, task
 from bench.traces import CLIENT_ERROR, ClientTrace, op_name
 from om.client import OMClient, OMClientError
 from om.client import requests as build
-from om.client.identity import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
 
@@ -78,7 +78,7 @@ def status_error(status: str) -> OMRequestFailure:
 def om_addresses(host: str | None) -> list[str]:
     """``--host``, else ``$OM_ADDRESS``, else the default, as a list of host:port."""
     raw = host or os.environ.get("OM_ADDRESS") or DEFAULT_ADDRESS
-    return [a.strip() for a in raw.split(",") if a.strip()]
+    return split_addresses(raw)
 
 
 def trace() -> ClientTrace:

@@ -13,7 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from om import cluster as om_cluster
 from om import config as om_config
-from om.client.identity import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.config import ConfigError
 from om.protocol import om_pb2
 
@@ -64,12 +64,12 @@ def _nodes(args: argparse.Namespace, command: str) -> list[om_pb2.NodeInfo] | No
 def _addresses(args: argparse.Namespace) -> list[str]:
     """--om, else --config / --dir, else $OM_ADDRESS, else the last cluster, else the default."""
     if args.om:
-        return [a.strip() for a in args.om.split(",") if a.strip()]
+        return split_addresses(args.om)
     if args.config or args.dir:
         path = args.config or args.dir / "cluster.toml"
         return [n.address for n in om_config.load(path).nodes]
     if "OM_ADDRESS" in os.environ:
-        return [a.strip() for a in os.environ["OM_ADDRESS"].split(",") if a.strip()]
+        return split_addresses(os.environ["OM_ADDRESS"])
     try:
         return om_cluster.last().addresses
     except om_cluster.ClusterError:

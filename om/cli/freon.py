@@ -24,7 +24,7 @@ from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
 from om.client import AsyncOMClient
-from om.client.identity import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
 
 DEFAULT_COUNT = 1000
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"om freon: {error}", file=sys.stderr)
         return 2
-    addresses = [a.strip() for a in args.om.split(",") if a.strip()]
+    addresses = split_addresses(args.om)
     policy = RetryPolicy(deadline_s=args.timeout, attempt_timeout_s=min(args.timeout, 10.0))
 
     def connect() -> RequestCaller:

@@ -22,7 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from om.client import OMClient, OMConnectionError, OMStatusError
-from om.client.identity import DEFAULT_ADDRESS
+from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
 
 _UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,
@@ -206,7 +206,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs one shell command; returns the exit status."""
-    addresses = [a.strip() for a in args.om.split(",") if a.strip()]
+    addresses = split_addresses(args.om)
     policy = RetryPolicy(deadline_s=args.timeout)
     try:
         with OMClient(addresses, user=args.user, policy=policy) as client:

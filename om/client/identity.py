@@ -18,6 +18,11 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def split_addresses(text: str) -> list[str]:
+    """["host:port", ...] from "host:port,host:port" (blanks and spaces dropped)."""
+    return [address.strip() for address in text.split(",") if address.strip()]
+
+
 class ClientIdentity:
     """A client's addresses, user, retry policy, client id and call-id counter.
 
