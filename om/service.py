@@ -272,6 +272,8 @@ class RequestService(abc.ABC):
             original.set_result(response)
 
     def _emit(self, trace: Trace, response: om_pb2.OMResponse) -> None:
+        if not self._tracer.enabled:
+            return
         record: dict[str, Any] = {
             "t_ns": trace.t_ns, "node": self.node_id, "op": trace.op,
             "status": om_pb2.Status.Name(response.status),

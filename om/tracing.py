@@ -16,7 +16,10 @@ SCHEMA_VERSION = 1
 
 
 class TraceSink(Protocol):
-    """Where trace records go."""
+    """Where trace records go; ``enabled`` is False when every record is dropped, so
+    callers on the request path can skip building them."""
+
+    enabled: bool
 
     def emit(self, kind: str, record: dict[str, Any]) -> None:
         """Records one trace record of ``kind`` (fields per docs/TRACES.md)."""
@@ -34,6 +37,8 @@ class TraceSink(Protocol):
 class NullTracer:
     """Drops every record."""
 
+    enabled = False
+
     def emit(self, kind: str, record: dict[str, Any]) -> None:
         return None
 
@@ -46,6 +51,8 @@ class NullTracer:
 
 class Tracer:
     """Appends JSON-lines trace records to one file. Thread-safe."""
+
+    enabled = True
 
     def __init__(self, path: Path, flow: str, buffer_records: int = 4096) -> None:
         assert buffer_records > 0
