@@ -100,7 +100,11 @@ class Raft:
     # 5 MB/s). A snapshot of 1M keys takes ~0.2 s on the tick thread.
     compaction_min_time_s: float = 60.0
     commands_queue_max: int = 10_000
-    fsync: bool = False
+    # Durable by default: an acknowledged write is synced on a majority. False is
+    # an explicit opt-out (survives a process crash, not power loss), logged at start.
+    fsync: bool = True
+    # zlib on Raft frames of 4 KiB or more: pays off a slow network, not loopback.
+    compress_transport: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,10 @@ class ServerConfig:
     # Test-only: answer retries as new requests, so the chaos suite's red test can
     # prove its exactly-once checker detects the duplicates this causes.
     unsafe_disable_retry_cache: bool = False
+    # Test-only: RocksDB writes skip its write-ahead log, so a kill -9 loses every
+    # applied batch not yet flushed (more than a power loss would). Proves that the
+    # Raft journal alone carries durability (tests/test_crash_restart.py).
+    unsafe_store_without_wal: bool = False
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)

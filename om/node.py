@@ -9,29 +9,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 
 from om import gc_policy
-from om.batch_pipeline import BatchConfig
 from om.config import ServerConfig
+from om.consensus.local import LocalReplicator
+from om.consensus.port import Replicator
+from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
 from om.executor.registry import error_response
+from om.flows.batch_pipeline import BatchConfig
+from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.replicated_flow import ReplicatedFlowService
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
-from om.leader import LeaderConfig, LeaderService
 from om.protocol import om_pb2
-from om.replicated_flow import ReplicatedFlowService
+from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
-from om.statemachine.raft import RaftReplicator
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
-from om.statemachine.replicator import LocalReplicator, Replicator
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.store import Store
 from om.tracing import NullTracer, Tracer, TraceSink
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
-CANDIDATE = 1  # pysyncobj's state number
 
 
 def _answered(response: om_pb2.OMResponse) -> asyncio.Future[om_pb2.OMResponse]:
@@ -75,7 +77,17 @@ class Node:
         self.tracer: TraceSink = NullTracer()
         if config.trace_path is not None:
             self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
-        self.store = Store(config.node_data_dir / "db", sync_writes=config.raft.fsync)
+        # With Raft, the durable journal is the write-ahead log: a restart replays
+        # what RocksDB lost (apply skips applied positions), and the journal is
+        # compacted only after a snapshot, whose checkpoint flushes RocksDB. A single
+        # node has no journal, so its RocksDB writes are its durability.
+        if config.unsafe_store_without_wal:
+            logger.warning("RocksDB's write-ahead log is DISABLED (unsafe_store_without_wal): "
+                           "a crash loses unflushed batches until the Raft journal replays "
+                           "them; for tests only")
+        self.store = Store(config.node_data_dir / "db",
+                           sync_writes=config.raft.fsync and len(config.nodes) == 1,
+                           wal=not config.unsafe_store_without_wal)
         settings = leader_config(config)
         self.state_machine: StateMachine | ReplicatedStateMachine
         if config.execution == "replicated":
@@ -93,8 +105,9 @@ class Node:
         else:
             self.raft = RaftReplicator(
                 config.node, config.nodes, config.node_data_dir / "raft", config.raft,
-                self.apply_entry, Snapshotter(self.state_machine, config.node_data_dir),
-                config.batch.bytes_max)
+                self.apply_entry,
+                Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync),
+                self.barrier_entry, config.batch.bytes_max)
             self.replicator = self.raft
         self.leader: LeaderService | ReplicatedFlowService
         if isinstance(self.state_machine, ReplicatedStateMachine):
@@ -105,8 +118,12 @@ class Node:
                                         self.replicator, settings, self.tracer)
         if self.raft is not None:
             self.raft.on_leadership_lost(self.leader.leadership_lost)
-        self._watcher: asyncio.Task[None] | None = None
         self.closing = False
+
+    def barrier_entry(self, term: int) -> bytes:
+        """The empty batch a new leader commits in ``term`` before it serves."""
+        return log_entry.encode_batch(om_pb2.PersistDbBatch(
+            term=term, leader_id=self.config.node_id, timestamp_ms=time.time_ns() // 1_000_000))
 
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies a committed entry; stops the process if that is impossible."""
@@ -119,10 +136,10 @@ class Node:
             raise
 
     async def start(self) -> None:
-        """Starts the leader service and, with Raft, the leadership watcher."""
+        """Starts the leader service and, with Raft, following leadership."""
         await self.leader.start()
         if self.raft is not None:
-            self._watcher = asyncio.get_running_loop().create_task(self.raft.watch())
+            self.raft.start()
 
     def submit(self, request: om_pb2.OMRequest) -> asyncio.Future[om_pb2.OMResponse]:
         """Starts answering one client request; the caller must not cancel the future."""
@@ -143,7 +160,7 @@ class Node:
         name = "FOLLOWER"
         if role.is_leader:
             name = "LEADER" if role.ready else "LEADER_NOT_READY"
-        elif self.raft is not None and self.raft.status()["state"] == CANDIDATE:
+        elif role.candidate:
             name = "CANDIDATE"
         return om_pb2.NodeInfo(
             node_id=self.config.node_id, address=self.config.node.address,
@@ -185,11 +202,8 @@ class Node:
         """Refuses new requests, drains in-flight writes, closes the store and the trace."""
         self.closing = True
         await self.leader.close()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
         if self.raft is not None:
-            self.raft.close()
+            await self.raft.close()
         if isinstance(self.state_machine, ReplicatedStateMachine):
             self.state_machine.close()
         self.tracer.close()

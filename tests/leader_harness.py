@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om.leader import LeaderConfig, LeaderService
+from om.consensus.local import LocalReplicator
+from om.consensus.port import ReplicateResult, ReplicateStatus, Role
+from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.protocol import om_pb2
 from om.statemachine import tables
 from om.statemachine.apply import StateMachine
-from om.statemachine.replicator import LocalReplicator, ReplicateResult, ReplicateStatus, Role
 from om.statemachine.store import Store
 from om.tracing import NullTracer
 

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from om.client import requests as build
-from om.leader import LeaderConfig, LeaderService
+from om.consensus.local import LocalReplicator
+from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.template import RequestService
 from om.protocol import om_pb2
-from om.replicated_flow import ReplicatedFlowService
-from om.service import RequestService
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
-from om.statemachine.replicator import LocalReplicator
 from om.statemachine.store import Store
 from om.tracing import NullTracer
 

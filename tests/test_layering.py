@@ -1,16 +1,42 @@
-"""The core stays sans-IO: gatekeeper and executor import no asyncio, pysyncobj or rocksdict,
-not even indirectly through the om modules they import."""
+"""The architecture, as import rules.
+
+* The core stays sans-IO: gatekeeper and executor import no asyncio, threads,
+  sockets, pysyncobj or rocksdict, not even indirectly through om modules.
+* Only ``om/consensus/pysyncobj/`` imports pysyncobj; only ``om/statemachine/``
+  imports rocksdict.
+* ``om/consensus/`` sees entries and snapshots as opaque bytes: it imports only
+  ``om.config`` and itself (the node passes apply and snapshots in).
+* The flows (``om/flows/``) use consensus through its port, never the adapter;
+  the state machine imports neither consensus nor the flows.
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 import om
 
 ROOT = Path(om.__file__).parent
 FORBIDDEN = {"asyncio", "pysyncobj", "rocksdict", "uvloop", "socket", "threading"}
 CORE_PACKAGES = ("gatekeeper", "executor")
+# package -> the om modules (prefixes) it may import
+ALLOWED = {
+    "consensus": ("om.config", "om.consensus"),
+}
+# package -> the om modules (prefixes) it must not import
+DENIED = {
+    "flows": ("om.consensus.pysyncobj", "om.consensus.local", "om.node", "om.server"),
+    "statemachine": ("om.consensus", "om.flows", "om.node"),
+    # (both still read the key layout in om.statemachine.tables; the sans-IO rule
+    # above keeps them off its store)
+    "executor": ("om.flows", "om.consensus", "om.node"),
+    "gatekeeper": ("om.flows", "om.consensus", "om.node"),
+}
+# third-party module -> the only package that may import it
+OWNER = {"pysyncobj": "consensus/pysyncobj", "rocksdict": "statemachine"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -20,6 +46,7 @@ def _imports(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -49,6 +76,16 @@ def _closure(start: Path) -> dict[Path, set[str]]:
     return seen
 
 
+def _om_imports(path: Path) -> set[str]:
+    return {m for m in _imports(path) if m.split(".")[0] == "om"}
+
+
+def _package_files(package: str) -> list[Path]:
+    files = list((ROOT / package).rglob("*.py"))
+    assert files, f"om/{package} has no modules"
+    return files
+
+
 def test_core_packages_import_no_io() -> None:
     core_files = [p for pkg in CORE_PACKAGES for p in (ROOT / pkg).rglob("*.py")]
     assert len(core_files) > 10
@@ -58,7 +95,30 @@ def test_core_packages_import_no_io() -> None:
             assert not bad, f"{path.relative_to(ROOT)} reaches {sorted(bad)} via {module_path}"
 
 
-def test_the_check_detects_a_forbidden_import(tmp_path: Path) -> None:
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_packages_import_only_what_they_may(package: str) -> None:
+    for path in _package_files(package):
+        bad = {m for m in _om_imports(path) if not m.startswith(ALLOWED[package])}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("package", sorted(DENIED))
+def test_packages_do_not_import_across_the_layers(package: str) -> None:
+    for path in _package_files(package):
+        bad = {m for m in _om_imports(path) if m.startswith(DENIED[package])}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("library", sorted(OWNER))
+def test_each_library_has_one_owner(library: str) -> None:
+    for path in ROOT.rglob("*.py"):
+        if library in {m.split(".")[0] for m in _imports(path)}:
+            owner = path.relative_to(ROOT).as_posix()
+            assert owner.startswith(OWNER[library] + "/"), f"{owner} imports {library}"
+
+
+def test_the_checks_detect_a_forbidden_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("import asyncio\nfrom rocksdict import Rdict\n")
-    assert {"asyncio", "rocksdict"} <= _imports(sample)
+    sample.write_text("import asyncio\nfrom rocksdict import Rdict\nfrom om.flows import x\n")
+    assert {"asyncio", "rocksdict", "om.flows.x"} <= _imports(sample)
+    assert "om.flows.x" in _om_imports(sample)

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from om.async_locks import AsyncLocks
-from om.batch_pipeline import BatchConfig
 from om.client import requests as build
+from om.consensus.port import ReplicateStatus
 from om.executor import registry
+from om.flows.async_locks import AsyncLocks
+from om.flows.batch_pipeline import BatchConfig
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.protocol import om_pb2
 from om.statemachine import tables
-from om.statemachine.replicator import ReplicateStatus
 from tests.leader_harness import LeaderUnderTest, config
 
 KEY_SIZE = 1000          # bytes; charged 3x (replication)

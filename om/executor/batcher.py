@@ -1,6 +1,6 @@
 """Group commit, the pure part: packing executed requests into PersistDb batches.
 
-The asyncio shell (``om/batch_pipeline.py``) decides *when* to seal (whatever
+The asyncio shell (``om/flows/batch_pipeline.py``) decides *when* to seal (whatever
 queued while earlier batches were in flight); this module decides *what* goes
 in a batch: requests in execution order, under a byte cap. A single request
 larger than the cap still travels alone, since the cap is a target and not a

@@ -1,7 +1,7 @@
 """The gatekeeper's logic: lock plans and the lock table, the retry cache,
 the managed index and authorization. Pure and sans-IO.
 
-The asyncio shell (``om/leader.py``) runs the request template with these
+The asyncio shell (``om/flows/leader_flow.py``) runs the request template with these
 pieces: preProcess -> authorize -> lock -> execute -> replicate -> unlock ->
 reply. Invariants kept here:
 

@@ -11,8 +11,14 @@ silently diverge. Here the dump file is an uncompressed tar of:
 * ``raft.pickle``: pysyncobj's own data (last entries, cluster members).
 
 pysyncobj ships the dump file in chunks to followers that fell behind
-compaction. ``deserialize`` installs the data only when the snapshot is ahead
-of the local store (a wiped or lagging node); on an ordinary restart the store
+compaction. When durable, the dump is fsynced before pysyncobj renames it into
+place (the Raft journal syncs the rename before it compacts), and an installed
+checkpoint's files and directories are fsynced before the node acknowledges
+the snapshot, so a power loss can never leave a compacted journal beside a
+snapshot or database that is not on disk.
+
+``deserialize`` installs the data only when the snapshot is ahead of the local
+store (a wiped or lagging node); on an ordinary restart the store
 is already ahead, is kept, and the journal replay skips what it has applied.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import pickle
 import shutil
 import tarfile
@@ -58,9 +65,10 @@ class SnapshotSource(Protocol):
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
-    def __init__(self, state_machine: SnapshotSource, work_dir: Path) -> None:
+    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool) -> None:
         self._state_machine = state_machine
         self._work_dir = work_dir
+        self._durable = durable
         self.installed = 0
         self.written = 0
 
@@ -79,6 +87,8 @@ class Snapshotter:
                 archive.add(checkpoint, arcname="db")
                 _add_bytes(archive, "manifest.json", json.dumps(manifest).encode())
                 _add_bytes(archive, "raft.pickle", pickle.dumps(raft_data))
+            if self._durable:
+                fsync_tree(Path(tmp_file))
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)
         self.written += 1
@@ -87,6 +97,9 @@ class Snapshotter:
 
     def deserialize(self, file_name: str) -> Any:
         """Installs the snapshot's data when it is ahead; returns pysyncobj's data."""
+        if self._durable:  # a received snapshot was written and renamed unsynced
+            _fsync(Path(file_name))
+            _fsync(Path(file_name).parent)
         with tarfile.open(file_name, "r") as archive:
             manifest = json.loads(_read(archive, "manifest.json"))
             raft_data = pickle.loads(_read(archive, "raft.pickle"))
@@ -99,15 +112,33 @@ class Snapshotter:
         shutil.rmtree(incoming, ignore_errors=True)
         members = [m for m in archive.getmembers() if m.name == "db" or m.name.startswith("db/")]
         archive.extractall(incoming, members=members, filter="data")
+        if self._durable:
+            fsync_tree(incoming)
         machine = self._state_machine
         with machine.applying():
             machine.quiesce()
             machine.store.replace_with(incoming / "db")
             machine.reload()
+        if self._durable:
+            _fsync(machine.store.path.parent)  # the rename of the database directory
         shutil.rmtree(incoming, ignore_errors=True)
         assert machine.applied_index == manifest["applied_index"]
         self.installed += 1
         logger.warning("installed a snapshot at position %d", manifest["applied_index"])
+
+
+def fsync_tree(path: Path) -> None:
+    """fsyncs a file, or a directory with everything below it (children first)."""
+    for each in ([path] if path.is_file() else [*path.rglob("*"), path]):
+        _fsync(each)
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:

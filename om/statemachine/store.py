@@ -32,10 +32,13 @@ def _prefix_upper_bound(prefix: bytes) -> bytes | None:
 class Store:
     """A RocksDB database holding every table of one OM node."""
 
-    def __init__(self, path: Path, sync_writes: bool = False) -> None:
+    def __init__(self, path: Path, sync_writes: bool = False, wal: bool = True) -> None:
+        assert wal or not sync_writes, "a synced write needs the write-ahead log"
         self.path = path
         self._write_options = WriteOptions()
         self._write_options.sync = sync_writes
+        # rocksdict's stub shows disable_wal as a method; it is a property
+        self._write_options.disable_wal = not wal  # type: ignore[method-assign, assignment]
         # Serialises a snapshot install (Raft thread) against readers (event loop).
         self._swap_lock = threading.RLock()
         self._open()

@@ -1,6 +1,6 @@
 """The old flow's request service: replicate each request, execute it in apply.
 
-After the shared template (``om/service.py``), a write is authorized, gets
+After the shared template (``om/flows/template.py``), a write is authorized, gets
 its time and managed index fixed (Ozone's ``preExecute``), and goes to Raft
 as its own entry; every node executes it in apply, and the leader answers
 with the response its own apply produced. There are no locks, reservations
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import time
 
+from om.consensus.port import ReplicateStatus, Replicator
 from om.executor.read_view import ReadView
 from om.executor.registry import error_response
+from om.flows.leader_flow import LeaderConfig
+from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.gatekeeper.retry_cache import RetryKey
-from om.leader import LeaderConfig
 from om.protocol import om_pb2
-from om.service import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
-from om.statemachine.replicator import ReplicateStatus, Replicator
 from om.tracing import TraceSink
 
 

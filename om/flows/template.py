@@ -17,8 +17,8 @@ admitted write always settles, and its retry-cache entry is never dropped
 while its entry might still commit. A write runs inline in that task: there
 is no second task, and no shield, per write.
 
-Subclasses: ``om.leader.LeaderService`` (execute on the leader, replicate
-batches of changes) and ``om.replicated_flow.ReplicatedFlowService``
+Subclasses: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
+batches of changes) and ``om.flows.replicated_flow.ReplicatedFlowService``
 (Ozone's old flow: replicate the request, execute it in every node's apply).
 """
 
@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from om.consensus.port import Replicator, Role
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
 from om.executor.errors import OMError
@@ -41,7 +42,6 @@ from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import RetryKey
 from om.protocol import om_pb2
-from om.statemachine.replicator import Replicator, Role
 from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)

@@ -1,12 +1,12 @@
 """The leader flow: execute once on the leader, replicate batches of changes.
 
-The write path (after the shared template in ``om/service.py``):
+The write path (after the shared template in ``om/flows/template.py``):
 
  1. authorize                        -> PERMISSION_DENIED
  2. lock, volume > bucket > key      -> TIMEOUT after a bounded wait
  3. execute the pure handler with the next managed index against applied
     state (an error status ends here: nothing is written or replicated)
- 4. reserve quota, queue for group commit (om/batch_pipeline.py)
+ 4. reserve quota, queue for group commit (om/flows/batch_pipeline.py)
  5. await commit and local apply
  6. at settle: release the quota reservation and the locks; store the reply
 
@@ -22,14 +22,16 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from om.async_locks import AsyncLocks, LockOwner
-from om.batch_pipeline import BatchConfig, BatchPipeline
+from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.read_view import ReadView
 from om.executor.registry import dispatch, error_response
+from om.flows.async_locks import AsyncLocks, LockOwner
+from om.flows.batch_pipeline import BatchConfig, BatchPipeline
+from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.lock_plan import plan_locks
 from om.gatekeeper.retry_cache import (
@@ -39,9 +41,7 @@ from om.gatekeeper.retry_cache import (
     expired_row_deletes,
 )
 from om.protocol import om_pb2
-from om.service import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.statemachine.apply import StateMachine
-from om.statemachine.replicator import ReplicateResult, ReplicateStatus, Replicator
 from om.statemachine.store import Store
 from om.tracing import TraceSink
 

@@ -26,9 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.statemachine import log_entry
-from om.statemachine.replicator import ReplicateResult, ReplicateStatus, Replicator
 from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)

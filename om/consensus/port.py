@@ -3,8 +3,9 @@
 ``replicate(entry)`` resolves once the entry is committed *and applied to this
 node's store*, or reports why it was not. Implementations:
 
-* ``LocalReplicator``: a single node; the entry is "committed" when applied.
-* ``om.statemachine.raft.RaftReplicator``: pysyncobj across nodes.
+* ``om.consensus.local.LocalReplicator``: a single node; the entry is
+  "committed" when applied.
+* ``om.consensus.pysyncobj.replicator.RaftReplicator``: pysyncobj across nodes.
 
 Callers must treat every outcome but COMMITTED as "not applied here"; for
 LEADER_CHANGED the entry may still commit later under the new leader, which
@@ -14,11 +15,8 @@ is why clients retry with the same call id.
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass
 from typing import Protocol
-
-from om.statemachine.apply import ApplyResult
 
 
 class ReplicateStatus(enum.Enum):
@@ -50,6 +48,7 @@ class Role:
     leader_address: str
     term: int
     commit_index: int
+    candidate: bool = False    # campaigning for leadership
 
 
 class Replicator(Protocol):
@@ -64,35 +63,38 @@ class Replicator(Protocol):
         ...
 
 
-class LocalReplicator:
-    """A single-node replicator: positions count up; apply happens at once."""
+class Applied(Protocol):
+    """What applying one entry reported (``om.statemachine.apply.ApplyResult``)."""
 
-    def __init__(self, node_id: str, address: str, applied_index: int,
-                 apply_entry: ApplyEntry) -> None:
-        assert applied_index >= 0
-        self._node_id = node_id
-        self._address = address
-        self._apply_entry = apply_entry
-        self._position = applied_index
+    @property
+    def position(self) -> int: ...
 
-    async def replicate(self, entry: bytes) -> ReplicateResult:
-        """Applies the entry as the next position. No await: apply completes
-        before any other coroutine runs, so callers see it applied at once."""
-        self._position += 1
-        started = time.perf_counter_ns()
-        applied = self._apply_entry(self._position, entry)
-        if not applied.applied:
-            return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
-        return ReplicateResult(ReplicateStatus.COMMITTED, self._position,
-                               time.perf_counter_ns() - started, applied.response)
+    @property
+    def applied(self) -> bool:
+        """False: already applied (replay), or a stale term's entry."""
+        ...
 
-    def role(self) -> Role:
-        return Role(is_leader=True, ready=True, leader_id=self._node_id,
-                    leader_address=self._address, term=1, commit_index=self._position)
+    @property
+    def response(self) -> bytes: ...
 
 
 class ApplyEntry(Protocol):
     """Applies one committed log entry at a position (``om.node.Node.apply_entry``)."""
 
-    def __call__(self, position: int, entry: bytes) -> ApplyResult: ...
+    def __call__(self, position: int, entry: bytes) -> Applied: ...
 
+
+class SnapshotHooks(Protocol):
+    """Writes and installs snapshots of the node's state (``om.statemachine.snapshot``).
+
+    ``raft_data`` is the Raft library's own opaque state, stored beside the data."""
+
+    def serialize(self, tmp_file: str, raft_data: object) -> None: ...
+
+    def deserialize(self, file_name: str) -> object: ...
+
+
+class BarrierEntry(Protocol):
+    """Builds the empty entry a new leader commits in its term before it serves."""
+
+    def __call__(self, term: int) -> bytes: ...

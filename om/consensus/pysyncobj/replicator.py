@@ -1,0 +1,225 @@
+"""RaftReplicator: pysyncobj behind the Replicator port.
+
+This is the only code that crosses threads. pysyncobj runs one tick thread
+that does networking, Raft, the journal's syncs, apply and callbacks; the
+event loop submits entries with a callback, and the callback hands the outcome
+back to the loop with ``call_soon_threadsafe``. pysyncobj reports role
+changes the same way (``onStateChanged``), so the loop never polls it.
+
+Leadership, as the flows see it (``role().ready``):
+
+* A node is ready to execute only when it is the Raft leader *and* an empty
+  entry of its own term (the barrier, built by the node) has been applied
+  locally. Raft commits the barrier only after every earlier entry, so by
+  then every write committed by earlier leaders is applied here.
+* Apply skips an entry whose proposer term is below the highest applied term,
+  so an entry executed by a deposed leader (pysyncobj forwards a follower's
+  queued commands to the new leader) can never commit changes computed
+  against stale state.
+* When leadership is lost, every entry still awaiting its callback fails with
+  LEADER_CHANGED at once: a deposed leader never replies success for an entry
+  it did not see commit. Such an entry may still commit later; the client's
+  retry (same call id) then finds its stored response.
+
+Durability: the journal (``journal.py``) group-commits its syncs and the
+transport (``transport.py``) holds acknowledgements until they are synced, so
+an entry is applied (and a client answered) only once it is on disk on a
+majority. pysyncobj settings: ``appendEntriesUseBatch=False`` (else ~100 ms a
+commit), an ``appendEntriesBatchSizeBytes`` above the largest entry (its
+chunked path breaks on large entries), a short ``leaderFallbackTimeout``, and
+journal replay from the last snapshot on restart (apply skips applied
+positions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import FAIL_REASON, SyncObjConf
+
+from om.config import NodeAddress, Raft
+from om.consensus.port import (
+    ApplyEntry,
+    BarrierEntry,
+    ReplicateResult,
+    ReplicateStatus,
+    Role,
+    SnapshotHooks,
+)
+from om.consensus.pysyncobj import journal
+from om.consensus.pysyncobj.raft_log import RaftLog
+from om.consensus.pysyncobj.transport import GroupCommitTransport
+
+logger = logging.getLogger(__name__)
+
+ENTRY_BYTES_MAX = 4 * 1024 * 1024
+_CANDIDATE = 1  # pysyncobj's _RAFT_STATE
+_STATUS_BY_REASON = {
+    FAIL_REASON.QUEUE_FULL: ReplicateStatus.QUEUE_FULL,
+    FAIL_REASON.NOT_LEADER: ReplicateStatus.NOT_LEADER,
+    FAIL_REASON.MISSING_LEADER: ReplicateStatus.NOT_LEADER,
+}
+
+
+def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
+                 entry_bytes_max: int, on_state_changed: Callable[[int, int], None]
+                 ) -> SyncObjConf:
+    """pysyncobj's configuration for one node."""
+    return SyncObjConf(
+        appendEntriesUseBatch=False,
+        appendEntriesBatchSizeBytes=max(ENTRY_BYTES_MAX, 2 * entry_bytes_max),
+        raftMinTimeout=settings.election_timeout_min_s,
+        raftMaxTimeout=settings.election_timeout_max_s,
+        leaderFallbackTimeout=settings.leader_fallback_timeout_s,
+        journalFile=str(data_dir / "raft.wal"),
+        fullDumpFile=str(data_dir / "raft.snapshot"),
+        serializer=snapshots.serialize,
+        deserializer=snapshots.deserialize,
+        logCompactionMinEntries=settings.compaction_min_entries,
+        logCompactionMinTime=settings.compaction_min_time_s,
+        logCompactionSplit=True,
+        commandsQueueSize=settings.commands_queue_max,
+        connectionRetryTime=0.5,
+        dynamicMembershipChange=False,
+        onStateChanged=on_state_changed,
+    )
+
+
+class RaftReplicator:
+    """Commits entries through pysyncobj; resolves after the local apply."""
+
+    def __init__(self, node: NodeAddress, nodes: tuple[NodeAddress, ...], data_dir: Path,
+                 settings: Raft, apply_entry: ApplyEntry, snapshots: SnapshotHooks,
+                 barrier: BarrierEntry, entry_bytes_max: int,
+                 commit_timeout_s: float = 30.0) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._node = node
+        self._by_raft = {n.raft_address: n for n in nodes}
+        self._barrier = barrier
+        self._commit_timeout_s = commit_timeout_s
+        self._pending: set[asyncio.Future[tuple[Any, int]]] = set()
+        self._barrier_term = -1
+        self._barrier_task: asyncio.Task[None] | None = None
+        self._was_leader = False
+        self._raft_state = 0
+        self._on_leadership_lost: list[Callable[[], None]] = []
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if not settings.fsync:
+            logger.warning("[raft] fsync = false: acknowledged writes survive a process crash "
+                           "but NOT a power loss (durability opted out)")
+        conf = syncobj_conf(settings, data_dir, snapshots, entry_bytes_max,
+                            self._state_changed_on_raft_thread)
+        self.journal_spec = journal.JournalSpec(durable=settings.fsync,
+                                                snapshot_file=Path(conf.fullDumpFile))
+        journal.register(Path(conf.journalFile), self.journal_spec)
+        others = [n.raft_address for n in nodes if n.id != node.id]
+        self._raft = RaftLog(node.raft_address, others, conf, apply_entry, self._sync_journal,
+                             settings.compress_transport, GroupCommitTransport)
+        assert self.journal_spec.journal is not None, "pysyncobj built its own journal"
+
+    def _sync_journal(self) -> None:
+        assert self.journal_spec.journal is not None
+        self.journal_spec.journal.sync()
+
+    def on_leadership_lost(self, callback: Callable[[], None]) -> None:
+        """Registers a callback run on the loop when this node stops being leader."""
+        self._on_leadership_lost.append(callback)
+
+    async def replicate(self, entry: bytes) -> ReplicateResult:
+        """Commits ``entry``; resolves once it is applied on this node."""
+        assert len(entry) <= ENTRY_BYTES_MAX, "the batcher's byte cap keeps entries small"
+        if not self._raft._isLeader():
+            return ReplicateResult(ReplicateStatus.NOT_LEADER)
+        future: asyncio.Future[tuple[Any, int]] = self._loop.create_future()
+        self._pending.add(future)
+
+        def callback(result: Any, reason: int) -> None:  # runs on the Raft thread
+            self._loop.call_soon_threadsafe(_resolve, future, result, reason)
+
+        try:
+            self._raft.submit(entry, callback)
+            result, reason = await asyncio.wait_for(asyncio.shield(future),
+                                                    self._commit_timeout_s)
+        except TimeoutError:
+            return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
+        finally:
+            self._pending.discard(future)
+        if reason != FAIL_REASON.SUCCESS:
+            return ReplicateResult(_STATUS_BY_REASON.get(reason, ReplicateStatus.LEADER_CHANGED))
+        applied, apply_ns = result
+        if not applied.applied:
+            return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
+        return ReplicateResult(ReplicateStatus.COMMITTED, applied.position, apply_ns,
+                               applied.response)
+
+    def role(self) -> Role:
+        """This node's view: leader or not, ready or not, who leads, term, commit."""
+        raft = self._raft
+        is_leader = bool(raft._isLeader())
+        term = int(raft.raftCurrentTerm)
+        leader = raft._getLeader()
+        known = self._by_raft.get(leader.id) if leader is not None else None
+        return Role(is_leader=is_leader,
+                    ready=is_leader and self._barrier_term == term,
+                    leader_id=known.id if known else "",
+                    leader_address=known.address if known else "",
+                    term=term, commit_index=int(raft.raftCommitIndex),
+                    candidate=self._raft_state == _CANDIDATE)
+
+    def start(self) -> None:
+        """Starts following leadership (call once, on the loop)."""
+        self._leadership_changed()
+
+    def _state_changed_on_raft_thread(self, old: int, new: int) -> None:
+        self._raft_state = new
+        self._loop.call_soon_threadsafe(self._leadership_changed)
+
+    def _leadership_changed(self) -> None:
+        is_leader = bool(self._raft._isLeader())
+        if self._was_leader and not is_leader:
+            self._leadership_lost()
+        self._was_leader = is_leader
+        if is_leader and (self._barrier_task is None or self._barrier_task.done()):
+            self._barrier_task = self._loop.create_task(self._commit_barrier())
+
+    async def _commit_barrier(self) -> None:
+        """Commits a barrier in the current term, retrying while this node leads it."""
+        term = int(self._raft.raftCurrentTerm)
+        while self._raft._isLeader() and self._raft.raftCurrentTerm == term:
+            result = await self.replicate(self._barrier(term))
+            if result.status is ReplicateStatus.COMMITTED and self._raft.raftCurrentTerm == term:
+                self._barrier_term = term
+                logger.warning("node %s leads term %d from position %d", self._node.id, term,
+                               result.position)
+                return
+            await asyncio.sleep(0.01)
+
+    def _leadership_lost(self) -> None:
+        logger.warning("node %s lost leadership", self._node.id)
+        self._barrier_term = -1
+        for future in list(self._pending):
+            if not future.done():
+                future.set_result((None, FAIL_REASON.LEADER_CHANGED))
+        for callback in self._on_leadership_lost:
+            callback()
+
+    def status(self) -> dict[str, Any]:
+        """pysyncobj's status dictionary (for ``om admin roles`` and tests)."""
+        status: dict[str, Any] = self._raft.getStatus()
+        return status
+
+    async def close(self) -> None:
+        """Stops following leadership, the Raft thread, and closes the journal."""
+        if self._barrier_task is not None:
+            self._barrier_task.cancel()
+            await asyncio.gather(self._barrier_task, return_exceptions=True)
+        self._raft.destroy_synchronous()
+
+
+def _resolve(future: asyncio.Future[tuple[Any, int]], result: Any, reason: int) -> None:
+    if not future.done():
+        future.set_result((result, reason))

@@ -1,0 +1,191 @@
+"""pysyncobj's TCP transport, adapted: group-commit syncs, cheaper frames, bounds.
+
+pysyncobj lets a SyncObj take its transport class (``transportClass``). This
+one subclasses its ``TCPTransport`` and changes four things:
+
+* **Sync before promising.** A follower's append acknowledgement
+  (``next_node_idx``) is held back until the journal has synced the entries
+  it acknowledges. The transport wraps the SyncObj's poller: before each poll
+  (after the leader appended and *sent* its entries: send-before-sync) and
+  after it (after a follower appended what it received) the journal syncs
+  everything appended since the last sync, then the held acknowledgements go
+  out, consecutive successful ones to the same node coalesced into the last.
+  pysyncobj decides commits only at the start of a tick, which follows a
+  poll, so the leader counts itself toward a quorum only for synced entries.
+* **No zlib, no protocol 2.** pysyncobj pickles every message with protocol
+  2 (``bytes`` go through latin-1 text, ~1.5x larger) and zlib-compresses it
+  once per follower (~21 % of the leader's CPU in a durable run). Frames here
+  are protocol-5 pickles, compressed only when ``compress`` is on and the
+  payload is at least ``COMPRESS_MIN_BYTES`` (worth it off loopback).
+* **No code from the network.** Frames are unpickled with an unpickler that
+  refuses every global: Raft messages are dicts, lists, tuples, bytes, str and
+  numbers, so a stranger on the Raft port cannot make pysyncobj import and
+  call anything.
+* **Bounded frames.** A frame longer than ``FRAME_BYTES_MAX`` (or negative)
+  closes the connection instead of growing the read buffer without limit.
+
+Connections are pysyncobj's ``TcpConnection`` with their class switched to
+``FrameConnection`` as soon as they exist (both are plain Python objects of
+the same layout), so connecting, buffering and reconnecting stay pysyncobj's.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.transport import TCPTransport
+
+FRAME_BYTES_MAX = 64 * 1024 * 1024
+COMPRESS_MIN_BYTES = 4096
+_RAW = b"\x00"
+_ZLIB = b"\x01"
+_LENGTH = struct.Struct("i")  # pysyncobj's own length prefix
+
+
+class _NoGlobals(pickle.Unpickler):
+    """Unpickles plain data only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"Raft frames carry no objects ({module}.{name})")
+
+
+def encode_frame(message: Any, compress: bool) -> bytes:
+    """The frame body: a flag byte, then the (maybe compressed) protocol-5 pickle."""
+    payload = pickle.dumps(message, protocol=5)
+    if compress and len(payload) >= COMPRESS_MIN_BYTES:
+        return _ZLIB + zlib.compress(payload, 1)
+    return _RAW + payload
+
+
+def decode_frame(body: bytes) -> Any:
+    """The message of a frame body; raises on anything malformed."""
+    flag, payload = body[:1], body[1:]
+    if flag == _ZLIB:
+        payload = zlib.decompress(payload)
+    elif flag != _RAW:
+        raise ValueError(f"unknown frame flag {flag!r}")
+    return _NoGlobals(io.BytesIO(payload)).load()
+
+
+class FrameConnection(TcpConnection):  # type: ignore[misc]
+    """A pysyncobj connection that sends and parses ``encode_frame`` bodies."""
+
+    compress = False
+    _TcpConnection__readBuffer: bytes   # pysyncobj's attributes used here
+    recvLastTimestamp: int
+
+    def send(self, message: Any) -> None:
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = encode_frame(message, self.compress)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
+        self._TcpConnection__writeBuffer += _LENGTH.pack(len(data)) + data
+        self._TcpConnection__trySendBuffer()
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        buffer = self._TcpConnection__readBuffer
+        if len(buffer) < _LENGTH.size:
+            return None
+        (length,) = _LENGTH.unpack_from(buffer)
+        if length < 0 or length > FRAME_BYTES_MAX:
+            self.disconnect()
+            return None
+        if len(buffer) - _LENGTH.size < length:
+            return None
+        data = buffer[_LENGTH.size:_LENGTH.size + length]
+        try:
+            if self.encryptor:
+                timestamp = self.encryptor.extract_timestamp(data)
+                assert timestamp >= self.recvLastTimestamp
+                self.recvLastTimestamp = timestamp
+                data = self.encryptor.decrypt(data)
+            message = decode_frame(data)
+            if self.recvRandKey:
+                rand_key, message = message
+                assert rand_key == self.recvRandKey
+        except Exception:  # anything malformed: drop the peer, as pysyncobj does
+            self.disconnect()
+            return None
+        self._TcpConnection__readBuffer = buffer[_LENGTH.size + length:]
+        return message
+
+
+class _SyncingPoller:
+    """The SyncObj's poller, with the journal's group commit around every poll."""
+
+    def __init__(self, inner: Any, around_poll: Callable[[], None]) -> None:
+        self._inner = inner
+        self._around_poll = around_poll
+
+    def subscribe(self, descr: int, callback: Any, event_mask: int) -> None:
+        self._inner.subscribe(descr, callback, event_mask)
+
+    def unsubscribe(self, descr: int) -> None:
+        self._inner.unsubscribe(descr)
+
+    def poll(self, timeout: float) -> None:
+        self._around_poll()
+        self._inner.poll(timeout)
+        self._around_poll()
+
+
+class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
+    """TCPTransport with held acknowledgements, group syncs and ``FrameConnection``s.
+
+    The SyncObj must carry ``om_sync_journal`` (a callable that syncs its
+    journal) and ``om_compress`` (bool) before it builds its transport.
+    """
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        self._sync_journal: Callable[[], None] = syncObj.om_sync_journal
+        self._compress: bool = syncObj.om_compress
+        self._held: list[tuple[Any, dict[str, Any]]] = []
+        syncObj._poller = _SyncingPoller(syncObj._poller, self.flush)
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def addNode(self, node: Any) -> None:
+        super().addNode(node)
+        connection = self._connections.get(node)
+        if connection is not None:
+            self._adopt(connection)
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        self._adopt(conn)
+        super()._onNewIncomingConnection(conn)
+
+    def _adopt(self, connection: TcpConnection) -> None:
+        connection.__class__ = FrameConnection
+        connection.compress = self._compress
+
+    def send(self, node: Any, message: Any) -> bool:
+        """Sends ``message``; holds an append acknowledgement until the next sync."""
+        if isinstance(message, dict) and message.get("type") == "next_node_idx":
+            self._held.append((node, message))
+            return True
+        return bool(super().send(node, message))
+
+    def flush(self) -> None:
+        """Syncs the journal, then sends the held acknowledgements (coalesced)."""
+        self._sync_journal()
+        held, self._held = self._held, []
+        for position, (node, message) in enumerate(held):
+            if _superseded(message, node, held[position + 1:]):
+                continue
+            super().send(node, message)
+
+
+def _superseded(message: dict[str, Any], node: Any,
+                later: list[tuple[Any, dict[str, Any]]]) -> bool:
+    """A plain success followed by another plain success to the same node says less."""
+    if not message["success"] or message["reset"] or not later:
+        return False
+    following_node, following = later[0]
+    return bool(following_node == node and following["success"] and not following["reset"])

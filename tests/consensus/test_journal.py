@@ -1,0 +1,186 @@
+"""The group-commit Raft journal: what reaches the file, when, and what a restart finds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from om.consensus.pysyncobj.journal import (
+    MAGIC,
+    GroupCommitJournal,
+    JournalSpec,
+    decode_records,
+    encode_record,
+)
+
+
+def _open(path: Path, durable: bool = True) -> GroupCommitJournal:
+    return GroupCommitJournal(path, JournalSpec(durable=durable,
+                                                snapshot_file=path.parent / "dump"))
+
+
+def _reopened(journal: GroupCommitJournal, path: Path) -> GroupCommitJournal:
+    journal._destroy()
+    return _open(path)
+
+
+def test_appends_reach_the_file_only_at_sync(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal = _open(path)
+    journal.add(b"a", 1, 1)
+    journal.add(b"b", 2, 1)
+    assert path.read_bytes() == MAGIC, "nothing is written before sync"
+    assert journal.synced_index == 0
+    journal.sync()
+    assert journal.synced_index == 2
+    assert journal.syncs == 1, "one write and one fdatasync for the group"
+    assert decode_records(path.read_bytes())[0] == [(b"a", 1, 1), (b"b", 2, 1)]
+    journal.sync()
+    assert journal.syncs == 1, "a sync with nothing new does nothing"
+    journal._destroy()
+
+
+def test_unsynced_appends_are_lost_by_a_crash_and_synced_ones_are_not(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal = _open(path)
+    journal.add(b"kept", 1, 1)
+    journal.sync()
+    journal.add(b"lost", 2, 1)
+    os.close(journal._fd)  # a crash: no close-time sync
+    restarted = _open(path)
+    assert list(restarted[:]) == [(b"kept", 1, 1)]
+    restarted._destroy()
+
+
+def test_a_torn_or_corrupt_tail_is_dropped_and_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal = _open(path)
+    for index in range(1, 4):
+        journal.add(b"x" * index, index, 1)
+    journal._destroy()
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-2])  # the last record torn
+    journal = _open(path)
+    assert [entry[1] for entry in journal[:]] == [1, 2]
+    assert path.stat().st_size == len(whole) - len(encode_record(b"xxx", 3, 1))
+    journal._destroy()
+    damaged = bytearray(path.read_bytes())
+    damaged[-1] ^= 0xFF  # a flipped bit in the last record: its crc fails
+    path.write_bytes(bytes(damaged))
+    journal = _open(path)
+    assert [entry[1] for entry in journal[:]] == [1]
+    journal._destroy()
+
+
+def test_delete_from_truncates_written_and_buffered_records(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal = _open(path)
+    for index in range(1, 6):
+        journal.add(b"w", index, 1)
+    journal.sync()
+    journal.add(b"p", 6, 2)
+    journal.deleteEntriesFrom(3)          # positions 3.. : indices 4, 5 (written), 6 (buffered)
+    assert journal.synced_index == 3
+    journal.add(b"new", 4, 3)
+    journal.sync()
+    journal = _reopened(journal, path)
+    assert list(journal[:]) == [(b"w", 1, 1), (b"w", 2, 1), (b"w", 3, 1), (b"new", 4, 3)]
+    journal.deleteEntriesFrom(4)  # only the buffer of nothing: a no-op
+    journal._destroy()
+
+
+def test_delete_to_keeps_the_suffix_and_syncs_the_snapshot_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "raft.wal"
+    (tmp_path / "dump").write_bytes(b"snapshot")
+    synced: list[str] = []
+    monkeypatch.setattr("om.consensus.pysyncobj.journal.fsync_path",
+                        lambda p: synced.append(Path(p).name))
+    journal = _open(path)
+    for index in range(1, 6):
+        journal.add(b"e", index, 1)
+    journal.sync()
+    synced.clear()
+    journal.deleteEntriesTo(3)
+    assert synced[:2] == ["dump", tmp_path.name], "the snapshot is synced before compaction"
+    assert [entry[1] for entry in journal[:]] == [4, 5]
+    journal.add(b"f", 6, 1)
+    journal.sync()
+    journal = _reopened(journal, path)
+    assert [entry[1] for entry in journal[:]] == [4, 5, 6]
+    journal._destroy()
+
+
+def test_term_and_vote_are_synced_at_once_and_commit_index_lazily(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal = _open(path)
+    journal.setCurrentTerm(7, "127.0.0.1:1")
+    journal.setRaftCommitIndex(42)
+    os.close(journal._fd)  # crash before the one-second timer
+    restarted = _open(path)
+    assert restarted.getCurrentTerm() == 7
+    assert restarted.getVotedForNodeId() == "127.0.0.1:1"
+    assert restarted.getRaftCommitIndex() == 1, "the commit index is only a hint"
+    restarted.setRaftCommitIndex(42)
+    restarted.onOneSecondTimer()
+    restarted = _reopened(restarted, path)
+    assert restarted.getRaftCommitIndex() == 42
+    restarted._destroy()
+
+
+def test_a_file_of_another_format_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    path.write_bytes(b"PYSYNCOBJ\0\0\0")
+    with pytest.raises(AssertionError, match="not a journal"):
+        _open(path)
+
+
+def test_indices_must_be_consecutive(tmp_path: Path) -> None:
+    journal = _open(tmp_path / "raft.wal")
+    journal.add(b"a", 5, 1)
+    with pytest.raises(AssertionError, match="consecutive"):
+        journal.add(b"b", 7, 1)
+    journal._destroy()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("add"), st.binary(max_size=40)),
+    st.tuples(st.just("sync"), st.just(b"")),
+    st.tuples(st.just("truncate"), st.integers(0, 30)),
+    st.tuples(st.just("compact"), st.integers(0, 30)),
+), max_size=40))
+def test_after_a_crash_the_file_holds_exactly_the_synced_entries(
+        tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, object]]) -> None:
+    """Model check: whatever the history, a restart finds the entries that were in
+    memory at the last sync (or compaction), no more and no less."""
+    path = tmp_path_factory.mktemp("journal") / "raft.wal"
+    journal = _open(path, durable=False)
+    durable_view: list[tuple[bytes, int, int]] = []
+    term = 1
+    for operation, argument in operations:
+        if operation == "add":
+            index = journal.last_index + 1 if len(journal) else 1
+            assert isinstance(argument, bytes)
+            journal.add(argument, index, term)
+        elif operation == "sync":
+            journal.sync()
+            durable_view = list(journal[:])
+        elif operation == "truncate":
+            assert isinstance(argument, int)
+            journal.deleteEntriesFrom(argument)
+            term += 1
+            durable_view = durable_view[:min(argument, len(durable_view))]
+        else:
+            assert isinstance(argument, int)
+            journal.sync()
+            journal.deleteEntriesTo(argument)
+            durable_view = list(journal[:])
+    os.close(journal._fd)
+    restarted = _open(path, durable=False)
+    assert list(restarted[:]) == durable_view
+    restarted._destroy()

@@ -1,0 +1,99 @@
+"""The SyncObj subclass: pipelined appends are not re-sent, and each command is
+pickled once, with protocol 5."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pysyncobj import SyncObj, SyncObjConf
+
+from om import cluster as om_cluster
+from om.consensus.pysyncobj.raft_log import RaftLog
+from om.consensus.pysyncobj.transport import GroupCommitTransport
+from tests.consensus.raft_nodes import Applied as RaftApplied
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.applied: list[tuple[int, bytes]] = []
+
+    def __call__(self, position: int, entry: bytes) -> RaftApplied:
+        self.applied.append((position, entry))
+        return RaftApplied(position)
+
+
+def _conf() -> SyncObjConf:
+    return SyncObjConf(autoTick=False, appendEntriesUseBatch=False)
+
+
+@pytest.fixture
+def leader() -> Iterator[tuple[RaftLog, object]]:
+    """A RaftLog forced into leadership of a 3-node configuration whose peers never
+    answer: every message it would get is injected by the test."""
+    base = om_cluster.free_port_base(3)
+    peers = [f"127.0.0.1:{base + 1}", f"127.0.0.1:{base + 2}"]
+    log = RaftLog(f"127.0.0.1:{base}", peers, _conf(), _Recorder(), lambda: None, False,
+                  GroupCommitTransport)
+    log._SyncObj__onBecomeLeader()
+    follower = next(iter(log.otherNodes))
+    yield log, follower
+    log._destroy()
+
+
+def _ack(node: object, next_index: int, *, reset: bool = False,
+         success: bool = True) -> dict[str, object]:
+    return {"type": "next_node_idx", "next_node_idx": next_index, "reset": reset,
+            "success": success}
+
+
+def test_an_early_acknowledgement_does_not_rewind_next_index(
+        leader: tuple[RaftLog, object]) -> None:
+    log, follower = leader
+    next_index = log._SyncObj__raftNextIndex
+    next_index[follower] = 12          # entries up to 11 are on their way
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 5))  # 4 acknowledged
+    assert log._SyncObj__raftMatchIndex[follower] == 4
+    assert next_index[follower] == 12, "entries in flight would be sent again"
+
+
+def test_a_reset_still_rewinds_next_index(leader: tuple[RaftLog, object]) -> None:
+    log, follower = leader
+    next_index = log._SyncObj__raftNextIndex
+    next_index[follower] = 12
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 3, reset=True, success=False))
+    assert next_index[follower] == 3, "a follower missing entries must get them again"
+
+
+def test_pysyncobj_itself_rewinds_which_is_what_the_override_repairs(tmp_path: Path) -> None:
+    """The red case: stock SyncObj moves nextIndex back on a plain success."""
+    base = om_cluster.free_port_base(3)
+    stock = SyncObj(f"127.0.0.1:{base}", [f"127.0.0.1:{base + 1}", f"127.0.0.1:{base + 2}"],
+                    _conf())
+    try:
+        stock._SyncObj__onBecomeLeader()
+        follower = next(iter(stock.otherNodes))
+        stock._SyncObj__raftNextIndex[follower] = 12
+        stock._SyncObj__onMessageReceived(follower, _ack(follower, 5))
+        assert stock._SyncObj__raftNextIndex[follower] == 5
+    finally:
+        stock._destroy()
+
+
+def test_submit_queues_one_protocol_5_pickle_of_the_persist_call(
+        leader: tuple[RaftLog, object]) -> None:
+    log, _ = leader
+    queued: list[tuple[bytes, object]] = []
+    log._applyCommand = lambda command, callback, kind: queued.append((command, kind))
+    entry = bytes(range(256)) * 4
+    log.submit(entry, lambda result, reason: None)
+    ((command, kind),) = queued
+    assert kind == 0
+    assert command[:2] == b"\x80\x05", "pickle protocol 5"
+    assert len(command) < len(entry) + 64, "bytes are not inflated"
+    _, (argument,) = pickle.loads(command)
+    assert argument == entry
+    log._SyncObj__doApplyCommand(b"\x00" + command)  # how pysyncobj applies it
+    assert log._apply_entry.applied == [(log.raftLastApplied + 1, entry)]  # type: ignore[attr-defined]
