@@ -1,7 +1,8 @@
 """``om bench``: every flow under the same load, each on a fresh cluster, with traces.
 
-For each flow in order (``leader``, ``replicated``, ``leader-nobatch``, then the
-in-process ``ceiling``), the driver:
+For each flow in order (``leader``, ``replicated``, ``leader-nobatch``, the
+in-process ``ceiling``, then ``etcd``, a 3-member etcd under the same load
+shape: ``bench/etcd``), the driver:
 
 1. replaces ``OUT/<flow>/`` and starts a fresh 3-node cluster in
    ``OUT/<flow>/cluster`` on free 127.0.0.1 ports, each node tracing to
@@ -18,7 +19,8 @@ in-process ``ceiling``), the driver:
 5. writes freon's report (``freon-measure.txt``/``.json``).
 
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
-its error and the others still run (Ctrl-C stops the run; clusters are still
+its error and the others still run; the etcd flow is recorded as skipped, with
+the reason, where etcd or Go cannot be had (Ctrl-C stops the run; clusters are still
 stopped). Every phase is bounded in time, every cluster start by a timeout.
 """
 
@@ -33,9 +35,10 @@ from typing import Any
 
 import uvloop
 
-from bench import freon
+from bench import etcd, freon
 from bench.ceiling import InProcessCaller, in_process_node
 from bench.clusters import traced_cluster
+from bench.etcd import EtcdUnavailable
 from bench.freon import FreonConfig, FreonResult
 from bench.machine import CpuMeter, rss_mb
 from bench.manifest import build_manifest, write_json
@@ -43,8 +46,11 @@ from bench.progress import StepLog
 from bench.session import RequestCaller
 from bench.summary import CLIENT_PROCESS, FlowMeasurement, build_summary
 from bench.traces import batch_sizes, copy_window
+from om import cluster as om_cluster
+from om import config as om_config
 from om.client import AsyncOMClient
 from om.client.retry_policy import RetryPolicy
+from om.config import ServerConfig
 
 POLICY = RetryPolicy(deadline_s=30.0, attempt_timeout_s=10.0)
 Connect = Callable[[], RequestCaller]
@@ -85,6 +91,7 @@ class FlowSpec:
     execution: str = "leader"
     extra_toml: str = ""
     in_process: bool = False
+    etcd: bool = False          # not an OM: a 3-member etcd (bench/etcd)
 
 
 FLOWS: tuple[FlowSpec, ...] = (
@@ -95,6 +102,7 @@ FLOWS: tuple[FlowSpec, ...] = (
     FlowSpec("leader-nobatch",
              extra_toml="\n[batch]\nenabled = false\ninflight_batches_max = 256\n"),
     FlowSpec("ceiling", in_process=True),
+    FlowSpec("etcd", etcd=True),
 )
 FLOW_NAMES = tuple(f.name for f in FLOWS)
 
@@ -198,8 +206,13 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasureme
     try:
         if flow.in_process:
             phases = uvloop.run(_in_process(config, flow, dirs, log))
+        elif flow.etcd:
+            phases, leader = _on_etcd(config, dirs, log), "etcd"
         else:
             phases, leader = _on_cluster(config, flow, dirs, log)
+    except EtcdUnavailable as reason:
+        log.step(f"{flow.name}: SKIPPED: {reason}")
+        return FlowMeasurement(flow.name, None, skipped=str(reason))
     except Exception as error:  # one flow's failure must not lose the others' results
         log.step(f"{flow.name}: FAILED: {type(error).__name__}: {error}")
         return FlowMeasurement(flow.name, None, error=f"{type(error).__name__}: {error}")
@@ -212,7 +225,29 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasureme
              f"{demand.get(busiest, 0.0):.0f}% of the time running or waiting for a CPU")
     return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
                            phases.preloaded, leader, cpu=phases.cpu,
-                           half_load=phases.half_load)
+                           half_load=phases.half_load, durable=_durable(config, flow))
+
+
+def _durable(config: BenchConfig, flow: FlowSpec) -> bool:
+    """Whether the flow acknowledged only writes on stable storage (etcd always does)."""
+    if flow.etcd:
+        return True
+    toml = FlowDirs.of(config.out, flow.name).cluster / "cluster.toml"
+    if flow.in_process or not toml.exists():
+        return ServerConfig().raft.fsync
+    return om_config.load(toml).raft.fsync
+
+
+def _on_etcd(config: BenchConfig, dirs: FlowDirs, log: StepLog) -> Phases:
+    """A 3-member etcd under the same load shape: in flight, warm-up and measured time.
+    There is no preload, half-load or mixed phase: etcd has no OM requests."""
+    profile = config.profile
+    log.step(f"etcd: {etcd.MEMBERS} members in {dirs.cluster}; etcdbench, "
+             f"{profile.threads} in flight, {profile.warmup_s:g} s warm-up, "
+             f"{profile.measure_s:g} s measured")
+    run = etcd.run_etcd(dirs.cluster, dirs.traces / "client-etcdbench.jsonl", profile.threads,
+                        profile.warmup_s, profile.measure_s, om_cluster.free_port_base())
+    return Phases(run.result, rss_mb=run.rss_mb, cpu=run.cpu)
 
 
 def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,

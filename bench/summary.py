@@ -26,10 +26,11 @@ RATIO_FLOWS: tuple[tuple[str, str], ...] = (
     ("leader", "replicated"),
     ("leader", "ceiling"),
     ("leader", "leader-nobatch"),
+    ("leader", "etcd"),
 )
 # The label of the bench process (the load generator; in-process, the node too).
 CLIENT_PROCESS = "bench"
-_TABLE_COLUMNS = ("flow", "write req/s", "p50 ms", "p99 ms", "max ms", "req/batch",
+_TABLE_COLUMNS = ("flow", "durable", "write req/s", "p50 ms", "p99 ms", "max ms", "req/batch",
                   "CommitKey p99 ms at half load", "OM RSS MB", "OM CPU%", "bench CPU%",
                   "busiest thread", "failures")
 
@@ -48,6 +49,8 @@ class FlowMeasurement:
     error: str | None = None
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     half_load: FreonResult | None = None
+    durable: bool | None = None
+    skipped: str | None = None
 
 
 def ratio_name(numerator: str, denominator: str) -> str:
@@ -80,6 +83,9 @@ def _phase(result: FreonResult) -> dict[str, Any]:
 def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     """The summary of one flow (see the module docstring)."""
     summary: dict[str, Any] = {"error": flow.error} if flow.error else {}
+    if flow.skipped:
+        return {"skipped": flow.skipped}
+    summary["durable"] = flow.durable
     if flow.measure is not None:
         summary.update(_phase(flow.measure))
     sizes = flow.batch_sizes
@@ -153,19 +159,29 @@ def _half_load_commit_p99(flow: dict[str, Any]) -> float | None:
     return None if commit is None else float(commit["p99"])
 
 
+def _outcome(flow: dict[str, Any]) -> str:
+    if flow.get("error"):
+        return "ERROR"
+    if flow.get("skipped"):
+        return "SKIPPED"
+    return str(flow.get("failures", "-"))
+
+
 def render_table(summary: dict[str, Any]) -> str:
     """A fixed-width table of the flows, then the ratios."""
     rows: list[tuple[str, ...]] = []
     for name, flow in summary["flows"].items():
         latency = flow.get("latency_ms", {})
+        durable = flow.get("durable")
         rows.append((
-            name, _number(flow.get("write_requests_per_s"), 0),
+            name, "-" if durable is None else ("yes" if durable else "NO"),
+            _number(flow.get("write_requests_per_s"), 0),
             _number(latency.get("p50"), 2), _number(latency.get("p99"), 2),
             _number(latency.get("max"), 2), _number(flow.get("requests_per_batch"), 1),
             _number(_half_load_commit_p99(flow), 2), _number(flow.get("om_rss_mb"), 0),
             *_cpu_columns(flow.get("cpu_percent", {})),
             _busiest(flow.get("thread_demand_percent", {})),
-            "ERROR" if flow.get("error") else str(flow.get("failures", "-"))))
+            _outcome(flow)))
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
               for i, c in enumerate(_TABLE_COLUMNS)]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w)

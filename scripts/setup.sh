@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine: a virtualenv in .venv with the project and every
-# extra installed, and a Java runtime for Spark when none is present.
+# extra installed, a Java runtime for Spark, and etcd with Go for the bench's
+# etcd flow, when they are not present.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +12,21 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[dev,bench,spark]'
 
+# Debian packages: a JRE for Spark; etcd, Go and etcd's Go sources for the etcd
+# flow of `om bench` (bench/etcd). A package that cannot be had only skips that flow.
+packages=()
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
-  echo "setup: no Java found; installing a JRE for Spark (apt-get)"
+  packages+=(openjdk-17-jre-headless)
+fi
+command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
+command -v go >/dev/null 2>&1 || packages+=(golang-go)
+[ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3 ] || packages+=(golang-etcd-server-dev)
+if [ ${#packages[@]} -gt 0 ]; then
+  echo "setup: installing ${packages[*]} (apt-get)"
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packages[@]}" >/dev/null \
+    || echo "setup: apt-get could not install ${packages[*]}; the etcd flow will be skipped"
 fi
-echo "setup: ready ($(.venv/bin/python --version), $(java -version 2>&1 | head -1))"
+echo "setup: ready ($(.venv/bin/python --version), $(java -version 2>&1 | head -1)," \
+     "$(etcd --version 2>/dev/null | head -1 || echo 'no etcd'))"

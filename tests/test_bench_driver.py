@@ -7,8 +7,11 @@ import io
 import json
 from pathlib import Path
 
-from bench import driver
+import pytest
+
+from bench import driver, etcd
 from bench.progress import StepLog
+from bench.summary import render_table
 
 
 def test_a_failing_flow_is_recorded_and_the_ceiling_still_runs(tmp_path: Path) -> None:
@@ -31,3 +34,33 @@ def test_a_failing_flow_is_recorded_and_the_ceiling_still_runs(tmp_path: Path) -
         json.dumps(summary))
     assert "broken: FAILED" in log.getvalue()
     assert (tmp_path / "ceiling" / "freon-measure.txt").exists()
+
+
+def test_the_etcd_flow_is_skipped_with_the_reason_where_etcd_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("bench.etcd.shutil.which", lambda name: None)
+    flow = next(f for f in driver.FLOWS if f.etcd)
+    profile = dataclasses.replace(driver.PROFILES["smoke"], warmup_s=0.1, measure_s=0.3)
+    log = io.StringIO()
+    summary = driver.run_bench(driver.BenchConfig(out=tmp_path, profile=profile,
+                                                  flows=(flow,)), StepLog(log))
+    assert summary["flows"]["etcd"] == {"skipped": "etcd is not installed "
+                                                   f"({etcd.INSTALL_HINT})"}
+    assert summary["ratios"]["leader_over_etcd"] is None
+    assert "etcd: SKIPPED: etcd is not installed" in log.getvalue()
+    assert "SKIPPED" in render_table(summary)
+
+
+def test_etcdbench_records_become_a_freon_result(tmp_path: Path) -> None:
+    trace = tmp_path / "client-etcdbench.jsonl"
+    lines = [{"v": 1, "kind": "client_request", "flow": "etcd", "t_ns": 1_000 + i,
+              "op": "Put", "latency_ns": 2_000_000 * (i + 1), "status": "OK", "retries": 0,
+              "write": True} for i in range(4)]
+    lines.append({**lines[0], "status": "CLIENT_ERROR"})
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = etcd.read_result(trace, threads=8, measure_s=2.0)
+    assert (result.operations, result.failures, result.ok_writes) == (5, 1, 4)
+    assert result.write_requests_per_s == 2.0
+    assert result.write_latency.summary().max == 8.0
+    assert result.failure_statuses == {"CLIENT_ERROR": 1}
+    assert result.requests[("Put", "OK")] == 4

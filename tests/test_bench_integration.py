@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "leader_over_replicated" in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
-    assert set(manifest["flows"]) == set(FLOWS)
+    assert set(manifest["flows"]) == {*FLOWS, "etcd"}
     assert {"cpu_count", "memory_total_mb", "python", "platform"} <= set(manifest["machine"])
     assert {"protobuf", "pysyncobj", "rocksdict", "uvloop", "locust"} <= set(manifest["versions"])
     assert "revision" in manifest["git"]
@@ -50,10 +51,29 @@ def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
         start, end = flow["window_ns"]
         assert all(start <= r["t_ns"] <= end for r in servers)
     assert summary["flows"]["leader-nobatch"]["requests_per_batch"] == 1.0
-    assert set(summary["ratios"]) >= {"leader_over_replicated", "leader_over_ceiling"}
-    assert all(value > 0 for value in summary["ratios"].values())
+    assert all(summary["flows"][name]["durable"] is True for name in FLOWS)
+    _check_etcd(summary["flows"]["etcd"], out)
+    assert set(summary["ratios"]) >= {"leader_over_replicated", "leader_over_ceiling",
+                                      "leader_over_etcd"}
+    assert all(value > 0 for name, value in summary["ratios"].items()
+               if name != "leader_over_etcd" or "skipped" not in summary["flows"]["etcd"])
     for name in ("leader", "ceiling"):
         assert (out / f"{name}-mixed" / "traces" / "client-freon.jsonl").exists()
         assert "Successful executions" in (out / name / "freon-measure.txt").read_text()
         assert "target rate =" in (out / name / "freon-half-load.txt").read_text()
     assert not list(out.glob("*/cluster/*.pid"))          # every node was stopped
+
+
+def _check_etcd(flow: dict[str, object], out: Path) -> None:
+    """etcd is measured like the OM flows, or skipped with the reason where it is missing."""
+    if shutil.which("etcd") is None:
+        assert "not installed" in str(flow["skipped"])
+        return
+    assert "error" not in flow, flow
+    assert flow["durable"] is True
+    assert isinstance(flow["write_requests_per_s"], float)
+    assert flow["write_requests_per_s"] > 0
+    records = list(read_records(out / "etcd" / "traces" / "client-etcdbench.jsonl"))
+    assert records
+    assert all(client_request_problems(r) == [] for r in records)
+    assert {(r["flow"], r["op"]) for r in records} == {("etcd", "Put")}

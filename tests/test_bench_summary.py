@@ -36,6 +36,7 @@ def measurements() -> list[FlowMeasurement]:
         FlowMeasurement("replicated", result(1000, 1.0, [5])),
         FlowMeasurement("leader-nobatch", result(1500, 1.0, [5]), batch_sizes=[1, 1, 1]),
         FlowMeasurement("ceiling", result(8000, 1.0, [1]), rss_mb={"bench": 80.0}),
+        FlowMeasurement("etcd", result(2500, 1.0, [4]), durable=True),
     ]
 
 
@@ -63,6 +64,7 @@ def test_ratios_divide_write_throughputs() -> None:
         "leader_over_replicated": pytest.approx(2.0),
         "leader_over_ceiling": pytest.approx(0.25),
         "leader_over_leader_nobatch": pytest.approx(2000 / 1500),
+        "leader_over_etcd": pytest.approx(2000 / 2500),
     }
 
 
@@ -71,7 +73,7 @@ def test_ratios_are_none_for_missing_or_failed_flows() -> None:
     summary = build_summary([measurements()[0], failed], {})
     assert summary["flows"]["replicated"]["error"] == "ClusterError: no leader"
     assert summary["ratios"] == {"leader_over_replicated": None, "leader_over_ceiling": None,
-                                 "leader_over_leader_nobatch": None}
+                                 "leader_over_leader_nobatch": None, "leader_over_etcd": None}
     assert ratios({"leader": {"write_requests_per_s": 5.0},
                    "ceiling": {"write_requests_per_s": 0.0}})["leader_over_ceiling"] is None
 
@@ -81,7 +83,8 @@ def test_table_lists_every_flow_and_ratio() -> None:
                             {})
     table = render_table(summary)
     lines = table.splitlines()
-    assert lines[0].split()[:3] == ["flow", "write", "req/s"]
+    assert lines[0].split()[:4] == ["flow", "durable", "write", "req/s"]
+    assert next(line for line in lines if line.startswith("etcd")).split()[1] == "yes"
     leader = next(line for line in lines if line.startswith("leader "))
     assert "2,000" in leader
     assert "95+30+28" in leader
