@@ -100,12 +100,14 @@ class Cluster:
             return None
 
     def signal_node(self, node_id: str, sig: signal.Signals) -> bool:
-        """Sends ``sig`` to a node; False when it is not running."""
+        """Sends ``sig`` to every process of a node (its process group: the server and
+        its Raft process; the Raft process ignores SIGTERM and SIGINT and stops when
+        the server closes it); False when it is not running."""
         pid = self.pid(node_id)
         if pid is None:
             return False
         try:
-            os.kill(pid, sig)
+            os.killpg(pid, sig)
         except ProcessLookupError:
             return False
         return True

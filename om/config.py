@@ -105,6 +105,9 @@ class Raft:
     fsync: bool = True
     # zlib on Raft frames of 4 KiB or more: pays off a slow network, not loopback.
     compress_transport: bool = False
+    # pysyncobj in a child process of its own (om/consensus/pysyncobj/child.py) rather
+    # than a thread sharing the event loop's GIL.
+    separate_process: bool = True
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from om import gc_policy
 from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
+from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
 from om.executor.registry import error_response
@@ -97,17 +98,22 @@ class Node:
                 config.limits.unflushed_transactions_max, fail_stop)
         else:
             self.state_machine = StateMachine(self.store)
-        self.raft: RaftReplicator | None = None
+        self.raft: RaftReplicator | RaftProcessReplicator | None = None
         self.replicator: Replicator
         if len(config.nodes) == 1:
             self.replicator = LocalReplicator(config.node_id, config.node.address,
                                               self.state_machine.applied_index, self.apply_entry)
         else:
-            self.raft = RaftReplicator(
-                config.node, config.nodes, config.node_data_dir / "raft", config.raft,
-                self.apply_entry,
-                Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync),
-                self.barrier_entry, config.batch.bytes_max)
+            snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync)
+            raft_dir = config.node_data_dir / "raft"
+            if config.raft.separate_process:
+                self.raft = RaftProcessReplicator(
+                    config.node, config.nodes, raft_dir, config.raft, self.apply_entry,
+                    snapshots, self.barrier_entry, config.batch.bytes_max, fail_stop)
+            else:
+                self.raft = RaftReplicator(
+                    config.node, config.nodes, raft_dir, config.raft, self.apply_entry,
+                    snapshots, self.barrier_entry, config.batch.bytes_max)
             self.replicator = self.raft
         self.leader: LeaderService | ReplicatedFlowService
         if isinstance(self.state_machine, ReplicatedStateMachine):
@@ -139,7 +145,7 @@ class Node:
         """Starts the leader service and, with Raft, following leadership."""
         await self.leader.start()
         if self.raft is not None:
-            self.raft.start()
+            await self.raft.start()
 
     def submit(self, request: om_pb2.OMRequest) -> asyncio.Future[om_pb2.OMResponse]:
         """Starts answering one client request; the caller must not cancel the future."""

@@ -71,8 +71,9 @@ def _instrument(node: RaftNode) -> None:
     journal.sync = sync  # type: ignore[method-assign]
 
 
-def start_nodes(directory: Path, count: int = 3, settings: Raft = FAST) -> list[RaftNode]:
-    """``count`` nodes on free 127.0.0.1 ports; call from a running loop."""
+async def start_nodes(directory: Path, count: int = 3,
+                      settings: Raft = FAST) -> list[RaftNode]:
+    """``count`` nodes on free 127.0.0.1 ports."""
     base = om_cluster.free_port_base(count)
     addresses = tuple(NodeAddress(f"n{i + 1}", "127.0.0.1", base + i, base + 10 + i)
                       for i in range(count))
@@ -89,7 +90,7 @@ def start_nodes(directory: Path, count: int = 3, settings: Raft = FAST) -> list[
         node = RaftNode(address, replicator)
         holder.append(node)
         _instrument(node)
-        replicator.start()
+        await replicator.start()
         nodes.append(node)
     return nodes
 

@@ -37,7 +37,7 @@ async def _replicate_and_check(nodes: list[RaftNode], leader: RaftNode, count: i
 @pytest.mark.parametrize("slow", ["followers", "leader and one follower"])
 async def test_every_acknowledged_entry_was_synced_on_a_majority_first(
         tmp_path: Path, slow: str) -> None:
-    nodes = start_nodes(tmp_path)
+    nodes = await start_nodes(tmp_path)
     try:
         leader = await ready_leader(nodes)
         followers = [n for n in nodes if n is not leader]
@@ -53,7 +53,7 @@ async def test_every_acknowledged_entry_was_synced_on_a_majority_first(
 
 
 async def test_replicas_apply_the_same_entries_in_the_same_order(tmp_path: Path) -> None:
-    nodes = start_nodes(tmp_path)
+    nodes = await start_nodes(tmp_path)
     try:
         leader = await ready_leader(nodes)
         results = await asyncio.gather(*(leader.replicator.replicate(b"e%d" % i)

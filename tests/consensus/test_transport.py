@@ -50,7 +50,7 @@ def test_a_frame_that_names_any_object_is_refused() -> None:
 
 async def test_a_stranger_on_the_raft_port_runs_nothing_and_stops_nothing(
         tmp_path: Path) -> None:
-    nodes = start_nodes(tmp_path)
+    nodes = await start_nodes(tmp_path)
     marker = tmp_path / "marker"
     try:
         leader = await ready_leader(nodes)

@@ -43,6 +43,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 
 from om.config import NodeAddress, Raft
 from om.consensus.port import (
+    Applied,
     ApplyEntry,
     BarrierEntry,
     ReplicateResult,
@@ -65,9 +66,21 @@ _STATUS_BY_REASON = {
 }
 
 
+def status_of(result: tuple[Applied, int] | None, reason: int) -> ReplicateResult:
+    """The outcome of one submitted entry from pysyncobj's callback: its failure
+    reason, or what apply did with it and how long apply took."""
+    if reason != FAIL_REASON.SUCCESS:
+        return ReplicateResult(_STATUS_BY_REASON.get(reason, ReplicateStatus.LEADER_CHANGED))
+    if result is None or not result[0].applied:
+        return ReplicateResult(ReplicateStatus.LEADER_CHANGED)  # a stale term's entry
+    applied, apply_ns = result
+    return ReplicateResult(ReplicateStatus.COMMITTED, applied.position, apply_ns,
+                           applied.response)
+
+
 def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
-                 entry_bytes_max: int, on_state_changed: Callable[[int, int], None]
-                 ) -> SyncObjConf:
+                 entry_bytes_max: int,
+                 on_state_changed: Callable[[int, int], None] | None = None) -> SyncObjConf:
     """pysyncobj's configuration for one node."""
     return SyncObjConf(
         appendEntriesUseBatch=False,
@@ -148,13 +161,7 @@ class RaftReplicator:
             return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
         finally:
             self._pending.discard(future)
-        if reason != FAIL_REASON.SUCCESS:
-            return ReplicateResult(_STATUS_BY_REASON.get(reason, ReplicateStatus.LEADER_CHANGED))
-        applied, apply_ns = result
-        if not applied.applied:
-            return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
-        return ReplicateResult(ReplicateStatus.COMMITTED, applied.position, apply_ns,
-                               applied.response)
+        return status_of(result, reason)
 
     def role(self) -> Role:
         """This node's view: leader or not, ready or not, who leads, term, commit."""
@@ -170,7 +177,7 @@ class RaftReplicator:
                     term=term, commit_index=int(raft.raftCommitIndex),
                     candidate=self._raft_state == _CANDIDATE)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Starts following leadership (call once, on the loop)."""
         self._leadership_changed()
 

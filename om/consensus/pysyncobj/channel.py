@@ -1,0 +1,63 @@
+"""The parent-child channel of a node whose Raft runs in its own process.
+
+Messages are tuples whose first item names them, pickled (protocol 5) and
+framed with a 4-byte length. The channel is a private socketpair between two
+processes of the same program, so the pickles may carry objects (pysyncobj's
+snapshot data holds its Node objects); nothing from the network reaches it.
+
+Parent to child: ``submit(request id, entry)``, ``keepalive()``,
+``snapshot_written(error)``, ``snapshot_installed(raft data | error)``,
+``close()``. Child to parent, in the order the child produced them:
+``apply(position, entry)`` for every committed entry, ``result(request id,
+reason, position)`` for every submitted one, ``state(...)`` when its role,
+term, leader or commit index changed, ``snapshot_write(tmp file, raft data)``
+and ``snapshot_install(file)`` (answered before the child goes on).
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+FRAME_BYTES_MAX = 64 * 1024 * 1024
+_LENGTH = struct.Struct("<I")
+Message = tuple[Any, ...]
+
+
+class ChannelError(Exception):
+    """The other side sent something that is not a frame of this channel."""
+
+
+def encode(message: Message) -> bytes:
+    """One frame."""
+    payload = pickle.dumps(message, protocol=5)
+    assert len(payload) <= FRAME_BYTES_MAX, "entries are bounded far below the frame limit"
+    return _LENGTH.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Splits a byte stream into messages."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        """The messages completed by ``data``."""
+        self._buffer += data
+        messages: list[Message] = []
+        offset = 0
+        while len(self._buffer) - offset >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(self._buffer, offset)
+            if length > FRAME_BYTES_MAX:
+                raise ChannelError(f"a frame of {length} bytes")
+            end = offset + _LENGTH.size + length
+            if end > len(self._buffer):
+                break
+            message = pickle.loads(self._buffer[offset + _LENGTH.size:end])
+            if not isinstance(message, tuple) or not message:
+                raise ChannelError(f"not a message: {type(message).__name__}")
+            messages.append(message)
+            offset = end
+        del self._buffer[:offset]
+        return messages

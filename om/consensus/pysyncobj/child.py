@@ -1,0 +1,226 @@
+"""The Raft process of a node: pysyncobj alone on its own GIL.
+
+``python -m om.consensus.pysyncobj.child FD`` runs one RaftLog (journal,
+transport and overrides as in-process) with no tick thread: this process's
+only thread ticks it, and the channel to the parent (``FD``, a socketpair end)
+is one more descriptor in pysyncobj's poller, so a submitted entry wakes it as
+a Raft message does. Committed entries are not applied here: ``persist``
+forwards each to the parent, which applies it to its store in log order.
+Snapshots are written and installed by the parent too (it owns the store):
+the hooks ask it and wait for the answer, blocking Raft as pysyncobj's hooks
+always do.
+
+Fate sharing: the child exits when the channel closes (the parent died), and
+stops ticking, so that its peers elect another leader, while the parent has
+sent nothing for ``PARENT_SILENCE_S`` (a stopped or wedged parent must not
+keep leadership it cannot use); the parent exits when the child dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import SyncObjConf
+from pysyncobj.poller import POLL_EVENT_TYPE
+
+from om.consensus.pysyncobj import journal
+from om.consensus.pysyncobj.channel import FrameReader, Message, encode
+from om.consensus.pysyncobj.raft_log import RaftLog
+from om.consensus.pysyncobj.replicator import syncobj_conf
+from om.consensus.pysyncobj.transport import GroupCommitTransport
+
+logger = logging.getLogger(__name__)
+PARENT_SILENCE_S = 1.5
+TICK_S = 0.05
+_CANDIDATE = 1
+_LEADER = 2
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """An entry handed to the parent to apply (``Applied`` for pysyncobj's callback)."""
+
+    position: int
+    applied: bool = True
+    response: bytes = b""
+
+
+class Child:
+    """One Raft process: the RaftLog, the channel, and the loop that ticks both."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        self._channel = channel
+        self._reader = FrameReader()
+        self._backlog: deque[Message] = deque()
+        self._heard_s = time.monotonic()
+        self._last_state: tuple[Any, ...] = ()
+        self._closing = False
+        setup = self._receive_blocking()
+        assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
+        _, node, nodes, data_dir, settings, entry_bytes_max = setup
+        conf: SyncObjConf = syncobj_conf(settings, Path(data_dir), self, entry_bytes_max)
+        conf.autoTick = False
+        spec = journal.JournalSpec(durable=settings.fsync,
+                                   snapshot_file=Path(conf.fullDumpFile))
+        journal.register(Path(conf.journalFile), spec)
+        self._spec = spec
+        others = [n.raft_address for n in nodes if n.id != node.id]
+        self.raft = RaftLog(node.raft_address, others, conf, self._forward_apply,
+                            self._sync_journal, settings.compress_transport,
+                            GroupCommitTransport)
+        self.raft._poller.subscribe(channel.fileno(), self._on_channel,
+                                    POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+
+    def _sync_journal(self) -> None:
+        assert self._spec.journal is not None
+        self._spec.journal.sync()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Ticks Raft until the parent closes the channel."""
+        while not self._closing:
+            if time.monotonic() - self._heard_s > PARENT_SILENCE_S:
+                self._wait_for_parent()
+                continue
+            self.raft.doTick(TICK_S)
+            self._handle_backlog()
+            self._report_state()
+        self.raft._destroy()
+
+    def _wait_for_parent(self) -> None:
+        logger.warning("the parent process is silent: Raft stops until it speaks again")
+        while not self._closing and time.monotonic() - self._heard_s > PARENT_SILENCE_S:
+            readable, _, _ = select.select([self._channel], [], [], TICK_S)
+            if readable:
+                self._on_channel(self._channel.fileno(), POLL_EVENT_TYPE.READ)
+
+    def _on_channel(self, descr: int, event: int) -> None:
+        try:
+            data = self._channel.recv(1 << 20)
+        except BlockingIOError:
+            return
+        if not data or event & POLL_EVENT_TYPE.ERROR:
+            self._closing = True
+            return
+        self._heard_s = time.monotonic()
+        self._backlog.extend(self._reader.feed(data))
+        self._handle_backlog()
+
+    def _handle_backlog(self) -> None:
+        while self._backlog:
+            message = self._backlog.popleft()
+            kind = message[0]
+            if kind == "submit":
+                self._submit(message[1], message[2])
+            elif kind == "close":
+                self._closing = True
+            else:
+                assert kind == "keepalive", f"unexpected message {kind}"
+
+    def _submit(self, request_id: int, entry: bytes) -> None:
+        def callback(result: Any, reason: int) -> None:
+            position = result[0].position if result is not None else 0
+            self._send(("result", request_id, reason, position))
+
+        self.raft.submit(entry, callback)
+
+    def _report_state(self) -> None:
+        status = self.raft
+        leader = status._getLeader()
+        state = (bool(status._isLeader()), int(status.raftCurrentTerm),
+                 leader.id if leader is not None else "", int(status.raftCommitIndex),
+                 status._SyncObj__raftState == _CANDIDATE)
+        if state != self._last_state:
+            self._last_state = state
+            self._send(("state", *state))
+
+    # -- what Raft hands to the parent -----------------------------------------------------
+
+    def _forward_apply(self, position: int, entry: bytes) -> Forwarded:
+        self._send(("apply", position, entry))
+        return Forwarded(position)
+
+    def serialize(self, tmp_file: str, raft_data: object) -> None:
+        """pysyncobj's serializer hook: the parent writes the snapshot."""
+        self._send(("snapshot_write", tmp_file, raft_data))
+        (error,) = self._await_reply("snapshot_written")[1:]
+        if error:
+            raise RuntimeError(f"the parent could not write the snapshot: {error}")
+
+    def deserialize(self, file_name: str) -> object:
+        """pysyncobj's deserializer hook: the parent installs the snapshot."""
+        self._send(("snapshot_install", file_name))
+        _, raft_data, error = self._await_reply("snapshot_installed")
+        if error:
+            raise RuntimeError(f"the parent could not install the snapshot: {error}")
+        return raft_data
+
+    def _await_reply(self, kind: str) -> Message:
+        """Reads the channel until ``kind`` arrives; keeps other messages for later."""
+        while True:
+            for position, message in enumerate(self._backlog):
+                if message[0] == kind:
+                    del self._backlog[position]
+                    return message
+            data = self._receive_some()
+            self._backlog.extend(self._reader.feed(data))
+
+    # -- the channel -----------------------------------------------------------------------
+
+    def _send(self, message: Message) -> None:
+        view = memoryview(encode(message))
+        while view:
+            try:
+                sent = self._channel.send(view)
+            except BlockingIOError:
+                select.select([], [self._channel], [], TICK_S)
+                continue
+            view = view[sent:]
+
+    def _receive_some(self) -> bytes:
+        while True:
+            readable, _, _ = select.select([self._channel], [], [], TICK_S)
+            if not readable:
+                continue
+            try:
+                data = self._channel.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise SystemExit("the parent closed the channel")
+            self._heard_s = time.monotonic()
+            return data
+
+    def _receive_blocking(self) -> Message:
+        while True:
+            messages = self._reader.feed(self._receive_some())
+            if messages:
+                self._backlog.extend(messages[1:])
+                return messages[0]
+
+
+def main(argv: list[str]) -> int:
+    """Runs the Raft process on the channel descriptor ``argv[0]``."""
+    logging.basicConfig(level=os.environ.get("OM_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s[raft]: %(message)s")
+    for ignored in (signal.SIGINT, signal.SIGTERM):  # the parent stops it, through the channel
+        signal.signal(ignored, signal.SIG_IGN)
+    channel = socket.socket(fileno=int(argv[0]))
+    channel.setblocking(False)
+    Child(channel).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,279 @@
+"""RaftProcessReplicator: the Replicator port over a Raft child process.
+
+The node's serving process (event loop, handlers, store) and its Raft
+(pysyncobj, the journal, the peers) run in two processes joined by a
+socketpair (``channel.py``), so Raft ticks on a GIL of its own instead of
+handing one back and forth with the event loop. The child
+(``child.py``) forwards every committed entry, in log order; this side
+applies it to the store on the event loop, then resolves the ``replicate``
+call that submitted it, so an entry is answered only after it is committed
+(synced on a majority) and applied here, exactly as in-process.
+
+Leadership follows the same rules as ``replicator.RaftReplicator``: ready only
+once a barrier of the current term is applied; on losing leadership every
+pending entry fails with LEADER_CHANGED.
+
+Fate sharing: the node fails stop (``on_child_exit``) if the child dies; the
+child exits when this process dies (the channel closes) and stops ticking if
+this process stops talking (a keepalive goes every ``KEEPALIVE_S``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import FAIL_REASON
+
+from om.config import NodeAddress, Raft
+from om.consensus.port import (
+    Applied,
+    ApplyEntry,
+    BarrierEntry,
+    ReplicateResult,
+    ReplicateStatus,
+    Role,
+    SnapshotHooks,
+)
+from om.consensus.pysyncobj.channel import FrameReader, Message, encode
+from om.consensus.pysyncobj.replicator import ENTRY_BYTES_MAX, status_of
+
+logger = logging.getLogger(__name__)
+KEEPALIVE_S = 0.1
+RECENT_APPLIED_MAX = 4096
+CLOSE_TIMEOUT_S = 15.0
+
+
+class _Channel(asyncio.Protocol):
+    """This side of the socketpair."""
+
+    def __init__(self, owner: RaftProcessReplicator) -> None:
+        self._owner = owner
+        self._reader = FrameReader()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        for message in self._reader.feed(data):
+            self._owner.received(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._owner.child_gone()
+
+
+class RaftProcessReplicator:
+    """Commits entries through a Raft child process; resolves after the local apply."""
+
+    def __init__(self, node: NodeAddress, nodes: tuple[NodeAddress, ...], data_dir: Path,
+                 settings: Raft, apply_entry: ApplyEntry, snapshots: SnapshotHooks,
+                 barrier: BarrierEntry, entry_bytes_max: int,
+                 on_child_exit: Callable[[], None], commit_timeout_s: float = 30.0) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._node = node
+        self._by_raft = {n.raft_address: n for n in nodes}
+        self._apply_entry = apply_entry
+        self._snapshots = snapshots
+        self._barrier = barrier
+        self._on_child_exit = on_child_exit
+        self._commit_timeout_s = commit_timeout_s
+        self._requests: dict[int, asyncio.Future[tuple[Any, int]]] = {}
+        self._recent: OrderedDict[int, tuple[Applied, int]] = OrderedDict()
+        self._next_request = 1
+        self._state: tuple[bool, int, str, int, bool] = (False, 0, "", 0, False)
+        self._barrier_term = -1
+        self._update_role()
+        self._barrier_task: asyncio.Task[None] | None = None
+        self._keepalive_task: asyncio.Task[None] | None = None
+        self._was_leader = False
+        self._closing = False
+        self._on_leadership_lost: list[Callable[[], None]] = []
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if not settings.fsync:
+            logger.warning("[raft] fsync = false: acknowledged writes survive a process crash "
+                           "but NOT a power loss (durability opted out)")
+        ours, theirs = socket.socketpair()
+        self._socket = ours
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "om.consensus.pysyncobj.child", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),))
+        theirs.close()
+        ours.sendall(encode(("setup", node, nodes, str(data_dir), settings,
+                             entry_bytes_max)))
+        self._channel = _Channel(self)
+
+    @property
+    def child_pid(self) -> int:
+        """The Raft process's pid."""
+        return self._process.pid
+
+    async def start(self) -> None:
+        """Connects the channel and starts following leadership (once, on the loop)."""
+        self._socket.setblocking(False)
+        await self._loop.connect_accepted_socket(lambda: self._channel, self._socket)
+        self._keepalive_task = self._loop.create_task(self._keepalive())
+
+    def on_leadership_lost(self, callback: Callable[[], None]) -> None:
+        """Registers a callback run on the loop when this node stops being leader."""
+        self._on_leadership_lost.append(callback)
+
+    # -- the port ----------------------------------------------------------------------------
+
+    async def replicate(self, entry: bytes) -> ReplicateResult:
+        """Commits ``entry``; resolves once it is applied on this node."""
+        assert len(entry) <= ENTRY_BYTES_MAX, "the batcher's byte cap keeps entries small"
+        if not self._state[0] or self._channel.transport is None:
+            return ReplicateResult(ReplicateStatus.NOT_LEADER)
+        request = self._next_request
+        self._next_request += 1
+        future: asyncio.Future[tuple[Any, int]] = self._loop.create_future()
+        self._requests[request] = future
+        self._channel.transport.write(encode(("submit", request, entry)))
+        try:
+            result, reason = await asyncio.wait_for(asyncio.shield(future),
+                                                    self._commit_timeout_s)
+        except TimeoutError:
+            return ReplicateResult(ReplicateStatus.LEADER_CHANGED)
+        finally:
+            self._requests.pop(request, None)
+        return status_of(result, reason)
+
+    def role(self) -> Role:
+        """This node's view, as the child last reported it."""
+        return self._role
+
+    def _update_role(self) -> None:
+        is_leader, term, leader, commit_index, candidate = self._state
+        known = self._by_raft.get(leader)
+        self._role = Role(is_leader=is_leader, ready=is_leader and self._barrier_term == term,
+                          leader_id=known.id if known else "",
+                          leader_address=known.address if known else "",
+                          term=term, commit_index=commit_index, candidate=candidate)
+
+    # -- what the child says ---------------------------------------------------------------
+
+    def received(self, message: Message) -> None:
+        """Handles one message of the child, in the order it sent them."""
+        kind = message[0]
+        if kind == "apply":
+            self._apply(message[1], message[2])
+        elif kind == "result":
+            future = self._requests.get(message[1])
+            applied = self._recent.pop(message[3], None)
+            if future is not None and not future.done():
+                future.set_result((applied, message[2]))
+        elif kind == "state":
+            self._state = message[1:]
+            self._update_role()
+            self._leadership_changed()
+        elif kind == "snapshot_write":
+            self._answer_snapshot_write(message[1], message[2])
+        else:
+            assert kind == "snapshot_install", f"unexpected message {kind}"
+            self._answer_snapshot_install(message[1])
+
+    def _apply(self, position: int, entry: bytes) -> None:
+        started = time.perf_counter_ns()
+        applied = self._apply_entry(position, entry)
+        if self._requests:  # only a leader's own entries are awaited
+            self._recent[position] = (applied, time.perf_counter_ns() - started)
+            while len(self._recent) > RECENT_APPLIED_MAX:
+                self._recent.popitem(last=False)
+
+    def _answer_snapshot_write(self, tmp_file: str, raft_data: object) -> None:
+        error = ""
+        try:
+            self._snapshots.serialize(tmp_file, raft_data)
+        except Exception as failure:  # reported to pysyncobj, which retries later
+            logger.exception("writing a snapshot failed")
+            error = f"{type(failure).__name__}: {failure}"
+        self._send(("snapshot_written", error))
+
+    def _answer_snapshot_install(self, file_name: str) -> None:
+        raft_data: object = None
+        error = ""
+        try:
+            raft_data = self._snapshots.deserialize(file_name)
+        except Exception as failure:
+            logger.exception("installing a snapshot failed")
+            error = f"{type(failure).__name__}: {failure}"
+        self._send(("snapshot_installed", raft_data, error))
+
+    def child_gone(self) -> None:
+        """The channel closed: the Raft process is gone, so is this node (unless closing)."""
+        if self._closing:
+            return
+        logger.critical("the Raft process exited (status %s): stopping the node",
+                        self._process.poll())
+        self._on_child_exit()
+
+    # -- leadership ------------------------------------------------------------------------
+
+    def _leadership_changed(self) -> None:
+        is_leader = self._state[0]
+        if self._was_leader and not is_leader:
+            self._leadership_lost()
+        self._was_leader = is_leader
+        if is_leader and self._barrier_term != self._state[1] and (
+                self._barrier_task is None or self._barrier_task.done()):
+            self._barrier_task = self._loop.create_task(self._commit_barrier())
+
+    async def _commit_barrier(self) -> None:
+        """Commits a barrier in the current term, retrying while this node leads it."""
+        term = self._state[1]
+        while self._state[0] and self._state[1] == term:
+            result = await self.replicate(self._barrier(term))
+            if result.status is ReplicateStatus.COMMITTED and self._state[1] == term:
+                self._barrier_term = term
+                self._update_role()
+                logger.warning("node %s leads term %d from position %d", self._node.id, term,
+                               result.position)
+                return
+            await asyncio.sleep(0.01)
+
+    def _leadership_lost(self) -> None:
+        logger.warning("node %s lost leadership", self._node.id)
+        self._barrier_term = -1
+        self._update_role()
+        for future in self._requests.values():
+            if not future.done():
+                future.set_result((None, FAIL_REASON.LEADER_CHANGED))
+        for callback in self._on_leadership_lost:
+            callback()
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def _send(self, message: Message) -> None:
+        if self._channel.transport is not None:
+            self._channel.transport.write(encode(message))
+
+    async def _keepalive(self) -> None:
+        while True:
+            self._send(("keepalive",))
+            await asyncio.sleep(KEEPALIVE_S)
+
+    async def close(self) -> None:
+        """Stops the Raft process (it syncs and closes its journal) and the channel."""
+        self._closing = True
+        for task in (self._barrier_task, self._keepalive_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._send(("close",))
+        try:
+            await asyncio.to_thread(self._process.wait, CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            await asyncio.to_thread(self._process.wait, CLOSE_TIMEOUT_S)
+        if self._channel.transport is not None:
+            self._channel.transport.close()
