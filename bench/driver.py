@@ -13,7 +13,9 @@ shape: ``bench/etcd``), the driver:
    same time, tracing ``client_request`` records to
    ``OUT/<flow>/traces/client-freon.jsonl``; in the ``full`` profile a mixed
    ``ockrw`` phase follows, traced as flow ``<flow>-mixed``;
-4. reads the OM processes' RSS, stops the cluster (always, in ``finally``),
+4. reads the OM processes' RSS; for the leader flow, measures failover
+   (``bench/failover``: kill -9 of the leader under light load, repeated);
+   stops the cluster (always, in ``finally``),
    and copies the server records of the measured window to
    ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up and preload stay out);
 5. writes freon's report (``freon-measure.txt``/``.json``).
@@ -35,12 +37,13 @@ from typing import Any
 
 import uvloop
 
-from bench import etcd, freon
+from bench import etcd, failover, freon
 from bench.ceiling import InProcessCaller, in_process_node
 from bench.clusters import traced_cluster
 from bench.etcd import EtcdUnavailable
+from bench.failover import FailoverResult
 from bench.freon import FreonConfig, FreonResult
-from bench.machine import CpuMeter, rss_mb
+from bench.machine import CpuMeter, children, rss_mb
 from bench.manifest import build_manifest, write_json
 from bench.progress import StepLog
 from bench.session import RequestCaller
@@ -71,15 +74,17 @@ class Profile:
     nodes: int = 3
     mixed_read_pct: int = 70
     mixed_list_pct: int = 10
+    failover_trials: int = 0   # kill -9 of the leader, after the leader flow's phases
 
 
 PROFILES: dict[str, Profile] = {
-    "quick": Profile("quick", warmup_s=2.0, measure_s=15.0, threads=64, half_load_s=8.0),
+    "quick": Profile("quick", warmup_s=2.0, measure_s=15.0, threads=64, half_load_s=8.0,
+                     failover_trials=10),
     "full": Profile("full", warmup_s=5.0, measure_s=60.0, threads=256, mixed_s=30.0,
-                    half_load_s=30.0),
+                    half_load_s=30.0, failover_trials=10),
     # For tests: a couple of seconds per flow.
     "smoke": Profile("smoke", warmup_s=0.3, measure_s=1.5, threads=8, mixed_s=0.5,
-                     half_load_s=0.5, preload_timeout_s=10.0),
+                     half_load_s=0.5, preload_timeout_s=10.0, failover_trials=1),
 }
 
 
@@ -92,10 +97,11 @@ class FlowSpec:
     extra_toml: str = ""
     in_process: bool = False
     etcd: bool = False          # not an OM: a 3-member etcd (bench/etcd)
+    failover: bool = False      # measure failover on its cluster (bench/failover)
 
 
 FLOWS: tuple[FlowSpec, ...] = (
-    FlowSpec("leader"),
+    FlowSpec("leader", failover=True),
     FlowSpec("replicated", execution="replicated"),
     # One request per Raft entry, pipelined as Ratis pipelines the old flow's
     # entries: with batching off, one entry in flight would only measure round trips.
@@ -169,6 +175,8 @@ class Phases:
     preloaded: int = 0
     rss_mb: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    failover: FailoverResult | None = None
+    elections: int | None = None   # terms that began while the load ran (0: none)
 
 
 def select_flows(names: list[str]) -> tuple[FlowSpec, ...]:
@@ -225,7 +233,8 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasureme
              f"{demand.get(busiest, 0.0):.0f}% of the time running or waiting for a CPU")
     return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
                            phases.preloaded, leader, cpu=phases.cpu,
-                           half_load=phases.half_load, durable=_durable(config, flow))
+                           half_load=phases.half_load, durable=_durable(config, flow),
+                           failover=phases.failover, elections=phases.elections)
 
 
 def _durable(config: BenchConfig, flow: FlowSpec) -> bool:
@@ -256,7 +265,8 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
              f"(execution={flow.execution}) in {dirs.cluster}")
     with traced_cluster(dirs.cluster, config.profile.nodes, flow.execution, flow.extra_toml,
                         dirs.raw, flow.name) as cluster:
-        leader = cluster.wait_for_leader().node_id
+        first = cluster.wait_for_leader()
+        leader = first.node_id
         log.step(f"{flow.name}: leader {leader}")
         addresses = cluster.addresses
 
@@ -264,13 +274,22 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
             return AsyncOMClient(addresses, user="bench", policy=POLICY)
 
         pids = {n.id: pid for n in cluster.nodes if (pid := cluster.pid(n.id)) is not None}
-        meter = CpuMeter({**pids, CLIENT_PROCESS: os.getpid()})
+        raft = {f"{node}-raft": child for node, pid in pids.items() for child in children(pid)}
+        meter = CpuMeter({**pids, **raft, CLIENT_PROCESS: os.getpid()})
         phases = uvloop.run(run_phases(config, flow, dirs, connect, log, meter))
+        phases.elections = cluster.wait_for_leader().term - first.term
         for node in cluster.nodes:
             pid = cluster.pid(node.id)
-            rss = rss_mb(pid) if pid is not None else None
-            if rss is not None:
-                phases.rss_mb[node.id] = rss
+            sizes = [rss_mb(p) for p in ([pid, *children(pid)] if pid is not None else [])]
+            if sizes and None not in sizes:
+                phases.rss_mb[node.id] = sum(size for size in sizes if size is not None)
+        if flow.failover and config.profile.failover_trials:
+            trials = config.profile.failover_trials
+            log.step(f"{flow.name}: failover, {trials} trials of kill -9 of the leader")
+            phases.failover = uvloop.run(failover.measure(cluster, trials))
+            found = phases.failover.summary()
+            log.step(f"{flow.name}: failover median {found['median_s']:.3f} s, "
+                     f"max {found['max_s']:.3f} s")
         log.step(f"{flow.name}: stopping the cluster")
     return phases, leader
 

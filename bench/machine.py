@@ -32,6 +32,14 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (a node's Raft process), empty if unknown."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 @dataclass(frozen=True)
 class CpuSample:
     """Scheduler times of one process's threads so far, in ns: tid -> (running, waiting

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.failover import FailoverResult
 from bench.freon import FreonResult
 
 # (numerator, denominator) flows of the ratios, keyed "<num>_over_<den>" with '-' -> '_'.
@@ -51,6 +52,8 @@ class FlowMeasurement:
     half_load: FreonResult | None = None
     durable: bool | None = None
     skipped: str | None = None
+    failover: FailoverResult | None = None
+    elections: int | None = None
 
 
 def ratio_name(numerator: str, denominator: str) -> str:
@@ -99,11 +102,14 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     summary["thread_demand_percent"] = {label: use["thread_demand"]
                                         for label, use in flow.cpu.items()}
     summary["preloaded_keys"] = flow.preloaded_keys
+    summary["elections_during_load"] = flow.elections
     summary["leader"] = flow.leader
     if flow.mixed is not None:
         summary["mixed"] = _phase(flow.mixed)
     if flow.half_load is not None:
         summary["half_load"] = _half_load(flow.half_load)
+    if flow.failover is not None:
+        summary["failover"] = flow.failover.summary()
     return summary
 
 
@@ -192,4 +198,10 @@ def render_table(summary: dict[str, Any]) -> str:
     lines.append("")
     lines += [f"{name:<28} {_number(value, 2)}" + ("x" if value is not None else "")
               for name, value in summary["ratios"].items()]
+    for name, flow in summary["flows"].items():
+        found = flow.get("failover")
+        if found and found["trials"]:
+            lines.append(f"{'failover (' + name + ')':<28} median {found['median_s']:.3f} s, "
+                         f"max {found['max_s']:.3f} s of write unavailability over "
+                         f"{found['trials']} kill -9 trials")
     return "\n".join(lines)

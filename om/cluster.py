@@ -256,9 +256,15 @@ def free_port_base(nodes: int = 3, attempts: int = 100) -> int:
 
 
 def down(cluster: Cluster) -> None:
-    """Stops every node of the cluster."""
-    for node in cluster.nodes:
-        cluster.stop_node(node.id)
+    """Stops every node of the cluster, the leader last: stopped first, it would leave
+    the others to elect a new leader, whose first entry the stopped node never sees
+    (and a failover takes only a few hundred milliseconds)."""
+    running = [n.id for n in cluster.nodes if cluster.pid(n.id) is not None]
+    leaders = {i.node_id for i in node_infos([n.address for n in cluster.nodes
+                                              if n.id in running], 0.5)
+               if i.role in ("LEADER", "LEADER_NOT_READY")}
+    for node_id in sorted(running, key=lambda n: n in leaders):
+        cluster.stop_node(node_id)
 
 
 def _ids(nodes: int) -> list[str]:

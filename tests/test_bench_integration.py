@@ -51,6 +51,12 @@ def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
         start, end = flow["window_ns"]
         assert all(start <= r["t_ns"] <= end for r in servers)
     assert summary["flows"]["leader-nobatch"]["requests_per_batch"] == 1.0
+    failover = summary["flows"]["leader"]["failover"]
+    assert failover["trials"] == 1
+    assert 0 < failover["median_s"] == failover["max_s"] < 30
+    assert "failover (leader)" in done.stdout
+    assert all(isinstance(summary["flows"][name]["elections_during_load"], int)
+               for name in ("leader", "replicated", "leader-nobatch"))
     assert all(summary["flows"][name]["durable"] is True for name in FLOWS)
     _check_etcd(summary["flows"]["etcd"], out)
     assert set(summary["ratios"]) >= {"leader_over_replicated", "leader_over_ceiling",

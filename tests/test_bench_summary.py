@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import driver
+from bench.failover import FailoverResult
 from bench.freon import FreonResult
 from bench.stats import LatencyRecorder
 from bench.summary import FlowMeasurement, build_summary, ratios, render_table
@@ -124,3 +125,14 @@ def test_bench_options(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown flows"):
         driver.select_flows(["leader", "nope"])
     assert parser().parse_args(["bench"]).profile == "quick"
+
+
+def test_failover_is_summarised_and_printed() -> None:
+    leader = measurements()[0]
+    leader.failover = FailoverResult([0.3, 0.1, 0.2])
+    summary = build_summary([leader], {})
+    assert summary["flows"]["leader"]["failover"] == {
+        "trials": 3, "median_s": 0.2, "max_s": 0.3, "unavailable_s": [0.3, 0.1, 0.2]}
+    line = render_table(summary).splitlines()[-1]
+    assert line.startswith("failover (leader)")
+    assert "median 0.200 s, max 0.300 s" in line

@@ -22,7 +22,9 @@ class RetryPolicy:
     deadline_s: float = 30.0
     attempt_timeout_s: float = 10.0
     backoff_initial_s: float = 0.02
-    backoff_max_s: float = 0.5
+    # A failover takes a few hundred milliseconds (README): a longer wait between
+    # attempts would mostly add to it.
+    backoff_max_s: float = 0.1
 
     def __post_init__(self) -> None:
         assert self.deadline_s > 0

@@ -35,7 +35,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.consensus.pysyncobj import journal
 from om.consensus.pysyncobj.channel import FrameReader, Message, encode
-from om.consensus.pysyncobj.raft_log import RaftLog
+from om.consensus.pysyncobj.raft_log import RaftLog, known_leader
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 
@@ -136,11 +136,9 @@ class Child:
         self.raft.submit(entry, callback)
 
     def _report_state(self) -> None:
-        status = self.raft
-        leader = status._getLeader()
-        state = (bool(status._isLeader()), int(status.raftCurrentTerm),
-                 leader.id if leader is not None else "", int(status.raftCommitIndex),
-                 status._SyncObj__raftState == _CANDIDATE)
+        raft = self.raft
+        state = (bool(raft._isLeader()), int(raft.raftCurrentTerm), known_leader(raft),
+                 int(raft.raftCommitIndex), raft._SyncObj__raftState == _CANDIDATE)
         if state != self._last_state:
             self._last_state = state
             self._send(("state", *state))

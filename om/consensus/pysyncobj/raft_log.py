@@ -12,6 +12,19 @@ Subclass overrides, each tested in ``tests/consensus/``:
   CRITICAL "truncating already-applied log entries"). Here a plain success
   never moves ``nextIndex`` backwards; a reset (the follower's log differs)
   still does, so a follower that lost entries is still repaired.
+* **Pre-vote** (Raft thesis 9.6, as etcd's ``PreVote``). pysyncobj starts an
+  election, bumping its term, as soon as its timer runs out, so a node that
+  was paused, restarted or cut off deposes a healthy leader when it comes
+  back. Here a node whose timer ran out first asks its peers whether they
+  would vote for it at the next term; they say yes only when its log is as
+  up to date as theirs and they have not heard from a leader within the
+  minimum election timeout. Only with a majority of yeses does pysyncobj's
+  own election start. A leadership transfer (``TimeoutNow``) skips it.
+* **A leader that hangs up is gone.** When the connection to the leader drops
+  (its process died: the kernel closed its sockets), a follower forgets the
+  leader's lease and runs its election timer out after a short random delay
+  (``LEADER_LOST_DELAY_S``) instead of the full timeout. A leader that is
+  only slow or cut off by the network still gets the full timeout.
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -22,15 +35,19 @@ Subclass overrides, each tested in ``tests/consensus/``:
 from __future__ import annotations
 
 import pickle
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic as monotonic_time
 
 from om.consensus.port import Applied, ApplyEntry
 
 _REGULAR_COMMAND = 0  # pysyncobj's _COMMAND_TYPE.REGULAR
+_LEADER = 2            # pysyncobj's _RAFT_STATE.LEADER
+LEADER_LOST_DELAY_S = (0.02, 0.15)
 Callback = Callable[[Any, int], None]
 
 
@@ -40,12 +57,18 @@ class RaftLog(SyncObj):  # type: ignore[misc]
     ``om_sync_journal`` and ``om_compress`` are read by
     ``GroupCommitTransport`` while ``SyncObj.__init__`` builds it."""
 
+    _SyncObj__raftElectionDeadline: float  # pysyncobj's attributes used here
+    _SyncObj__raftState: int
+
     def __init__(self, self_address: str, other_addresses: list[str], conf: SyncObjConf,
                  apply_entry: ApplyEntry, sync_journal: Callable[[], None], compress: bool,
                  transport_class: type) -> None:
         self._apply_entry = apply_entry
         self.om_sync_journal = sync_journal
         self.om_compress = compress
+        self._leader_heard_s = 0.0         # when an append from the leader last came
+        self._pre_votes: set[Any] = set()  # who said yes in the current round
+        self._pre_vote_won_term = -1       # the term whose pre-vote this node won
         super().__init__(self_address, other_addresses, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
@@ -62,10 +85,77 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         command = pickle.dumps((self._persist_id, (entry,)), protocol=5)
         self._applyCommand(command, callback, _REGULAR_COMMAND)
 
+    # -- pre-vote ------------------------------------------------------------------------
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj's tick, with a pre-vote round in place of an election that is due."""
+        self._pre_vote_if_due()
+        super()._onTick(timeToWait)
+
+    def _pre_vote_if_due(self) -> None:
+        now = monotonic_time()
+        if (self._SyncObj__raftState == _LEADER or self._SyncObj__raftElectionDeadline >= now
+                or self._SyncObj__transferInProgress
+                or not self._SyncObj__connectedToAnyone()):
+            return
+        if self._pre_vote_won_term == self.raftCurrentTerm:
+            self._pre_vote_won_term = -1
+            return  # won: pysyncobj campaigns in this tick
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._pre_votes = {self.selfNode}
+        request = {"type": "pre_vote", "term": self.raftCurrentTerm + 1,
+                   "last_log_index": self._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        for other in self.otherNodes:
+            self._SyncObj__transport.send(other, request)
+        self._count_pre_votes()
+
+    def _answer_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        ours = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+        in_lease = self._SyncObj__raftState == _LEADER or (
+            self._getLeader() is not None
+            and monotonic_time() - self._leader_heard_s < self.conf.raftMinTimeout)
+        granted = (message["term"] > self.raftCurrentTerm and not in_lease
+                   and (message["last_log_term"], message["last_log_index"]) >= ours)
+        self._SyncObj__transport.send(node, {"type": "pre_vote_response",
+                                             "term": message["term"], "granted": granted})
+
+    def _take_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        if (message["granted"] and message["term"] == self.raftCurrentTerm + 1
+                and self._SyncObj__raftState != _LEADER):
+            self._pre_votes.add(node)
+            self._count_pre_votes()
+
+    def _count_pre_votes(self) -> None:
+        if len(self._pre_votes) > (len(self.otherNodes) + 1) / 2:
+            self._pre_votes = set()
+            self._pre_vote_won_term = self.raftCurrentTerm
+            self._SyncObj__raftElectionDeadline = 0.0  # campaign at the next tick
+
+    def om_peer_disconnected(self, node: Any) -> None:
+        """The transport lost its connection to ``node``: if it led, it is gone."""
+        if node != self._getLeader() or self._SyncObj__raftState == _LEADER:
+            return
+        self._leader_heard_s = 0.0
+        soon = monotonic_time() + random.uniform(*LEADER_LOST_DELAY_S)
+        self._SyncObj__raftElectionDeadline = min(self._SyncObj__raftElectionDeadline, soon)
+
+    # -- message handling ------------------------------------------------------------------
+
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
-        """pysyncobj's handler, except that a plain success never rewinds nextIndex."""
-        if not (isinstance(message, dict) and message.get("type") == "next_node_idx"
-                and message.get("success") and not message.get("reset")):
+        """pysyncobj's handler, with pre-votes, the leader's lease, and a plain success
+        that never rewinds nextIndex."""
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "pre_vote":
+            self._answer_pre_vote(node, message)
+            return
+        if kind == "pre_vote_response":
+            self._take_pre_vote(node, message)
+            return
+        if kind == "append_entries" and message["term"] >= self.raftCurrentTerm:
+            self._leader_heard_s = monotonic_time()
+        if not (kind == "next_node_idx" and message.get("success")
+                and not message.get("reset")):
             SyncObj._SyncObj__onMessageReceived(self, node, message)
             return
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
@@ -73,3 +163,15 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         SyncObj._SyncObj__onMessageReceived(self, node, message)
         if before is not None and next_index.get(node, before) < before:
             next_index[node] = before
+
+
+def known_leader(raft: SyncObj) -> str:
+    """The Raft address of the leader this node follows, or "" when it has none or
+    has lost its connection to it (clients are then told to retry, not sent to a
+    node that is gone)."""
+    leader = raft._getLeader()
+    if leader is None:
+        return ""
+    if leader != raft.selfNode and not raft.isNodeConnected(leader):
+        return ""
+    return str(leader.id)

@@ -52,7 +52,7 @@ from om.consensus.port import (
     SnapshotHooks,
 )
 from om.consensus.pysyncobj import journal
-from om.consensus.pysyncobj.raft_log import RaftLog
+from om.consensus.pysyncobj.raft_log import RaftLog, known_leader
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 
 logger = logging.getLogger(__name__)
@@ -168,8 +168,7 @@ class RaftReplicator:
         raft = self._raft
         is_leader = bool(raft._isLeader())
         term = int(raft.raftCurrentTerm)
-        leader = raft._getLeader()
-        known = self._by_raft.get(leader.id) if leader is not None else None
+        known = self._by_raft.get(known_leader(raft))
         return Role(is_leader=is_leader,
                     ready=is_leader and self._barrier_term == term,
                     leader_id=known.id if known else "",

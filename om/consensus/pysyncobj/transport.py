@@ -141,7 +141,8 @@ class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
     """TCPTransport with held acknowledgements, group syncs and ``FrameConnection``s.
 
     The SyncObj must carry ``om_sync_journal`` (a callable that syncs its
-    journal) and ``om_compress`` (bool) before it builds its transport.
+    journal) and ``om_compress`` (bool) before it builds its transport, and
+    ``om_peer_disconnected(node)``, told when a peer's connection drops.
     """
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
@@ -160,6 +161,12 @@ class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
     def _onNewIncomingConnection(self, conn: Any) -> None:
         self._adopt(conn)
         super()._onNewIncomingConnection(conn)
+
+    def _onDisconnected(self, conn: Any) -> None:
+        node = self._connToNode(conn)
+        super()._onDisconnected(conn)
+        if node is not None:
+            self._syncObj.om_peer_disconnected(node)
 
     def _adopt(self, connection: TcpConnection) -> None:
         connection.__class__ = FrameConnection
