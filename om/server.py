@@ -120,7 +120,8 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
     server = await asyncio.get_running_loop().create_server(
         lambda: OMProtocol(node), address.host, address.port, reuse_address=True)
     print(f"OM {node.config.node_id} listening on {address.address} "
-          f"(execution={node.config.execution}, data={node.config.node_data_dir})", flush=True)
+          f"(execution={node.config.execution}, data={node.config.node_data_dir}, "
+          f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'})", flush=True)
     try:
         with gc_policy.serving():
             await stop.wait()
