@@ -1,9 +1,8 @@
 """The asyncio client: many requests in flight on one connection.
 
 Responses are matched to requests by call id, so they may return out of
-order. The requests made in one turn of the event loop leave in one write.
-A lost connection fails every request pending on it; each then retries (same
-call id) according to ``RetryPolicy``.
+order. A lost connection fails every request pending on it; each then
+retries (same call id) according to ``RetryPolicy``.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ class _Connection:
         self._reader = reader
         self._writer = writer
         self._pending: dict[int, asyncio.Future[om_pb2.OMResponse]] = {}
-        self._outgoing: list[bytes] = []
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
         self._task = asyncio.get_running_loop().create_task(self._read_forever())
 
@@ -43,19 +41,12 @@ class _Connection:
         assert call_id not in self._pending, "one attempt of a call at a time"
         future: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        if not self._outgoing:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._outgoing.append(frame)
+        self._writer.write(frame)
         try:
             return await asyncio.wait_for(future, timeout_s)
         finally:
             self._pending.pop(call_id, None)
 
-    def _flush(self) -> None:
-        """Sends every request made in this turn of the loop in one write."""
-        outgoing, self._outgoing = self._outgoing, []
-        if outgoing and not self._writer.is_closing():
-            self._writer.write(b"".join(outgoing))
 
     async def _read_forever(self) -> None:
         error: BaseException = ConnectionResetError("the OM closed the connection")
