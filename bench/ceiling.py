@@ -1,9 +1,10 @@
 """The in-process ceiling: the OM's own request path with no RPC and no Raft.
 
 ``in_process_node`` builds a single-node ``om.node.Node`` on a real RocksDB
-store in a directory: the same ``LeaderService`` (locks, retry cache, group
-commit), handlers and ``StateMachine`` as a server, with ``LocalReplicator``
-(an entry is committed when applied) and an optional server trace.
+store in a directory (not synced: see ``in_process_node``): the same
+``LeaderService`` (locks, retry cache, group commit), handlers and
+``StateMachine`` as a server, with ``LocalReplicator`` (an entry is committed
+when applied) and an optional server trace.
 ``InProcessCaller`` hands requests to ``Node.handle`` directly, stamping ids
 as a client does, so the freon engine measures it exactly as it measures a
 cluster: same generators, same concurrency, same trace records.
@@ -19,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from om import gc_policy
-from om.config import ServerConfig
+from om.config import Raft, ServerConfig
 from om.node import Node
 from om.protocol import om_pb2
 
@@ -56,8 +57,12 @@ def _keep_going() -> None:
 @asynccontextmanager
 async def in_process_node(directory: Path, trace_path: Path | None, flow: str,
                           config: ServerConfig | None = None) -> AsyncIterator[Node]:
-    """A started single-node ``Node`` storing in ``directory``; closed on exit."""
-    base = config or ServerConfig()
+    """A started single-node ``Node`` storing in ``directory``; closed on exit.
+
+    By default it does not sync RocksDB (``fsync = false``): the ceiling is what the
+    executor alone can do. A durable single node must sync each batch on the event
+    loop (rocksdict holds the GIL while it syncs), a cost no Raft node pays there."""
+    base = config or ServerConfig(raft=Raft(fsync=False))
     server_config = dataclasses.replace(base, data_dir=directory, nodes=(base.node,),
                                         trace_path=trace_path, trace_flow=flow).validate()
     node = Node(server_config, fail_stop=_keep_going)
