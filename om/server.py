@@ -2,10 +2,7 @@
 
 Each connection may pipeline up to ``connection_in_flight_max`` requests;
 past that the server stops reading from it until answers go out
-(back-pressure through TCP). The answers that complete in one turn of the
-event loop (a settled batch answers dozens) leave in one write: one send
-system call instead of one each, which on loopback was ~15 % of the leader's
-event-loop time. Responses carry the request's call id and may
+(back-pressure through TCP). Responses carry the request's call id and may
 return out of order. A frame over the size limit gets an INVALID_REQUEST
 answer and the connection is closed (the stream cannot be resynchronised); a
 frame that is not an OMRequest gets INVALID_REQUEST and the connection lives
@@ -40,7 +37,6 @@ class OMProtocol(asyncio.Protocol):
 
     def __init__(self, node: Node) -> None:
         self._node = node
-        self._outgoing: list[bytes] = []
         limits = node.config.limits
         self._decoder = FrameDecoder(limits.max_frame_bytes)
         self._in_flight_max = limits.connection_in_flight_max
@@ -89,22 +85,12 @@ class OMProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         if not answer.cancelled():
-            if not self._outgoing:
-                asyncio.get_running_loop().call_soon(self._flush)
-            self._outgoing.append(self._frame(call_id, answer.result()))
+            transport.write(self._frame(call_id, answer.result()))
         if self._eof and self._in_flight == 0:
-            self._flush()
             transport.close()
         elif self._paused and self._in_flight < self._in_flight_max // 2:
             self._paused = False
             transport.resume_reading()
-
-    def _flush(self) -> None:
-        """Writes every answer that completed in this turn of the loop in one send."""
-        outgoing, self._outgoing = self._outgoing, []
-        transport = self._transport
-        if outgoing and transport is not None and not transport.is_closing():
-            transport.write(b"".join(outgoing))
 
     def _frame(self, call_id: int, response: om_pb2.OMResponse) -> bytes:
         payload = response.SerializeToString()
