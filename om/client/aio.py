@@ -41,8 +41,8 @@ class _Connection:
         assert call_id not in self._pending, "one attempt of a call at a time"
         future: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        self._writer.write(frame)
         try:
+            self._writer.write(frame)
             return await asyncio.wait_for(future, timeout_s)
         finally:
             self._pending.pop(call_id, None)
