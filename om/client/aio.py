@@ -1,8 +1,8 @@
 """The asyncio client: many requests in flight on one connection.
 
 Responses are matched to requests by call id, so they may return out of
-order. A lost connection fails every request pending on it; each then
-retries (same call id) according to ``RetryPolicy``.
+order. A lost connection fails every request pending on it; each then retries
+(same call id) according to ``RetryPolicy``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ class _Connection:
             return await asyncio.wait_for(future, timeout_s)
         finally:
             self._pending.pop(call_id, None)
-
 
     async def _read_forever(self) -> None:
         error: BaseException = ConnectionResetError("the OM closed the connection")
