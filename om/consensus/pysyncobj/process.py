@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,7 @@ class RaftProcessReplicator:
         self._update_role()
         self._barrier_task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
         self._was_leader = False
         self._closing = False
         self._on_leadership_lost: list[Callable[[], None]] = []
@@ -191,19 +192,32 @@ class RaftProcessReplicator:
                 self._recent.popitem(last=False)
 
     def _answer_snapshot_write(self, tmp_file: str, raft_data: object) -> None:
+        self._start_snapshot_task(self._write_snapshot(tmp_file, raft_data))
+
+    def _answer_snapshot_install(self, file_name: str) -> None:
+        self._start_snapshot_task(self._install_snapshot(file_name))
+
+    def _start_snapshot_task(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs snapshot work off the event loop, which keeps serving reads and
+        executing writes meanwhile. Nothing is applied until it ends: the Raft
+        process sends nothing more until it has the answer."""
+        assert self._snapshot_task is None or self._snapshot_task.done()
+        self._snapshot_task = self._loop.create_task(work)
+
+    async def _write_snapshot(self, tmp_file: str, raft_data: object) -> None:
         error = ""
         try:
-            self._snapshots.serialize(tmp_file, raft_data)
+            await asyncio.to_thread(self._snapshots.serialize, tmp_file, raft_data)
         except Exception as failure:  # reported to pysyncobj, which retries later
             logger.exception("writing a snapshot failed")
             error = f"{type(failure).__name__}: {failure}"
         self._send(("snapshot_written", error))
 
-    def _answer_snapshot_install(self, file_name: str) -> None:
+    async def _install_snapshot(self, file_name: str) -> None:
         raft_data: object = None
         error = ""
         try:
-            raft_data = self._snapshots.deserialize(file_name)
+            raft_data = await asyncio.to_thread(self._snapshots.deserialize, file_name)
         except Exception as failure:
             logger.exception("installing a snapshot failed")
             error = f"{type(failure).__name__}: {failure}"
@@ -265,6 +279,8 @@ class RaftProcessReplicator:
     async def close(self) -> None:
         """Stops the Raft process (it syncs and closes its journal) and the channel."""
         self._closing = True
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
         for task in (self._barrier_task, self._keepalive_task):
             if task is not None:
                 task.cancel()
