@@ -13,9 +13,9 @@ shape: ``bench/etcd``), the driver:
    same time, tracing ``client_request`` records to
    ``OUT/<flow>/traces/client-freon.jsonl``; in the ``full`` profile a mixed
    ``ockrw`` phase follows, traced as flow ``<flow>-mixed``;
-4. reads the OM processes' RSS; for the leader flow, measures failover
-   (``bench/failover``: kill -9 of the leader under light load, repeated);
-   stops the cluster (always, in ``finally``),
+4. reads the OM processes' RSS, stops the cluster (always, in ``finally``);
+   for the leader flow, measures failover on a fresh cluster
+   (``bench/failover``: kill -9 of the leader under light load, repeated),
    and copies the server records of the measured window to
    ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up and preload stay out);
 5. writes freon's report (``freon-measure.txt``/``.json``).
@@ -144,6 +144,10 @@ class FlowDirs:
     @property
     def cluster(self) -> Path:
         return self.root / "cluster"
+
+    @property
+    def failover(self) -> Path:
+        return self.root / "failover-cluster"
 
     @property
     def data(self) -> Path:
@@ -283,15 +287,28 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
             sizes = [rss_mb(p) for p in ([pid, *children(pid)] if pid is not None else [])]
             if sizes and None not in sizes:
                 phases.rss_mb[node.id] = sum(size for size in sizes if size is not None)
-        if flow.failover and config.profile.failover_trials:
-            trials = config.profile.failover_trials
-            log.step(f"{flow.name}: failover, {trials} trials of kill -9 of the leader")
-            phases.failover = uvloop.run(failover.measure(cluster, trials))
-            found = phases.failover.summary()
-            log.step(f"{flow.name}: failover median {found['median_s']:.3f} s, "
-                     f"max {found['max_s']:.3f} s")
         log.step(f"{flow.name}: stopping the cluster")
+    if flow.failover and config.profile.failover_trials:
+        phases.failover = _failover(config, flow, dirs, log)
     return phases, leader
+
+
+def _failover(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
+              log: StepLog) -> FailoverResult:
+    """kill -9 trials on a fresh cluster of the flow (the measured one keeps its traces)."""
+    trials = config.profile.failover_trials
+    log.step(f"{flow.name}: failover, {trials} trials of kill -9 of the leader, "
+             f"on a fresh cluster in {dirs.failover}")
+    cluster = om_cluster.up(dirs.failover, config.profile.nodes, om_cluster.free_port_base(),
+                            flow.execution, flow.extra_toml, remember_it=False)
+    try:
+        result = uvloop.run(failover.measure(cluster, trials))
+    finally:
+        om_cluster.down(cluster)
+    found = result.summary()
+    log.step(f"{flow.name}: failover median {found['median_s']:.3f} s, "
+             f"max {found['max_s']:.3f} s")
+    return result
 
 
 async def _in_process(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
