@@ -255,6 +255,53 @@ async def test_call_id_reused_for_another_request_is_refused(leader: LeaderUnder
     assert (await leader.call(build.info_bucket("vol", "bkt"))).status == om_pb2.BUCKET_NOT_FOUND
 
 
+async def test_call_id_reused_with_another_body_of_the_same_type_is_refused(
+        tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config())
+    await leader.start()
+    first = leader.stamp(build.create_volume("vol-a"))
+    answered = await leader.service.handle(first)
+    assert answered.status == om_pb2.OK
+    other = leader.stamp(build.create_volume("vol-b"))
+    other.call_id = first.call_id
+    refused = await leader.service.handle(other)
+    assert refused.status == om_pb2.INVALID_REQUEST
+    assert f"call id {first.call_id}" in refused.message
+    assert (await leader.call(build.info_volume("vol-b"))).status == om_pb2.VOLUME_NOT_FOUND
+    other_user = leader.stamp(build.create_volume("vol-a"), user="mallory")
+    other_user.call_id = first.call_id
+    assert (await leader.service.handle(other_user)).status == om_pb2.INVALID_REQUEST
+    same = await leader.service.handle(first)
+    assert same.SerializeToString() == answered.SerializeToString(), "a true retry is answered"
+    await leader.close()
+
+    reopened = LeaderUnderTest(tmp_path / "db", config())   # from the table, not memory
+    await reopened.start()
+    assert (await reopened.service.handle(other)).status == om_pb2.INVALID_REQUEST
+    again = await reopened.service.handle(first)
+    assert again.SerializeToString() == answered.SerializeToString()
+    await reopened.close()
+
+
+async def test_call_id_reused_while_the_original_is_in_flight_is_refused(
+        leader: LeaderUnderTest) -> None:
+    await leader.ok(build.create_volume("vol"))
+    leader.replicator.gate.clear()
+    original = leader.stamp(build.create_bucket("vol", "bkt-one"))
+    first = asyncio.create_task(leader.service.handle(original))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    impostor = leader.stamp(build.create_bucket("vol", "bkt-two"))
+    impostor.call_id = original.call_id
+    assert (await leader.service.handle(impostor)).status == om_pb2.INVALID_REQUEST
+    retry = asyncio.create_task(leader.service.handle(original))
+    leader.replicator.gate.set()
+    answered, retried = await asyncio.gather(first, retry)
+    assert answered.status == om_pb2.OK
+    assert retried.SerializeToString() == answered.SerializeToString()
+    missing = await leader.call(build.info_bucket("vol", "bkt-two"))
+    assert missing.status == om_pb2.BUCKET_NOT_FOUND
+
+
 async def test_retry_cache_memory_is_bounded(tmp_path: Path) -> None:
     leader = LeaderUnderTest(tmp_path / "db", config(
         retry=RetryCacheConfig(expiry_ms=600_000, memory_entries=10)))

@@ -207,3 +207,23 @@ def test_pipelined_batches_commit_in_order_and_replicas_stay_identical(tmp_path:
         assert digests["om1"] == digests["om2"] == digests["om3"]
     finally:
         om_cluster.down(cluster)
+
+
+def test_a_reused_call_id_with_another_body_is_refused_and_a_retry_is_answered(
+        cluster: om_cluster.Cluster) -> None:
+    with harness.client(cluster, client_id="reusing-client") as om:
+        first = om_pb2.OMRequest(cmd_type=om_pb2.CreateVolume, call_id=777,
+                                 create_volume=om_pb2.CreateVolumeRequest(volume="first"))
+        answered = om.call(first)
+        other = om_pb2.OMRequest(cmd_type=om_pb2.CreateVolume, call_id=777,
+                                 create_volume=om_pb2.CreateVolumeRequest(volume="second"))
+        refused = om.call_raw(other)
+        assert refused.status == om_pb2.INVALID_REQUEST
+        assert "call id 777" in refused.message
+        retried = om.call(first)
+        assert retried.SerializeToString() == answered.SerializeToString()
+        names = {v.volume for v in om.call(om_pb2.OMRequest(
+            cmd_type=om_pb2.ListVolume, list_volume=om_pb2.ListVolumeRequest())).list_volume
+                 .volume_info}
+        assert "first" in names
+        assert "second" not in names

@@ -38,6 +38,7 @@ from om.gatekeeper.retry_cache import (
     RetryCache,
     RetryCacheConfig,
     RetryKey,
+    StoredReply,
     expired_row_deletes,
 )
 from om.protocol import om_pb2
@@ -105,7 +106,7 @@ class LeaderService(RequestService):
     def _persisted_managed_index(self) -> int:
         return self._state_machine.managed_index
 
-    def _committed_response(self, key: RetryKey) -> om_pb2.OMResponse | None:
+    def _committed_response(self, key: RetryKey) -> StoredReply | None:
         return self.retry_cache.committed_response(key, self._store, self.clock_ms())
 
     def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
@@ -115,13 +116,13 @@ class LeaderService(RequestService):
             committed = None  # the retry cache is disabled for a test: remember nothing
         self.retry_cache.finish(key, committed)
 
-    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey,
-                              trace: Trace) -> om_pb2.OMResponse:
+    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey, trace: Trace,
+                              request_fingerprint: bytes) -> om_pb2.OMResponse:
         self.retry_cache.begin(key)
-        return await super()._write_original(request, key, trace)
+        return await super()._write_original(request, key, trace, request_fingerprint)
 
-    async def _execute_write(self, request: om_pb2.OMRequest,
-                             trace: Trace) -> om_pb2.OMResponse:
+    async def _execute_write(self, request: om_pb2.OMRequest, trace: Trace,
+                             request_fingerprint: bytes) -> om_pb2.OMResponse:
         self.authorize(request)
         started = time.perf_counter_ns()
         owner = await self.locks.acquire(plan_locks(request))
@@ -141,17 +142,19 @@ class LeaderService(RequestService):
                 return response
             assert not recorder.empty, "a successful write changes something"
             release_now = False
-            return await self._replicate(request, response, recorder, index, owner, trace)
+            return await self._replicate(request, response, recorder, index, owner, trace,
+                                         request_fingerprint)
         finally:
             if release_now:
                 self.locks.release(owner)
 
     async def _replicate(self, request: om_pb2.OMRequest, response: om_pb2.OMResponse,
                          recorder: ChangeRecorder, index: int, owner: LockOwner,
-                         trace: Trace) -> om_pb2.OMResponse:
+                         trace: Trace, request_fingerprint: bytes) -> om_pb2.OMResponse:
         """Queues the write; the locks are released when its batch settles."""
         reply = om_pb2.ClientRequestReply(client_id=request.client_id, call_id=request.call_id,
-                                          response=response.SerializeToString())
+                                          response=response.SerializeToString(),
+                                          fingerprint=request_fingerprint)
         settled: asyncio.Future[ReplicateResult] = asyncio.get_running_loop().create_future()
         self.reservations.reserve(index, recorder.quota)
 

@@ -16,7 +16,7 @@ from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
-from om.gatekeeper.retry_cache import RetryKey
+from om.gatekeeper.retry_cache import RetryKey, StoredReply
 from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
@@ -50,16 +50,18 @@ class ReplicatedFlowService(RequestService):
     def _persisted_managed_index(self) -> int:
         return self._state_machine.managed_index
 
-    def _committed_response(self, key: RetryKey) -> om_pb2.OMResponse | None:
+    def _committed_response(self, key: RetryKey) -> StoredReply | None:
         stored = self._state_machine.retry.lookup(key, self.clock_ms())
-        return None if stored is None else om_pb2.OMResponse.FromString(stored)
+        if stored is None:
+            return None
+        return StoredReply(om_pb2.OMResponse.FromString(stored[0]), stored[1])
 
     def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
                         response: om_pb2.OMResponse | None) -> None:
         """The retry cache is filled by apply, on every node."""
 
-    async def _execute_write(self, request: om_pb2.OMRequest,
-                             trace: Trace) -> om_pb2.OMResponse:
+    async def _execute_write(self, request: om_pb2.OMRequest, trace: Trace,
+                             request_fingerprint: bytes) -> om_pb2.OMResponse:
         self.authorize(request)
         role = self.role()
         entry = om_pb2.ReplicatedRequest(request=request, timestamp_ms=self.clock_ms(),

@@ -39,8 +39,9 @@ from om.executor.errors import OMError
 from om.executor.read_view import ReadView
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.gatekeeper.authorize import AclPolicy, authorize
+from om.gatekeeper.fingerprint import fingerprint, same_request
 from om.gatekeeper.managed_index import ManagedIndex
-from om.gatekeeper.retry_cache import RetryKey
+from om.gatekeeper.retry_cache import RetryKey, StoredReply
 from om.protocol import om_pb2
 from om.tracing import TraceSink
 
@@ -85,19 +86,35 @@ def not_leader_response(request: om_pb2.OMRequest, node_id: str,
     return response
 
 
-def check_same_command(request: om_pb2.OMRequest,
-                       cached: om_pb2.OMResponse) -> om_pb2.OMResponse:
-    """The cached answer, unless the call id was reused for another command.
+def reused_call_id(request: om_pb2.OMRequest,
+                   original_type: om_pb2.Type.ValueType) -> om_pb2.OMResponse:
+    """INVALID_REQUEST for a request that reuses the call id of a different one.
 
-    A well-behaved client never does that; answering with another command's
-    response would be silently wrong (Ozone's HDDS-11491), so refuse.
-    """
-    if cached.cmd_type == request.cmd_type:
-        return cached
+    A well-behaved client never does that; answering with another request's
+    response would be silently wrong (Ozone's HDDS-11491), so refuse."""
     return error_response(
         request, om_pb2.INVALID_REQUEST,
-        f"call id {request.call_id} of client {request.client_id} was already used for "
-        f"{om_pb2.Type.Name(cached.cmd_type)}; a retry must resend the same request")
+        f"call id {request.call_id} of client {request.client_id} was already used for a "
+        f"different {om_pb2.Type.Name(original_type)} request; a retry must resend the "
+        "same request, and a new request needs a new call id")
+
+
+def stored_answer(request: om_pb2.OMRequest, request_fingerprint: bytes,
+                  stored: StoredReply) -> om_pb2.OMResponse:
+    """The stored answer, when the retry is the request it answered."""
+    if (stored.response.cmd_type == request.cmd_type
+            and same_request(stored.fingerprint, request_fingerprint)):
+        return stored.response
+    return reused_call_id(request, stored.response.cmd_type)
+
+
+@dataclass
+class _Original:
+    """A write being answered now: what a retry of it waits for, and what it was."""
+
+    answer: asyncio.Future[om_pb2.OMResponse | None]
+    fingerprint: bytes
+    cmd_type: om_pb2.Type.ValueType
 
 
 class RequestService(abc.ABC):
@@ -119,7 +136,7 @@ class RequestService(abc.ABC):
         self.clock_ms = clock_ms
         self._retry_cache_enabled = retry_cache_enabled
         self.managed_index = ManagedIndex(managed_index)
-        self._originals: dict[RetryKey, asyncio.Future[om_pb2.OMResponse | None]] = {}
+        self._originals: dict[RetryKey, _Original] = {}
         self._tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
         self._index_term = -1
         self.requests = 0
@@ -135,12 +152,12 @@ class RequestService(abc.ABC):
         """The highest managed index this node has applied."""
 
     @abc.abstractmethod
-    def _committed_response(self, key: RetryKey) -> om_pb2.OMResponse | None:
-        """The stored answer of a committed write with this key, if any."""
+    def _committed_response(self, key: RetryKey) -> StoredReply | None:
+        """The stored reply of a committed write with this key, if any."""
 
     @abc.abstractmethod
-    async def _execute_write(self, request: om_pb2.OMRequest,
-                             trace: Trace) -> om_pb2.OMResponse:
+    async def _execute_write(self, request: om_pb2.OMRequest, trace: Trace,
+                             request_fingerprint: bytes) -> om_pb2.OMResponse:
         """Executes and commits one admitted write; answers with its response."""
 
     @abc.abstractmethod
@@ -230,20 +247,23 @@ class RequestService(abc.ABC):
         key = (request.client_id, request.call_id)
         if not self._retry_cache_enabled:  # test-only: every retry executes again
             key = (f"{request.client_id}#retry-cache-off#{self.requests}", request.call_id)
+        request_fingerprint = fingerprint(request)
         while True:
-            cached = self._committed_response(key)
-            if cached is not None:
-                return check_same_command(request, cached)
+            stored = self._committed_response(key)
+            if stored is not None:
+                return stored_answer(request, request_fingerprint, stored)
             original = self._originals.get(key)
             if original is None:
                 break
-            answer = await self._await_original(original)
+            if original.fingerprint != request_fingerprint:
+                return reused_call_id(request, original.cmd_type)
+            answer = await self._await_original(original.answer)
             if answer is not None:
-                return check_same_command(request, answer)
+                return answer
         if len(self._originals) >= self._in_flight_max:
             return error_response(request, om_pb2.SERVER_BUSY,
                                   f"{len(self._originals)} writes in flight; retry shortly")
-        return await self._write_original(request, key, trace)
+        return await self._write_original(request, key, trace, request_fingerprint)
 
     async def _await_original(
             self, original: asyncio.Future[om_pb2.OMResponse | None]) -> om_pb2.OMResponse | None:
@@ -254,14 +274,14 @@ class RequestService(abc.ABC):
             raise OMError(om_pb2.TIMEOUT,
                           "timed out waiting for the original of a retried request") from None
 
-    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey,
-                              trace: Trace) -> om_pb2.OMResponse:
-        original: asyncio.Future[om_pb2.OMResponse | None] = (
-            asyncio.get_running_loop().create_future())
+    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey, trace: Trace,
+                              request_fingerprint: bytes) -> om_pb2.OMResponse:
+        original = _Original(asyncio.get_running_loop().create_future(), request_fingerprint,
+                             request.cmd_type)
         self._originals[key] = original
         response: om_pb2.OMResponse | None = None
         try:
-            response = await self._execute_write(request, trace)
+            response = await self._execute_write(request, trace, request_fingerprint)
             return response
         except OMError as error:
             response = error_response(request, error.status, error.message)
@@ -269,7 +289,7 @@ class RequestService(abc.ABC):
         finally:
             self._write_finished(request, key, response)
             del self._originals[key]
-            original.set_result(response)
+            original.answer.set_result(response)
 
     def _emit(self, trace: Trace, response: om_pb2.OMResponse) -> None:
         if not self._tracer.enabled:

@@ -30,6 +30,14 @@ RetryKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
+class StoredReply:
+    """A committed write's response and the fingerprint of its request."""
+
+    response: om_pb2.OMResponse
+    fingerprint: bytes
+
+
+@dataclass(frozen=True)
 class RetryCacheConfig:
     """Limits of the retry cache."""
 
@@ -47,19 +55,19 @@ class RetryCache:
     def __init__(self, config: RetryCacheConfig) -> None:
         self.config = config
         self._in_flight: set[RetryKey] = set()
-        self._recent: OrderedDict[RetryKey, tuple[bytes, int]] = OrderedDict()
+        self._recent: OrderedDict[RetryKey, tuple[bytes, int, bytes]] = OrderedDict()
         self.hits = 0
 
     def committed_response(self, key: RetryKey, view: ReadView,
-                           now_ms: int) -> om_pb2.OMResponse | None:
-        """The stored response of a committed, unexpired write, or None."""
+                           now_ms: int) -> StoredReply | None:
+        """The stored reply of a committed, unexpired write, or None."""
         cached = self._recent.get(key)
         if cached is not None:
-            response_bytes, timestamp_ms = cached
+            response_bytes, timestamp_ms, fingerprint = cached
             if now_ms - timestamp_ms <= self.config.expiry_ms:
                 self._recent.move_to_end(key)
                 self.hits += 1
-                return om_pb2.OMResponse.FromString(response_bytes)
+                return StoredReply(om_pb2.OMResponse.FromString(response_bytes), fingerprint)
             del self._recent[key]
         raw = view.get(om_pb2.CLIENT_REQUEST_REPLY, tables.reply_key(*key))
         if raw is None:
@@ -68,9 +76,9 @@ class RetryCache:
         assert (row.client_id, row.call_id) == key
         if now_ms - row.timestamp_ms > self.config.expiry_ms:
             return None
-        self._remember(key, row.response, row.timestamp_ms)
+        self._remember(key, row.response, row.timestamp_ms, row.fingerprint)
         self.hits += 1
-        return om_pb2.OMResponse.FromString(row.response)
+        return StoredReply(om_pb2.OMResponse.FromString(row.response), row.fingerprint)
 
     def begin(self, key: RetryKey) -> None:
         """Marks the write as in flight."""
@@ -83,10 +91,12 @@ class RetryCache:
         self._in_flight.discard(key)
         if committed is not None:
             assert (committed.client_id, committed.call_id) == key
-            self._remember(key, committed.response, committed.timestamp_ms)
+            self._remember(key, committed.response, committed.timestamp_ms,
+                           committed.fingerprint)
 
-    def _remember(self, key: RetryKey, response: bytes, timestamp_ms: int) -> None:
-        self._recent[key] = (response, timestamp_ms)
+    def _remember(self, key: RetryKey, response: bytes, timestamp_ms: int,
+                  fingerprint: bytes) -> None:
+        self._recent[key] = (response, timestamp_ms, fingerprint)
         self._recent.move_to_end(key)
         while len(self._recent) > self.config.memory_entries:
             self._recent.popitem(last=False)

@@ -848,6 +848,7 @@ class OMRequest(_message.Message):
     CALL_ID_FIELD_NUMBER: _builtins.int
     USER_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    LOCAL_READ_FIELD_NUMBER: _builtins.int
     CREATE_VOLUME_FIELD_NUMBER: _builtins.int
     SET_VOLUME_PROPERTY_FIELD_NUMBER: _builtins.int
     INFO_VOLUME_FIELD_NUMBER: _builtins.int
@@ -873,6 +874,11 @@ class OMRequest(_message.Message):
     user: _builtins.str
     trace_id: _builtins.int
     """optional; 0 means none"""
+    local_read: _builtins.bool
+    """Reads only: answer from this node's applied state without confirming that
+    it still leads (any node answers; the value may be stale). Off by default:
+    reads are linearizable.
+    """
     @_builtins.property
     def create_volume(self) -> Global___CreateVolumeRequest: ...
     @_builtins.property
@@ -915,6 +921,7 @@ class OMRequest(_message.Message):
         call_id: _builtins.int = ...,
         user: _builtins.str = ...,
         trace_id: _builtins.int = ...,
+        local_read: _builtins.bool = ...,
         create_volume: Global___CreateVolumeRequest | None = ...,
         set_volume_property: Global___SetVolumePropertyRequest | None = ...,
         info_volume: Global___InfoVolumeRequest | None = ...,
@@ -935,7 +942,7 @@ class OMRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "trace_id", b"trace_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "trace_id", b"trace_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
@@ -1546,12 +1553,17 @@ class ClientRequestReply(_message.Message):
     CALL_ID_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     RESPONSE_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     call_id: _builtins.int
     timestamp_ms: _builtins.int
     """the batch's (replicated) time"""
     response: _builtins.bytes
     """a serialized OMResponse"""
+    fingerprint: _builtins.bytes
+    """SHA-256 of the request's body (om.gatekeeper.fingerprint): a retry must
+    carry the same body to be answered from this row.
+    """
     def __init__(
         self,
         *,
@@ -1559,10 +1571,11 @@ class ClientRequestReply(_message.Message):
         call_id: _builtins.int = ...,
         timestamp_ms: _builtins.int = ...,
         response: _builtins.bytes = ...,
+        fingerprint: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "client_id", b"client_id", "response", b"response", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "client_id", b"client_id", "fingerprint", b"fingerprint", "response", b"response", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations
 from om.executor.registry import dispatch
+from om.gatekeeper.fingerprint import fingerprint
 from om.gatekeeper.retry_cache import RetryKey
 from om.protocol import om_pb2
 from om.statemachine import log_entry
@@ -41,22 +42,24 @@ class MemoryRetryCache:
         assert entries_max > 0
         self._expiry_ms = expiry_ms
         self._entries_max = entries_max
-        self._entries: OrderedDict[RetryKey, tuple[bytes, int]] = OrderedDict()
+        self._entries: OrderedDict[RetryKey, tuple[bytes, int, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def remember(self, key: RetryKey, response: bytes, timestamp_ms: int) -> None:
+    def remember(self, key: RetryKey, response: bytes, timestamp_ms: int,
+                 fingerprint: bytes) -> None:
         with self._lock:
-            self._entries[key] = (response, timestamp_ms)
+            self._entries[key] = (response, timestamp_ms, fingerprint)
             self._entries.move_to_end(key)
             while len(self._entries) > self._entries_max:
                 self._entries.popitem(last=False)
 
-    def lookup(self, key: RetryKey, now_ms: int) -> bytes | None:
+    def lookup(self, key: RetryKey, now_ms: int) -> tuple[bytes, bytes] | None:
+        """The response and request fingerprint of an unexpired entry."""
         with self._lock:
             entry = self._entries.get(key)
         if entry is None or now_ms - entry[1] > self._expiry_ms:
             return None
-        return entry[0]
+        return entry[0], entry[2]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -125,7 +128,7 @@ class ReplicatedStateMachine:
                 writes.append(((change.table, change.key), updated))
                 self.cache.put(change.table, change.key, updated, position)
         self.retry.remember((request.client_id, request.call_id), response,
-                            message.timestamp_ms)
+                            message.timestamp_ms, fingerprint(request))
         return writes, response
 
     def _info(self) -> om_pb2.TransactionInfo:
