@@ -34,6 +34,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9862
 DEFAULT_RAFT_PORT = 9872
 EXECUTIONS = ("leader", "replicated")
+READ_LINEARIZABLE = "linearizable"
+READ_LOCAL = "local"
+READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)
 
 
 class ConfigError(Exception):
@@ -122,6 +125,10 @@ class ServerConfig:
     admins: tuple[str, ...] = ()
     trace_path: Path | None = None
     trace_flow: str = ""
+    # "linearizable" (default): a read reflects every write acknowledged before it
+    # was sent (the leader confirms with a quorum first). "local": any node answers
+    # from its own applied state, at once, maybe stale.
+    read_mode: str = READ_LINEARIZABLE
     # Test-only: answer retries as new requests, so the chaos suite's red test can
     # prove its exactly-once checker detects the duplicates this causes.
     unsafe_disable_retry_cache: bool = False
@@ -151,6 +158,8 @@ class ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""
         if self.execution not in EXECUTIONS:
             raise ConfigError(f"execution must be one of {EXECUTIONS}, not '{self.execution}'")
+        if self.read_mode not in READ_MODES:
+            raise ConfigError(f"read_mode must be one of {READ_MODES}, not '{self.read_mode}'")
         ids = [n.id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"node ids must be unique: {ids}")

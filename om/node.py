@@ -63,6 +63,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
         acl=AclPolicy(config.acl_enabled, frozenset(config.admins)),
         limits=HandlerLimits(list_max_keys=limits.list_max_keys),
         retry_cache_enabled=not config.unsafe_disable_retry_cache,
+        read_mode=config.read_mode,
     )
 
 
@@ -180,6 +181,7 @@ class Node:
         service = self.leader
         values: dict[str, float] = {"requests": service.requests,
                                     "writes_in_flight": service.in_flight,
+                                    "linearizable_reads": service.linearizable_reads,
                                     **gc_policy.metrics()}
         if isinstance(service, LeaderService):
             pipeline = service.pipeline

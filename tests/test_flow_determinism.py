@@ -46,13 +46,15 @@ class Flow:
         self.service: RequestService
         if execution == "leader":
             self.machine = StateMachine(self.store)
-            replicator = LocalReplicator("om1", "a:1", 0, self.machine.apply_entry)
+            replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
+                                         self.machine.apply_entry)
             self.service = LeaderService("om1", self.store, self.machine, replicator, config,
                                          NullTracer(), clock_ms=lambda: self.now_ms)
         else:
             self.machine = ReplicatedStateMachine(self.store, config.limits,
                                                   MemoryRetryCache(600_000, 1000), 100, _fail)
-            replicator = LocalReplicator("om1", "a:1", 0, self.machine.apply_entry)
+            replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
+                                         self.machine.apply_entry)
             self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
                                                  NullTracer(), clock_ms=lambda: self.now_ms)
         self.call_ids = itertools.count(1)

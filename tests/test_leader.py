@@ -170,11 +170,57 @@ async def test_writes_are_invisible_until_applied(leader: LeaderUnderTest) -> No
     leader.replicator.gate.clear()
     create = asyncio.create_task(leader.call(build.create_volume("vol")))
     await _wait_until(lambda: leader.replicator.waiting == 1)
-    info = await leader.call(build.info_volume("vol"))
+    local = build.info_volume("vol")
+    local.local_read = True       # no read round: what the store holds right now
+    info = await leader.call(local)
     assert info.status == om_pb2.VOLUME_NOT_FOUND
     leader.replicator.gate.set()
     assert (await create).status == om_pb2.OK
     assert (await leader.call(build.info_volume("vol"))).status == om_pb2.OK
+
+
+# -- linearizable reads ------------------------------------------------------------
+
+
+async def test_a_read_waits_for_a_round_proposed_after_it_arrived(
+        leader: LeaderUnderTest) -> None:
+    await leader.ok(build.create_volume("vol"))
+    leader.replicator.gate.clear()
+    writing = asyncio.create_task(leader.call(build.create_volume("vol2")))
+    await _wait_until(lambda: leader.replicator.waiting == 1)
+    entries = leader.replicator.entries
+    reads = [asyncio.create_task(leader.call(build.info_volume(name)))
+             for name in ("vol", "vol2", "vol", "vol2")]
+    await asyncio.sleep(0.05)
+    assert not any(read.done() for read in reads), "a read was answered without a round"
+    leader.replicator.gate.set()
+    assert (await writing).status == om_pb2.OK
+    answers = await asyncio.gather(*reads)
+    assert [a.status for a in answers] == [om_pb2.OK] * 4, "they see the write before them"
+    assert leader.replicator.entries == entries + 2, "the write's batch, then one read round"
+    assert leader.service.linearizable_reads == 4
+
+
+async def test_a_read_whose_round_fails_is_refused_retryably(leader: LeaderUnderTest) -> None:
+    await leader.ok(build.create_volume("vol"))
+    leader.replicator.fail_with = ReplicateStatus.LEADER_CHANGED
+    refused = await leader.call(build.info_volume("vol"))
+    assert refused.status in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY)
+    leader.replicator.fail_with = None
+    assert (await leader.call(build.info_volume("vol"))).status == om_pb2.OK
+
+
+async def test_local_reads_take_no_round(tmp_path: Path) -> None:
+    leader = LeaderUnderTest(tmp_path / "db", config(read_mode="local"))
+    await leader.start()
+    await leader.ok(build.create_volume("vol"))
+    entries = leader.replicator.entries
+    leader.replicator.gate.clear()
+    assert (await leader.call(build.info_volume("vol"))).status == om_pb2.OK
+    assert leader.replicator.entries == entries
+    assert leader.service.linearizable_reads == 0
+    leader.replicator.gate.set()
+    await leader.close()
 
 
 # -- retry cache -------------------------------------------------------------------

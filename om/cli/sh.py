@@ -187,6 +187,9 @@ def register(commands: Any) -> None:
                    help="comma-separated OM addresses (default 127.0.0.1:9862 or $OM_ADDRESS)")
     p.add_argument("--user", help="the user to act as (default: the login name)")
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
+    p.add_argument("--read-mode", choices=("linearizable", "local"), default="linearizable",
+                   help="local: any node answers reads from its own state, maybe stale "
+                        "(default: linearizable, confirmed by the leader)")
     objects = p.add_subparsers(dest="object", required=True)
     for name, actions in _ACTIONS.items():
         sub = objects.add_parser(name)
@@ -209,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
     addresses = split_addresses(args.om)
     policy = RetryPolicy(deadline_s=args.timeout)
     try:
-        with OMClient(addresses, user=args.user, policy=policy) as client:
+        with OMClient(addresses, user=args.user, policy=policy,
+                      read_mode=args.read_mode) as client:
             _RUNNERS[args.object](client, args)
     except UsageError as error:
         print(f"om sh: {error}", file=sys.stderr)

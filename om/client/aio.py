@@ -74,8 +74,9 @@ class AsyncOMClient(ClientIdentity):
     """An asyncio OM client that retries with the same call id."""
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
-                 policy: RetryPolicy | None = None, client_id: str | None = None) -> None:
-        super().__init__(addresses, user, policy, client_id)
+                 policy: RetryPolicy | None = None, client_id: str | None = None,
+                 read_mode: str = "linearizable") -> None:
+        super().__init__(addresses, user, policy, client_id, read_mode)
         self._connections: dict[str, _Connection] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -94,10 +95,7 @@ class AsyncOMClient(ClientIdentity):
 
     async def call_raw(self, request: om_pb2.OMRequest) -> tuple[om_pb2.OMResponse, int]:
         """The final answer to ``request`` whatever its status, and the retries it took."""
-        request.client_id = self.client_id
-        request.user = request.user or self.user
-        if not request.call_id:
-            request.call_id = self.next_call_id()
+        self.stamp(request)
         frame = encode_frame(request.SerializeToString())
         loop = asyncio.get_running_loop()
         attempts = Attempts(list(self.addresses), self._current, self.policy, loop.time())

@@ -22,8 +22,9 @@ class OMClient(ClientIdentity):
     """A blocking OM client that retries with the same call id."""
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
-                 policy: RetryPolicy | None = None, client_id: str | None = None) -> None:
-        super().__init__(addresses, user, policy, client_id)
+                 policy: RetryPolicy | None = None, client_id: str | None = None,
+                 read_mode: str = "linearizable") -> None:
+        super().__init__(addresses, user, policy, client_id, read_mode)
         self._socket: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
         self.last_retries = 0
@@ -54,10 +55,7 @@ class OMClient(ClientIdentity):
         The request gets this client's id, the user and, unless already set, a
         new call id; every retry reuses them.
         """
-        request.client_id = self.client_id
-        request.user = request.user or self.user
-        if not request.call_id:
-            request.call_id = self.next_call_id()
+        self.stamp(request)
         frame = encode_frame(request.SerializeToString())
         attempts = Attempts(self.addresses, self._current, self.policy, time.monotonic())
         while True:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 
 from om.client.retry_policy import RetryPolicy
+from om.protocol import om_pb2
 
 DEFAULT_ADDRESS = "127.0.0.1:9862"
 
@@ -23,16 +24,25 @@ def split_addresses(text: str) -> list[str]:
     return [address.strip() for address in text.split(",") if address.strip()]
 
 
+READ_MODES = ("linearizable", "local")
+
+
 class ClientIdentity:
-    """A client's addresses, user, retry policy, client id and call-id counter.
+    """A client's addresses, user, retry policy, client id, call-id counter, read mode.
 
     The client id is a fresh UUID unless given: call ids are unique per client
-    id, and the server's retry cache is keyed by the pair.
+    id, and the server's retry cache is keyed by the pair. ``read_mode="local"``
+    asks for local reads (``OMRequest.local_read``): any node answers a read from
+    its own applied state, at once and maybe stale; the default is linearizable.
     """
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
-                 policy: RetryPolicy | None = None, client_id: str | None = None) -> None:
+                 policy: RetryPolicy | None = None, client_id: str | None = None,
+                 read_mode: str = "linearizable") -> None:
         assert addresses, "a client needs at least one address"
+        if read_mode not in READ_MODES:
+            raise ValueError(f"read_mode must be one of {READ_MODES}, not {read_mode!r}")
+        self.local_reads = read_mode == "local"
         self.addresses = list(addresses)
         self.user = user or getpass.getuser()
         self.policy = policy or RetryPolicy()
@@ -43,3 +53,12 @@ class ClientIdentity:
     def next_call_id(self) -> int:
         """A new call id for a request this client will send."""
         return next(self._call_ids)
+
+    def stamp(self, request: om_pb2.OMRequest) -> None:
+        """Gives ``request`` this client's id, user, read mode and, unless set, a new
+        call id; every retry reuses them (the server ignores local_read on writes)."""
+        request.client_id = self.client_id
+        request.user = request.user or self.user
+        request.local_read = request.local_read or self.local_reads
+        if not request.call_id:
+            request.call_id = self.next_call_id()

@@ -66,8 +66,7 @@ class BatchBuilder:
         self._bytes += write.size
 
     def seal(self, batch_id: int, timestamp_ms: int, leader_id: str) -> om_pb2.PersistDbBatch:
-        """The batch carrying every added write, in order."""
-        assert self.writes
+        """The batch carrying every added write, in order (none: a read round's)."""
         batch = om_pb2.PersistDbBatch(batch_id=batch_id, timestamp_ms=timestamp_ms,
                                       managed_index=self._last_index, leader_id=leader_id,
                                       request_count=len(self.writes))

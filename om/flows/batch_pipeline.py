@@ -70,6 +70,7 @@ class BatchPipeline:
         self._tracer = tracer
         self._queue: deque[_Queued] = deque()
         self._wakeup = asyncio.Event()
+        self._read_rounds: list[asyncio.Future[ReplicateResult]] = []
         self._slots = asyncio.Semaphore(config.inflight_batches_max)
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_batch_id = 1
@@ -90,12 +91,23 @@ class BatchPipeline:
         self._wakeup.set()
         return True
 
+    async def read_round(self) -> ReplicateResult:
+        """Resolves once a batch sealed after this call has committed and been applied
+        here: the read index of a linearizable read. Every read waiting when a batch
+        is sealed rides on it; with no write waiting, the batch is empty."""
+        round_done: asyncio.Future[ReplicateResult] = asyncio.get_running_loop().create_future()
+        self._read_rounds.append(round_done)
+        self._wakeup.set()
+        return await round_done
+
     def fail_queued(self, status: ReplicateStatus) -> None:
-        """Settles every write not yet sealed with ``status`` (leadership lost)."""
+        """Settles every write and read not yet sealed with ``status`` (leadership lost)."""
         assert status is not ReplicateStatus.COMMITTED
         while self._queue:
             queued = self._queue.popleft()
             queued.settle(ReplicateResult(status), 0, 0)
+        rounds, self._read_rounds = self._read_rounds, []
+        _resolve_all(rounds, ReplicateResult(status))
 
     async def close(self) -> None:
         """Waits for in-flight batches, fails what is still queued, stops the loop."""
@@ -108,11 +120,11 @@ class BatchPipeline:
 
     async def _run(self) -> None:
         while True:
-            while not self._queue:
+            while not self._queue and not self._read_rounds:
                 self._wakeup.clear()
                 await self._wakeup.wait()
             await self._slots.acquire()
-            if not self._queue:
+            if not self._queue and not self._read_rounds:
                 self._slots.release()
                 continue
             sealed = self._seal()
@@ -120,7 +132,7 @@ class BatchPipeline:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _seal(self) -> tuple[bytes, list[_Queued], int]:
+    def _seal(self) -> tuple[bytes, list[_Queued], int, list[asyncio.Future[ReplicateResult]]]:
         builder = BatchBuilder(self.config.bytes_max, self.config.writes_max)
         taken: list[_Queued] = []
         while self._queue and builder.fits(self._queue[0].write):
@@ -132,9 +144,11 @@ class BatchPipeline:
         batch = builder.seal(batch_id, time.time_ns() // 1_000_000, self._leader_id)
         batch.term = self._replicator.role().term
         assert batch.request_count == len(taken)
-        return log_entry.encode_batch(batch), taken, batch_id
+        rounds, self._read_rounds = self._read_rounds, []
+        return log_entry.encode_batch(batch), taken, batch_id, rounds
 
-    async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int) -> None:
+    async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,
+                         rounds: list[asyncio.Future[ReplicateResult]]) -> None:
         sealed_ns = time.perf_counter_ns()
         t_ns = time.time_ns()
         result = ReplicateResult(ReplicateStatus.LEADER_CHANGED)
@@ -146,6 +160,7 @@ class BatchPipeline:
             self._slots.release()
             for queued in taken:
                 queued.settle(result, sealed_ns - queued.queued_ns, batch_id)
+            _resolve_all(rounds, result)
         self.batches += 1
         self.writes += len(taken)
         self._tracer.emit("server_batch", {
@@ -153,3 +168,9 @@ class BatchPipeline:
             "requests": len(taken), "bytes": len(entry),
             "replicate_ns": time.perf_counter_ns() - sealed_ns - result.apply_ns,
             "apply_ns": result.apply_ns})
+
+
+def _resolve_all(rounds: list[asyncio.Future[ReplicateResult]], result: ReplicateResult) -> None:
+    for round_done in rounds:
+        if not round_done.done():
+            round_done.set_result(result)

@@ -22,6 +22,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from om.config import READ_LINEARIZABLE
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
@@ -61,6 +62,7 @@ class LeaderConfig:
     acl: AclPolicy = field(default_factory=AclPolicy)
     limits: Limits = field(default_factory=Limits)
     retry_cache_enabled: bool = True
+    read_mode: str = READ_LINEARIZABLE
 
 
 class LeaderService(RequestService):
@@ -71,7 +73,7 @@ class LeaderService(RequestService):
                  clock_ms: Clock = wall_clock_ms) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled)
+                         clock_ms, config.retry_cache_enabled, config.read_mode)
         self.config = config
         self._store = store
         self._state_machine = state_machine
@@ -102,6 +104,9 @@ class LeaderService(RequestService):
 
     def _view(self) -> ReadView:
         return self._store
+
+    async def _confirm_read(self) -> ReplicateResult:
+        return await self.pipeline.read_round()
 
     def _persisted_managed_index(self) -> int:
         return self._state_machine.managed_index

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 
-from om.consensus.port import ReplicateStatus, Replicator
+from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
+from om.flows.read_rounds import ReadRounds
 from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
 from om.protocol import om_pb2
@@ -31,21 +32,32 @@ class ReplicatedFlowService(RequestService):
                  clock_ms: Clock = wall_clock_ms) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled)
+                         clock_ms, config.retry_cache_enabled, config.read_mode)
         self._state_machine = state_machine
+        self.read_rounds = ReadRounds(self._read_round_trip)
 
     async def start(self) -> None:
         """Nothing runs in the background on the request side."""
 
     async def close(self) -> None:
-        """Lets every admitted write finish."""
+        """Lets every admitted request finish."""
         await self.drain()
+        await self.read_rounds.close()
 
     def leadership_lost(self) -> None:
         """Nothing is queued on the request side; in-flight entries settle via Raft."""
 
     def _view(self) -> ReadView:
         return self._state_machine.view
+
+    async def _confirm_read(self) -> ReplicateResult:
+        return await self.read_rounds.confirm()
+
+    async def _read_round_trip(self) -> ReplicateResult:
+        """One read round: an empty entry of this term, committed and applied."""
+        empty = om_pb2.PersistDbBatch(term=self.role().term, leader_id=self.node_id,
+                                      timestamp_ms=self.clock_ms())
+        return await self._replicator.replicate(log_entry.encode_batch(empty))
 
     def _persisted_managed_index(self) -> int:
         return self._state_machine.managed_index

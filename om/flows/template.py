@@ -3,12 +3,18 @@
 For every request, in this order (each step's failure path undoes the earlier):
 
  1. shape check                      -> INVALID_REQUEST
- 2. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
- 3. reads: authorize, run the handler against what this flow's readers see
- 4. writes: retry cache: committed before? -> the stored response;
-            in flight? -> wait for the original
- 5. admission: in-flight limit       -> SERVER_BUSY
- 6. the flow's own write path (``_execute_write``)
+ 2. local reads (the request's ``local_read``, or ``read_mode = "local"``): answered
+    by any node from what its readers see, with no confirmation: maybe stale
+ 3. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
+ 4. reads: authorize; wait for a read round (``_confirm_read``: an entry proposed
+    after the read arrived, committed by a quorum and applied here), so the read
+    sees every write acknowledged before it was sent  -> NOT_LEADER if none commits;
+    then run the handler against what this flow's readers see
+ 5. writes: retry cache: committed before? -> the stored response, if it is the same
+            request (fingerprint), else INVALID_REQUEST;
+            in flight? -> wait for the original (the same request) or refuse
+ 6. admission: in-flight limit       -> SERVER_BUSY
+ 7. the flow's own write path (``_execute_write``)
 
 Every request runs in one task of its own (``submit``), which the service
 tracks until it ends (``drain``) and which no caller can cancel: the server
@@ -32,7 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from om.consensus.port import Replicator, Role
+from om.config import READ_LINEARIZABLE, READ_LOCAL, READ_MODES
+from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
 from om.executor.errors import OMError
@@ -123,9 +130,12 @@ class RequestService(abc.ABC):
     def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
                  acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
                  tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
-                 retry_cache_enabled: bool = True) -> None:
+                 retry_cache_enabled: bool = True, read_mode: str = READ_LINEARIZABLE) -> None:
         assert in_flight_max > 0
         assert retry_wait_s > 0
+        assert read_mode in READ_MODES
+        self._read_mode = read_mode
+        self.linearizable_reads = 0
         self.node_id = node_id
         self._replicator = replicator
         self._acl = acl
@@ -150,6 +160,10 @@ class RequestService(abc.ABC):
     @abc.abstractmethod
     def _persisted_managed_index(self) -> int:
         """The highest managed index this node has applied."""
+
+    @abc.abstractmethod
+    async def _confirm_read(self) -> ReplicateResult:
+        """COMMITTED once an entry proposed after this call is applied here."""
 
     @abc.abstractmethod
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
@@ -228,15 +242,32 @@ class RequestService(abc.ABC):
         authorize(request, self._view(), self._acl)
 
     async def _handle_valid(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
+        write = KINDS[request.cmd_type].write
+        if not write and (request.local_read or self._read_mode == READ_LOCAL):
+            self.authorize(request)
+            return self._read(request, trace)   # any node, from its applied state
         role = self.role()
         if not role.ready:
             return not_leader_response(request, self.node_id, role)
-        if not KINDS[request.cmd_type].write:
-            return self._read(request, trace)
+        if not write:
+            return await self._linearizable_read(request, trace)
         return await self._write(request, trace)
 
-    def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
+    async def _linearizable_read(self, request: om_pb2.OMRequest,
+                                 trace: Trace) -> om_pb2.OMResponse:
+        """Answers once this node confirmed, after the read arrived, that it still
+        leads and applied everything committed until then (ReadIndex)."""
         self.authorize(request)
+        started = time.perf_counter_ns()
+        confirmed = await self._confirm_read()
+        trace.replicate_ns = time.perf_counter_ns() - started
+        if confirmed.status is not ReplicateStatus.COMMITTED:
+            return not_leader_response(request, self.node_id, self._replicator.role())
+        self.linearizable_reads += 1
+        return self._read(request, trace)
+
+    def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
+        """Runs an authorized read's handler against what this flow's readers see."""
         started = time.perf_counter_ns()
         response = dispatch(request, self._view(), ChangeRecorder(),
                             self.context(request, 0, self.clock_ms()))
