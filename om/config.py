@@ -68,6 +68,8 @@ class Limits:
     """Bounds of the server; hitting one returns a status, never unbounded growth."""
 
     max_frame_bytes: int = 4 * 1024 * 1024
+    connections_max: int = 10_000
+    connection_idle_s: float = 600.0
     connection_in_flight_max: int = 1024
     in_flight_max: int = 10_000
     lock_timeout_s: float = 60.0

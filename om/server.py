@@ -7,6 +7,12 @@ return out of order. A frame over the size limit gets an INVALID_REQUEST
 answer and the connection is closed (the stream cannot be resynchronised); a
 frame that is not an OMRequest gets INVALID_REQUEST and the connection lives
 on. Neither affects other connections.
+
+At most ``connections_max`` connections are open: one more is answered with
+SERVER_BUSY and closed (logged at most once per ``REFUSAL_LOG_INTERVAL_S``),
+and the process's file-descriptor limit is raised at start to fit the cap. A
+connection with nothing in flight that sends nothing for
+``connection_idle_s`` is closed.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import resource
+import time
 from typing import cast
 
 from google.protobuf.message import DecodeError
@@ -24,19 +33,81 @@ from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, FrameTooLarge, encode_frame
 
 logger = logging.getLogger(__name__)
+FD_HEADROOM = 1024          # descriptors beyond client connections: RocksDB, Raft, logs
+REFUSAL_LOG_INTERVAL_S = 10.0
+
+
+def _answer(status: om_pb2.Status.ValueType, message: str, call_id: int = 0) -> bytes:
+    response = om_pb2.OMResponse(status=status, message=message, call_id=call_id)
+    return encode_frame(response.SerializeToString())
 
 
 def _invalid(message: str, call_id: int = 0) -> bytes:
-    response = om_pb2.OMResponse(status=om_pb2.INVALID_REQUEST, message=message,
-                                 call_id=call_id)
-    return encode_frame(response.SerializeToString())
+    return _answer(om_pb2.INVALID_REQUEST, message, call_id)
+
+
+class Connections:
+    """The open client connections, bounded in number and in idle time."""
+
+    def __init__(self, open_max: int, idle_s: float) -> None:
+        assert open_max > 0
+        assert idle_s > 0
+        self.open_max = open_max
+        self.idle_s = idle_s
+        self.open: set[OMProtocol] = set()
+        self.refused = 0
+        self.closed_idle = 0
+        self._refusal_logged_s = -math.inf
+
+    def admit(self, connection: OMProtocol) -> bool:
+        """False (and logs, at most once per interval) when the cap is reached."""
+        if len(self.open) >= self.open_max:
+            self.refused += 1
+            now = time.monotonic()
+            if now - self._refusal_logged_s >= REFUSAL_LOG_INTERVAL_S:
+                self._refusal_logged_s = now
+                logger.warning("%d client connections open, the limit (limits.connections_max):"
+                               " refusing new ones (%d refused so far)", len(self.open),
+                               self.refused)
+            return False
+        self.open.add(connection)
+        return True
+
+    def leave(self, connection: OMProtocol) -> None:
+        self.open.discard(connection)
+
+    async def close_idle_forever(self) -> None:
+        """Closes connections idle for ``idle_s``, checking a few times per period."""
+        while True:
+            await asyncio.sleep(min(self.idle_s / 4, 5.0))
+            now = time.monotonic()
+            for connection in [c for c in self.open if c.idle_since(now) >= self.idle_s]:
+                connection.close()
+                self.closed_idle += 1
+
+
+def raise_fd_limit(connections_max: int) -> int:
+    """Raises RLIMIT_NOFILE to fit the connections; the connections that fit."""
+    wanted = connections_max + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+        soft = ceiling
+    fitting = max(soft - FD_HEADROOM, 1)
+    if fitting < connections_max:
+        logger.warning("the file-descriptor limit (%d) fits only %d client connections, not "
+                       "limits.connections_max = %d", soft, fitting, connections_max)
+    return min(fitting, connections_max)
 
 
 class OMProtocol(asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, connections: Connections) -> None:
         self._node = node
+        self._connections = connections
+        self._active_s = time.monotonic()
         limits = node.config.limits
         self._decoder = FrameDecoder(limits.max_frame_bytes)
         self._in_flight_max = limits.connection_in_flight_max
@@ -48,9 +119,25 @@ class OMProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        if not self._connections.admit(self):
+            self._transport.write(_answer(
+                om_pb2.SERVER_BUSY, f"{self._connections.open_max} client connections are "
+                "open, the most this OM accepts; retry shortly"))
+            self._transport.close()
+            self._transport = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._connections.leave(self)
+
+    def idle_since(self, now: float) -> float:
+        """Seconds with nothing in flight and nothing received (0 while busy)."""
+        return 0.0 if self._in_flight else now - self._active_s
+
+    def close(self) -> None:
+        """Closes the connection (idle for too long)."""
+        if self._transport is not None:
+            self._transport.close()
 
     def eof_received(self) -> bool:
         """A client that half-closes after sending still gets every answer."""
@@ -58,7 +145,9 @@ class OMProtocol(asyncio.Protocol):
         return self._in_flight > 0   # True keeps the transport open until the last reply
 
     def data_received(self, data: bytes) -> None:
-        assert self._transport is not None
+        if self._transport is None:
+            return  # refused at connection_made
+        self._active_s = time.monotonic()
         try:
             frames = self._decoder.feed(data)
         except FrameTooLarge as error:
@@ -81,6 +170,7 @@ class OMProtocol(asyncio.Protocol):
     def _reply(self, call_id: int, answer: asyncio.Future[om_pb2.OMResponse]) -> None:
         """Sends the answer of one request (nothing when shutdown cancelled it)."""
         self._in_flight -= 1
+        self._active_s = time.monotonic()
         transport = self._transport
         if transport is None or transport.is_closing():
             return
@@ -102,9 +192,14 @@ class OMProtocol(asyncio.Protocol):
 async def serve(node: Node, stop: asyncio.Event) -> None:
     """Serves clients until ``stop`` is set, then drains and closes the node."""
     address = node.config.node
+    limits = node.config.limits
+    connections = Connections(raise_fd_limit(limits.connections_max),
+                              limits.connection_idle_s)
     await node.start()
     server = await asyncio.get_running_loop().create_server(
-        lambda: OMProtocol(node), address.host, address.port, reuse_address=True)
+        lambda: OMProtocol(node, connections), address.host, address.port,
+        reuse_address=True, backlog=1024)
+    idle_closer = asyncio.get_running_loop().create_task(connections.close_idle_forever())
     print(f"OM {node.config.node_id} listening on {address.address} "
           f"(execution={node.config.execution}, data={node.config.node_data_dir}, "
           f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'})", flush=True)
@@ -112,6 +207,7 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
         with gc_policy.serving():
             await stop.wait()
     finally:
+        idle_closer.cancel()
         server.close()
         await node.close()
         await server.wait_closed()
