@@ -136,9 +136,10 @@ class Node:
         """Applies a committed entry; stops the process if that is impossible."""
         try:
             return self.state_machine.apply_entry(position, entry)
-        except BaseException:
-            logger.critical("cannot apply committed entry at position %d: stopping", position,
-                            exc_info=True)
+        except BaseException as error:
+            logger.critical("cannot apply committed entry at position %d to %s: %s: stopping "
+                            "this node (a full disk? free space and restart it: it catches up "
+                            "from the others)", position, self.store.path, error, exc_info=True)
             self._fail_stop()
             raise
 

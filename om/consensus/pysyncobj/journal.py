@@ -32,6 +32,11 @@ With ``durable=False`` (``[raft] fsync = false``, an explicit opt-out) the
 same writes happen at the same points without ``fdatasync``: acknowledged
 writes then survive a process crash, not power loss.
 
+A journal that cannot write (a full disk, an I/O error) fails stop: it logs
+one line naming the file and the error and calls ``JournalSpec.fail_stop``
+(by default the process exits with ``IO_ERROR_EXIT``). Going on would mean
+acknowledging entries it does not hold.
+
 pysyncobj builds its journal through a module-level factory and offers no
 hook, so ``register`` installs a factory once per process that builds this
 journal for the paths registered here and pysyncobj's own for any other.
@@ -40,18 +45,22 @@ journal for the paths registered here and pysyncobj's own for any other.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pysyncobj import journal as pysyncobj_journal
 from pysyncobj import syncobj as pysyncobj_syncobj
 
+logger = logging.getLogger(__name__)
 MAGIC = b"OMRAFTJ1"
+IO_ERROR_EXIT = 74  # EX_IOERR
 _HEADER = struct.Struct("<IIQQ")  # length of command, crc32, index, term
 Entry = tuple[bytes, int, int]     # command, index, term: pysyncobj's shape
 
@@ -105,6 +114,11 @@ def decode_records(data: bytes) -> tuple[list[Entry], list[int]]:
     return entries, ends
 
 
+def exit_on_io_error() -> NoReturn:
+    """The default fail-stop: this process ends at once."""
+    os._exit(IO_ERROR_EXIT)
+
+
 @dataclass
 class JournalSpec:
     """How the journal at one path is built, and the journal once pysyncobj built it."""
@@ -112,6 +126,7 @@ class JournalSpec:
     durable: bool
     snapshot_file: Path
     journal: GroupCommitJournal | None = None
+    fail_stop: Callable[[], NoReturn] = exit_on_io_error
 
 
 class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
@@ -174,14 +189,15 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         if entryTo <= 0:
             return
         durable = self._spec.durable
-        if durable and self._spec.snapshot_file.exists():
-            fsync_path(self._spec.snapshot_file)
-            fsync_path(self._spec.snapshot_file.parent)
         kept = self._entries[entryTo:]
         records = b"".join(encode_record(*entry) for entry in kept)
-        os.close(self._fd)
-        write_synced(self._path, MAGIC + records, durable)
-        self._fd = os.open(self._path, os.O_WRONLY)
+        with self._failing_stop("compact"):
+            if durable and self._spec.snapshot_file.exists():
+                fsync_path(self._spec.snapshot_file)
+                fsync_path(self._spec.snapshot_file.parent)
+            os.close(self._fd)
+            write_synced(self._path, MAGIC + records, durable)
+            self._fd = os.open(self._path, os.O_WRONLY)
         self._entries = list(kept)
         self._ends = []
         offset = len(MAGIC)
@@ -232,6 +248,10 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         """Writes what was appended since the last sync, and fdatasyncs when durable."""
         if not self._pending and not self._dirty:
             return
+        with self._failing_stop("write"):
+            self._sync()
+
+    def _sync(self) -> None:
         pending, self._pending = self._pending, bytearray()
         view = memoryview(pending)
         while view:
@@ -243,6 +263,16 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         assert self._written == (self._ends[-1] if self._ends else len(MAGIC))
         self.synced_index = self.last_index
         self.syncs += 1
+
+    @contextmanager
+    def _failing_stop(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            logger.critical("cannot %s the Raft journal %s: %s: stopping this node (a full "
+                            "disk? free space and restart it: it catches up from the others)",
+                            action, error.filename or self._path, error.strerror or error)
+            self._spec.fail_stop()
 
     def _fdatasync(self) -> None:
         if self._spec.durable:
@@ -259,7 +289,8 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             del self._pending[end - self._written:]
         else:
             self._pending = bytearray()
-            os.ftruncate(self._fd, end)
+            with self._failing_stop("truncate"):
+                os.ftruncate(self._fd, end)
             self._written = end
             self._dirty = True
         self.synced_index = min(self.synced_index, self.last_index)
@@ -275,7 +306,8 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         return meta
 
     def _save_meta(self) -> None:
-        write_synced(self._meta_path, json.dumps(self._meta).encode(), self._spec.durable)
+        with self._failing_stop("write the term and vote of"):
+            write_synced(self._meta_path, json.dumps(self._meta).encode(), self._spec.durable)
         self._meta_saved = True
 
 

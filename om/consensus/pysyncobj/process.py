@@ -227,8 +227,12 @@ class RaftProcessReplicator:
         """The channel closed: the Raft process is gone, so is this node (unless closing)."""
         if self._closing:
             return
-        logger.critical("the Raft process exited (status %s): stopping the node",
-                        self._process.poll())
+        try:
+            status: int | None = self._process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            status = None  # the channel closed but the process lives on: stop it with us
+            self._process.kill()
+        logger.critical("the Raft process exited (status %s): stopping the node", status)
         self._on_child_exit()
 
     # -- leadership ------------------------------------------------------------------------
