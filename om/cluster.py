@@ -37,6 +37,12 @@ class ClusterError(Exception):
     """The cluster could not be started, found or stopped."""
 
 
+def node_addresses(nodes: int, port_base: int) -> tuple[NodeAddress, ...]:
+    """The nodes ``write_config`` lays out: om1.. on 127.0.0.1 from ``port_base``."""
+    return tuple(NodeAddress(f"om{i + 1}", "127.0.0.1", port_base + i,
+                             port_base + RAFT_PORT_OFFSET + i) for i in range(nodes))
+
+
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
                  extra_toml: str = "", top_level_toml: str = "") -> Path:
     """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1.
@@ -46,9 +52,9 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
     assert 1 <= nodes <= 9
     lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"',
              top_level_toml, ""]
-    for i in range(nodes):
-        lines += ["[[nodes]]", f'id = "om{i + 1}"', 'host = "127.0.0.1"',
-                  f"port = {port_base + i}", f"raft_port = {port_base + RAFT_PORT_OFFSET + i}", ""]
+    for node in node_addresses(nodes, port_base):
+        lines += ["[[nodes]]", f'id = "{node.id}"', f'host = "{node.host}"',
+                  f"port = {node.port}", f"raft_port = {node.raft_port}", ""]
     path = directory / "cluster.toml"
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + extra_toml)

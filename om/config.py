@@ -113,6 +113,9 @@ class Raft:
     # pysyncobj in a child process of its own (om/consensus/pysyncobj/child.py) rather
     # than a thread sharing the event loop's GIL.
     separate_process: bool = True
+    # "a>b" = port: node a reaches node b's Raft port through this port on b's host
+    # (om chaos puts a proxy there that can cut the link). Empty: direct.
+    links: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,12 @@ class ServerConfig:
         if len(set(ids)) != len(ids):
             raise ConfigError(f"node ids must be unique: {ids}")
         _ = self.node
+        for link, port in self.raft.links.items():
+            source, _, target = link.partition(">")
+            if source not in ids or target not in ids or source == target:
+                raise ConfigError(f"[raft.links] {link!r} must name two nodes as \"a>b\"")
+            if not 0 < port < 65536:
+                raise ConfigError(f"[raft.links] {link!r}: {port} is not a port")
         for section in (self.limits, self.batch, self.raft):
             for item in dataclasses.fields(section):
                 value = getattr(section, item.name)

@@ -5,7 +5,13 @@ Faults (round robin, so a short run still sees every kind):
 * ``kill_leader`` / ``kill_follower``: kill -9, restarted after the hold;
 * ``pause_leader``: SIGSTOP of the leader long enough for an election, then SIGCONT;
 * ``pause_followers``: SIGSTOP of every follower (the leader loses its quorum), then SIGCONT;
-* ``restart_all``: kill -9 of every node, then all restarted.
+* ``restart_all``: kill -9 of every node, then all restarted;
+* partitions, through the Raft link proxies (``om/chaos/links.py``), healed after
+  the hold: ``partition_leader`` (the leader cut off from both followers, both
+  ways: a minority leader), ``partition_follower`` (one follower cut off),
+  ``bridge`` (the leader and one follower cut from each other; the other
+  follower still reaches both) and ``oneway_leader`` (what the leader sends is
+  lost, what it receives arrives).
 
 Every injection is recorded (``docs/TRACES.md`` ``fault`` records) and healed
 before the next one, and ``heal`` undoes anything left over, so a run always
@@ -21,9 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from om.chaos.links import LinkProxies
 from om.cluster import Cluster
 
-FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers", "restart_all")
+PARTITIONS = ("partition_leader", "partition_follower", "bridge", "oneway_leader")
+FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers", "restart_all",
+          *PARTITIONS)
 
 
 @dataclass
@@ -34,11 +43,14 @@ class Nemesis:
     faults: Sequence[str] = FAULTS
     interval_s: float = 4.0
     hold_s: float = 2.0
+    links: LinkProxies | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     _paused: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         assert all(f in FAULTS for f in self.faults), self.faults
+        assert self.links is not None or not set(self.faults) & set(PARTITIONS), \
+            "partitions need the link proxies"
         assert self.interval_s > 0
         assert self.hold_s > 0
 
@@ -59,11 +71,18 @@ class Nemesis:
             "pause_leader": lambda s: self._pause(action, [self._leader()], s),
             "pause_followers": lambda s: self._pause(action, self._followers(), s),
             "restart_all": self._restart_all,
+            "partition_leader": lambda s: self._partition(action, s, "leader", both_ways=True),
+            "partition_follower": lambda s: self._partition(action, s, "follower",
+                                                            both_ways=True),
+            "bridge": lambda s: self._bridge(s),
+            "oneway_leader": lambda s: self._partition(action, s, "leader", both_ways=False),
         }
         handlers[action](stop)
 
     def heal(self) -> None:
-        """Resumes paused nodes and starts stopped ones."""
+        """Heals partitions, resumes paused nodes and starts stopped ones."""
+        if self.links is not None:
+            self.links.heal()
         for node_id in list(self._paused):
             self.cluster.signal_node(node_id, signal.SIGCONT)
         self._paused.clear()
@@ -101,6 +120,28 @@ class Nemesis:
         for node_id in node_ids:
             self.cluster.signal_node(node_id, signal.SIGCONT)
             self._paused.discard(node_id)
+
+    def _partition(self, action: str, stop: threading.Event, whom: str,
+                   both_ways: bool) -> None:
+        """Cuts ``whom`` (the leader or a follower) off from the other nodes."""
+        assert self.links is not None
+        node_id = self._leader() if whom == "leader" else self._follower()
+        self._record(action, node_id)
+        for other in (n.id for n in self.cluster.nodes if n.id != node_id):
+            self.links.cut(node_id, other)
+            if both_ways:
+                self.links.cut(other, node_id)
+        stop.wait(self.hold_s)
+        self.links.heal()
+
+    def _bridge(self, stop: threading.Event) -> None:
+        """The leader and one follower cannot reach each other; the other reaches both."""
+        assert self.links is not None
+        leader, follower = self._leader(), self._follower()
+        self._record("bridge", "")
+        self.links.cut_both_ways(leader, follower)
+        stop.wait(self.hold_s)
+        self.links.heal()
 
     def _restart_all(self, stop: threading.Event) -> None:
         self._record("restart_all", "")

@@ -22,7 +22,8 @@ from om import cluster as om_cluster
 from om.chaos import checkers, workload
 from om.chaos.checkers import Usage, Violation
 from om.chaos.history import History, Outcome
-from om.chaos.nemesis import FAULTS, Nemesis
+from om.chaos.links import LinkProxies
+from om.chaos.nemesis import FAULTS, PARTITIONS, Nemesis
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
 
@@ -54,7 +55,7 @@ class ChaosConfig:
         assert self.execution in ("leader", "replicated")
 
 
-def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig
+def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxies | None
               ) -> tuple[workload.Recorder, list[workload.Worker], Nemesis]:
     recorder = workload.Recorder()
     stop = threading.Event()
@@ -66,7 +67,8 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig
         step = worker.register_step if process < spec.register_workers else worker.add_step
         workers.append(worker)
         threads.append(threading.Thread(target=worker.run, args=(step,), daemon=True))
-    nemesis = Nemesis(cluster, config.faults, config.fault_interval_s, config.fault_hold_s)
+    nemesis = Nemesis(cluster, config.faults, config.fault_interval_s, config.fault_hold_s,
+                      links)
     nemesis_thread = threading.Thread(target=nemesis.run, args=(stop,), daemon=True)
     for thread in [*threads, nemesis_thread]:
         thread.start()
@@ -142,17 +144,30 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     started = time.monotonic()
     port_base = config.port_base or om_cluster.free_port_base()
     flag = "unsafe_disable_retry_cache = true" if config.unsafe_disable_retry_cache else ""
-    cluster = om_cluster.up(config.out / "cluster", 3, port_base, config.execution,
-                            RAFT_SETTINGS, timeout_s=60, remember_it=False, top_level_toml=flag)
+    links = None
+    raft = RAFT_SETTINGS
+    if set(config.faults) & set(PARTITIONS):
+        links = LinkProxies(om_cluster.node_addresses(3, port_base))
+        links.start()
+        raft += links.links_toml()
+    try:
+        cluster = om_cluster.up(config.out / "cluster", 3, port_base, config.execution, raft,
+                                timeout_s=60, remember_it=False, top_level_toml=flag)
+    except BaseException:
+        if links is not None:
+            links.stop()
+        raise
     try:
         workload.set_up(cluster.addresses)
-        recorder, workers, nemesis = _run_load(cluster, config)
+        recorder, workers, nemesis = _run_load(cluster, config, links)
         cluster.wait_for_leader(timeout_s=60)
         time.sleep(SETTLE_S)
         final, usage, ids = _observe(cluster, config.workload.register_keys)
         cluster.wait_converged(timeout_s=60)
     finally:
         om_cluster.down(cluster)
+        if links is not None:
+            links.stop()
     history = recorder.history()
     violations = checkers.run_all(history, final_state=final, observed_usage=usage,
                                   digests=cluster.stopped_digests(),

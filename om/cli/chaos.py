@@ -18,14 +18,14 @@ from om.chaos.workload import WorkloadConfig
 from om.cluster import ClusterError
 from om.config import EXECUTIONS
 
-PROFILES = {"quick": 40.0, "long": 600.0}
+PROFILES = {"quick": 60.0, "long": 600.0}
 
 
 def register(commands: Any) -> None:
     """Adds the ``chaos`` subcommand."""
     p = commands.add_parser("chaos", help="fault-injection correctness run (Jepsen-style)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="quick",
-                   help="quick: 40 s of faults; long: 10 minutes")
+                   help="quick: 60 s of faults; long: 10 minutes")
     p.add_argument("--duration", type=float, help="seconds of load and faults (overrides)")
     p.add_argument("--out", type=Path, help="output directory (default chaos-out/<time>)")
     p.add_argument("--execution", choices=EXECUTIONS, default="leader")

@@ -35,7 +35,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.consensus.pysyncobj import journal
 from om.consensus.pysyncobj.channel import FrameReader, Message, encode
-from om.consensus.pysyncobj.raft_log import RaftLog, known_leader
+from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 
@@ -74,7 +74,7 @@ class Child:
                                    snapshot_file=Path(conf.fullDumpFile))
         journal.register(Path(conf.journalFile), spec)
         self._spec = spec
-        others = [n.raft_address for n in nodes if n.id != node.id]
+        others = peers(node, nodes, settings.links)
         self.raft = RaftLog(node.raft_address, others, conf, self._forward_apply,
                             self._sync_journal, settings.compress_transport,
                             GroupCommitTransport)

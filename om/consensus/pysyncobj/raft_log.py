@@ -25,6 +25,9 @@ Subclass overrides, each tested in ``tests/consensus/``:
   leader's lease and runs its election timer out after a short random delay
   (``LEADER_LOST_DELAY_S``) instead of the full timeout. A leader that is
   only slow or cut off by the network still gets the full timeout.
+* **Peers dialled through another port** (``DialNode``): ``[raft] links``
+  maps "a>b" to the port node a dials to reach node b (a proxy of ``om chaos``
+  that can cut the link); b is still known by its own address.
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -42,7 +45,9 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.node import TCPNode
 
+from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
 
 _REGULAR_COMMAND = 0  # pysyncobj's _COMMAND_TYPE.REGULAR
@@ -60,7 +65,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
     _SyncObj__raftElectionDeadline: float  # pysyncobj's attributes used here
     _SyncObj__raftState: int
 
-    def __init__(self, self_address: str, other_addresses: list[str], conf: SyncObjConf,
+    def __init__(self, self_address: str, others: list[Any], conf: SyncObjConf,
                  apply_entry: ApplyEntry, sync_journal: Callable[[], None], compress: bool,
                  transport_class: type) -> None:
         self._apply_entry = apply_entry
@@ -69,7 +74,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._leader_heard_s = 0.0         # when an append from the leader last came
         self._pre_votes: set[Any] = set()  # who said yes in the current round
         self._pre_vote_won_term = -1       # the term whose pre-vote this node won
-        super().__init__(self_address, other_addresses, conf, transportClass=transport_class)
+        super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
     @replicated  # type: ignore[untyped-decorator]
@@ -175,3 +180,27 @@ def known_leader(raft: SyncObj) -> str:
     if leader != raft.selfNode and not raft.isNodeConnected(leader):
         return ""
     return str(leader.id)
+
+
+class DialNode(TCPNode):  # type: ignore[misc]
+    """A peer known by its own address but dialled at another port."""
+
+    def __init__(self, address: str, dial_port: int) -> None:
+        super().__init__(address)
+        self._dial_port = dial_port
+
+    @property
+    def port(self) -> int:
+        return self._dial_port
+
+
+def peers(node: NodeAddress, nodes: tuple[NodeAddress, ...], links: dict[str, int]) -> list[Any]:
+    """The other nodes, as pysyncobj wants them: a DialNode where ``links`` names a
+    port to dial ("a>b"), else the Raft address."""
+    found: list[Any] = []
+    for other in nodes:
+        if other.id == node.id:
+            continue
+        dial = links.get(f"{node.id}>{other.id}")
+        found.append(other.raft_address if dial is None else DialNode(other.raft_address, dial))
+    return found

@@ -52,7 +52,7 @@ from om.consensus.port import (
     SnapshotHooks,
 )
 from om.consensus.pysyncobj import journal
-from om.consensus.pysyncobj.raft_log import RaftLog, known_leader
+from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, peers
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class RaftReplicator:
         self.journal_spec = journal.JournalSpec(durable=settings.fsync,
                                                 snapshot_file=Path(conf.fullDumpFile))
         journal.register(Path(conf.journalFile), self.journal_spec)
-        others = [n.raft_address for n in nodes if n.id != node.id]
+        others = peers(node, nodes, settings.links)
         self._raft = RaftLog(node.raft_address, others, conf, apply_entry, self._sync_journal,
                              settings.compress_transport, GroupCommitTransport)
         assert self.journal_spec.journal is not None, "pysyncobj built its own journal"
