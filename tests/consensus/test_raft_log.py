@@ -97,3 +97,30 @@ def test_submit_queues_one_protocol_5_pickle_of_the_persist_call(
     assert argument == entry
     log._SyncObj__doApplyCommand(b"\x00" + command)  # how pysyncobj applies it
     assert log._apply_entry.applied == [(log.raftLastApplied + 1, entry)]  # type: ignore[attr-defined]
+
+
+def test_a_stale_reset_below_what_the_follower_acknowledged_is_ignored(
+        leader: tuple[RaftLog, object]) -> None:
+    """A reset answering an append sent before an earlier reset was repaired asks for
+    entries the follower has since acknowledged: acting on it would resend them all
+    (and pysyncobj's follower would drop and re-journal them)."""
+    log, follower = leader
+    log._SyncObj__raftNextIndex[follower] = 30
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 21))        # acknowledged 20
+    assert log._SyncObj__raftMatchIndex[follower] == 20
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 9, reset=True, success=False))
+    assert log._SyncObj__raftNextIndex[follower] == 30, "a stale reset rewound nextIndex"
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 25, reset=True, success=False))
+    assert log._SyncObj__raftNextIndex[follower] == 25, "a real reset still rewinds"
+
+
+def test_a_follower_that_reconnects_is_trusted_again_when_it_asks_to_go_back(
+        leader: tuple[RaftLog, object]) -> None:
+    """A follower may come back from a disconnection with less than it acknowledged
+    (restarted with its data wiped): its resets must then rewind nextIndex."""
+    log, follower = leader
+    log._SyncObj__raftNextIndex[follower] = 30
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 21))
+    log.om_peer_disconnected(follower)
+    log._SyncObj__onMessageReceived(follower, _ack(follower, 2, reset=True, success=False))
+    assert log._SyncObj__raftNextIndex[follower] == 2

@@ -134,8 +134,10 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
 
     Invariants: ``self._entries`` holds consecutive indices; the file holds
     ``MAGIC`` and then the records of ``self._entries``, except the records in
-    ``self._pending`` (appended, not yet written); ``synced_index`` is the last
-    index written (and, durable, fdatasynced) since its record was appended.
+    ``self._pending`` (appended, not yet written), and, after a truncation not
+    yet synced, the old records past ``self._written`` (up to
+    ``self._file_bytes``); ``synced_index`` is the last index written (and,
+    durable, fdatasynced) since its record was appended.
     Only pysyncobj's tick thread calls it (appends, syncs, compaction, close).
     """
 
@@ -156,6 +158,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             self._fdatasync()
         self._pending = bytearray()
         self._dirty = False
+        self._file_bytes = self._written   # what the file holds, maybe past _written
         self.synced_index = self._entries[-1][1] if self._entries else 0
         self.syncs = 0
         self._meta = self._read_meta()
@@ -205,6 +208,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             offset += _HEADER.size + len(command)
             self._ends.append(offset)
         self._written = offset
+        self._file_bytes = offset
         self._pending = bytearray()
         self._dirty = False
         self.synced_index = kept[-1][1] if kept else 0
@@ -258,6 +262,9 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             written = os.pwrite(self._fd, view, self._written)
             view = view[written:]
             self._written += written
+        if self._file_bytes > self._written:   # a truncation not overwritten: cut it now
+            os.ftruncate(self._fd, self._written)
+        self._file_bytes = self._written
         self._fdatasync()
         self._dirty = False
         assert self._written == (self._ends[-1] if self._ends else len(MAGIC))
@@ -279,7 +286,12 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             os.fdatasync(self._fd)
 
     def _truncate(self, keep: int) -> None:
-        """Keeps the first ``keep`` entries, in memory, in the buffer and in the file."""
+        """Keeps the first ``keep`` entries, in memory and in the buffer. The file is
+        changed only at the next sync, which writes what replaced the dropped records
+        over them: pysyncobj drops and appends again entries a follower already has
+        whenever an append overlaps its log, and the file must not lose, even for a
+        moment, records it acknowledged. A crash before that sync leaves the old
+        records, as if the append had never arrived."""
         if keep >= len(self._entries):
             return
         end = self._ends[keep - 1] if keep else len(MAGIC)
@@ -289,8 +301,6 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             del self._pending[end - self._written:]
         else:
             self._pending = bytearray()
-            with self._failing_stop("truncate"):
-                os.ftruncate(self._fd, end)
             self._written = end
             self._dirty = True
         self.synced_index = min(self.synced_index, self.last_index)

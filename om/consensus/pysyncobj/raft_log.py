@@ -11,7 +11,10 @@ Subclass overrides, each tested in ``tests/consensus/``:
   sent again and the follower truncates and re-journals it (pysyncobj logs
   CRITICAL "truncating already-applied log entries"). Here a plain success
   never moves ``nextIndex`` backwards; a reset (the follower's log differs)
-  still does, so a follower that lost entries is still repaired.
+  still does, so a follower that lost entries is still repaired, unless the
+  reset is stale: one asking for entries at or below what the follower has
+  since acknowledged (``matchIndex``) answered an append sent before an
+  earlier reset was repaired, and acting on it would send everything again.
 * **Pre-vote** (Raft thesis 9.6, as etcd's ``PreVote``). pysyncobj starts an
   election, bumping its term, as soon as its timer runs out, so a node that
   was paused, restarted or cut off deposes a healthy leader when it comes
@@ -138,8 +141,15 @@ class RaftLog(SyncObj):  # type: ignore[misc]
             self._SyncObj__raftElectionDeadline = 0.0  # campaign at the next tick
 
     def om_peer_disconnected(self, node: Any) -> None:
-        """The transport lost its connection to ``node``: if it led, it is gone."""
-        if node != self._getLeader() or self._SyncObj__raftState == _LEADER:
+        """The transport lost its connection to ``node``. A leader forgets what the
+        follower acknowledged (it may come back with less: restarted, wiped), so its
+        resets count again; a follower whose leader it was treats it as gone."""
+        if self._SyncObj__raftState == _LEADER:
+            match: dict[Any, int] = self._SyncObj__raftMatchIndex
+            if node in match:
+                match[node] = 0
+            return
+        if node != self._getLeader():
             return
         self._leader_heard_s = 0.0
         soon = monotonic_time() + random.uniform(*LEADER_LOST_DELAY_S)
@@ -159,6 +169,10 @@ class RaftLog(SyncObj):  # type: ignore[misc]
             return
         if kind == "append_entries" and message["term"] >= self.raftCurrentTerm:
             self._leader_heard_s = monotonic_time()
+        if kind == "next_node_idx" and message.get("reset"):
+            match = self._SyncObj__raftMatchIndex.get(node)
+            if match is not None and message["next_node_idx"] <= match:
+                message = {**message, "reset": False}   # stale: it had those entries
         if not (kind == "next_node_idx" and message.get("success")
                 and not message.get("reset")):
             SyncObj._SyncObj__onMessageReceived(self, node, message)
