@@ -124,3 +124,39 @@ def test_a_follower_that_reconnects_is_trusted_again_when_it_asks_to_go_back(
     log.om_peer_disconnected(follower)
     log._SyncObj__onMessageReceived(follower, _ack(follower, 2, reset=True, success=False))
     assert log._SyncObj__raftNextIndex[follower] == 2
+
+
+def test_a_reset_answering_an_append_sent_before_the_last_reset_is_ignored(
+        leader: tuple[RaftLog, object]) -> None:
+    log, follower = leader
+    next_index = log._SyncObj__raftNextIndex
+    next_index[follower] = 40                            # appends up to 39 on their way
+    first = {**_ack(follower, 20, reset=True, success=False), "for_prev": 30}
+    log._SyncObj__onMessageReceived(follower, first)     # acted on: probe from 20
+    assert next_index[follower] == 20
+    next_index[follower] = 26                            # the probe (prev 19) and more went
+    late = {**_ack(follower, 20, reset=True, success=False), "for_prev": 35}
+    log._SyncObj__onMessageReceived(follower, late)      # answers an append sent before
+    assert next_index[follower] == 26, "a stale reset sent everything again"
+    probe = {**_ack(follower, 12, reset=True, success=False), "for_prev": 19}
+    log._SyncObj__onMessageReceived(follower, probe)     # the probe's own answer counts
+    assert next_index[follower] == 12
+
+
+def test_an_answer_says_which_append_it_answers() -> None:
+    base = om_cluster.free_port_base(3)
+    sent: list[dict[str, object]] = []
+    follower = RaftLog(f"127.0.0.1:{base}", [f"127.0.0.1:{base + 1}"], _conf(),
+                       _Recorder(), lambda: None, False, GroupCommitTransport)
+    try:
+        transport = follower._SyncObj__transport
+        leader_node = next(iter(follower.otherNodes))
+        follower._SyncObj__onMessageReceived(leader_node, {
+            "type": "append_entries", "term": 1, "commit_index": 1, "prevLogIdx": 1,
+            "prevLogTerm": 0, "entries": [(b"\x01", 2, 1)]})
+        sent.extend(message for _, message in transport._held)
+        assert sent
+        assert sent[-1]["for_prev"] == 1
+        assert sent[-1]["success"] is True
+    finally:
+        follower._destroy()

@@ -12,9 +12,12 @@ Subclass overrides, each tested in ``tests/consensus/``:
   CRITICAL "truncating already-applied log entries"). Here a plain success
   never moves ``nextIndex`` backwards; a reset (the follower's log differs)
   still does, so a follower that lost entries is still repaired, unless the
-  reset is stale: one asking for entries at or below what the follower has
-  since acknowledged (``matchIndex``) answered an append sent before an
-  earlier reset was repaired, and acting on it would send everything again.
+  reset is stale (as etcd's raft decides): one at or below what the follower
+  has acknowledged, or one answering an append sent before the last reset was
+  acted on (each answer says which append it answers). Acting on a stale
+  reset sends everything again, and pysyncobj's follower drops and re-appends
+  whatever an append overlaps (its CRITICAL "truncating already-applied log
+  entries").
 * **Pre-vote** (Raft thesis 9.6, as etcd's ``PreVote``). pysyncobj starts an
   election, bumping its term, as soon as its timer runs out, so a node that
   was paused, restarted or cut off deposes a healthy leader when it comes
@@ -63,7 +66,8 @@ class RaftLog(SyncObj):  # type: ignore[misc]
     """pysyncobj's SyncObj with the overrides above.
 
     ``om_sync_journal`` and ``om_compress`` are read by
-    ``GroupCommitTransport`` while ``SyncObj.__init__`` builds it."""
+    ``GroupCommitTransport`` while ``SyncObj.__init__`` builds it, and
+    ``om_answering_prev`` whenever it sends an append's answer."""
 
     _SyncObj__raftElectionDeadline: float  # pysyncobj's attributes used here
     _SyncObj__raftState: int
@@ -77,6 +81,8 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._leader_heard_s = 0.0         # when an append from the leader last came
         self._pre_votes: set[Any] = set()  # who said yes in the current round
         self._pre_vote_won_term = -1       # the term whose pre-vote this node won
+        self._probing: dict[Any, int] = {}  # follower -> next index its last reset asked
+        self.om_answering_prev: int | None = None
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
@@ -148,6 +154,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
             match: dict[Any, int] = self._SyncObj__raftMatchIndex
             if node in match:
                 match[node] = 0
+            self._probing.pop(node, None)
             return
         if node != self._getLeader():
             return
@@ -167,21 +174,50 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         if kind == "pre_vote_response":
             self._take_pre_vote(node, message)
             return
-        if kind == "append_entries" and message["term"] >= self.raftCurrentTerm:
-            self._leader_heard_s = monotonic_time()
-        if kind == "next_node_idx" and message.get("reset"):
-            match = self._SyncObj__raftMatchIndex.get(node)
-            if match is not None and message["next_node_idx"] <= match:
-                message = {**message, "reset": False}   # stale: it had those entries
-        if not (kind == "next_node_idx" and message.get("success")
-                and not message.get("reset")):
-            SyncObj._SyncObj__onMessageReceived(self, node, message)
+        if kind == "append_entries":
+            self._answer_append(node, message)
             return
-        next_index: dict[Any, int] = self._SyncObj__raftNextIndex
-        before = next_index.get(node)
+        if kind == "next_node_idx":
+            self._take_append_answer(node, message)
+            return
         SyncObj._SyncObj__onMessageReceived(self, node, message)
-        if before is not None and next_index.get(node, before) < before:
-            next_index[node] = before
+
+    def _answer_append(self, node: Any, message: dict[str, Any]) -> None:
+        """pysyncobj's handling; the answer says which append it answers
+        (``om_answering_prev``, read by the transport)."""
+        if message["term"] >= self.raftCurrentTerm:
+            self._leader_heard_s = monotonic_time()
+        self.om_answering_prev = message.get("prevLogIdx")
+        try:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+        finally:
+            self.om_answering_prev = None
+
+    def _take_append_answer(self, node: Any, message: dict[str, Any]) -> None:
+        """pysyncobj's handling, except that nextIndex moves back only for a current
+        reset: not for a plain success, nor for a reset at or below what the
+        follower acknowledged, nor one answering an append sent before the last
+        reset was acted on (``_probing``: the next index that reset asked for)."""
+        if message["success"] and not message["reset"]:
+            self._probing.pop(node, None)
+            next_index: dict[Any, int] = self._SyncObj__raftNextIndex
+            before = next_index.get(node)
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+            if before is not None and next_index.get(node, before) < before:
+                next_index[node] = before
+            return
+        if message["reset"] and self._stale_reset(node, message):
+            message = {**message, "reset": False}
+        elif message["reset"]:
+            self._probing[node] = message["next_node_idx"]
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _stale_reset(self, node: Any, message: dict[str, Any]) -> bool:
+        if message["next_node_idx"] <= self._SyncObj__raftMatchIndex.get(node, 0):
+            return True
+        probing = self._probing.get(node)
+        answering = message.get("for_prev")
+        return probing is not None and answering is not None and answering != probing - 1
 
 
 def known_leader(raft: SyncObj) -> str:

@@ -141,8 +141,10 @@ class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
     """TCPTransport with held acknowledgements, group syncs and ``FrameConnection``s.
 
     The SyncObj must carry ``om_sync_journal`` (a callable that syncs its
-    journal) and ``om_compress`` (bool) before it builds its transport, and
-    ``om_peer_disconnected(node)``, told when a peer's connection drops.
+    journal) and ``om_compress`` (bool) before it builds its transport,
+    ``om_peer_disconnected(node)``, told when a peer's connection drops, and
+    ``om_answering_prev`` (the previous index of the append being answered, added
+    to the answer as ``for_prev``).
     """
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
@@ -175,7 +177,9 @@ class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
     def send(self, node: Any, message: Any) -> bool:
         """Sends ``message``; holds an append acknowledgement until the next sync."""
         if isinstance(message, dict) and message.get("type") == "next_node_idx":
-            self._held.append((node, message))
+            answering = self._syncObj.om_answering_prev
+            self._held.append((node, message if answering is None
+                               else {**message, "for_prev": answering}))
             return True
         return bool(super().send(node, message))
 
