@@ -29,6 +29,8 @@ from om.statemachine.store import Store
 DEFAULT_DIR = Path("om-cluster")
 LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
 RAFT_PORT_OFFSET = 10
+HTTP_PORT_OFFSET = 20
+PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
 # Nodes this process started, kept so they are reaped (not left as zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -40,7 +42,8 @@ class ClusterError(Exception):
 def node_addresses(nodes: int, port_base: int) -> tuple[NodeAddress, ...]:
     """The nodes ``write_config`` lays out: om1.. on 127.0.0.1 from ``port_base``."""
     return tuple(NodeAddress(f"om{i + 1}", "127.0.0.1", port_base + i,
-                             port_base + RAFT_PORT_OFFSET + i) for i in range(nodes))
+                             port_base + RAFT_PORT_OFFSET + i,
+                             port_base + HTTP_PORT_OFFSET + i) for i in range(nodes))
 
 
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
@@ -54,7 +57,8 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
              top_level_toml, ""]
     for node in node_addresses(nodes, port_base):
         lines += ["[[nodes]]", f'id = "{node.id}"', f'host = "{node.host}"',
-                  f"port = {node.port}", f"raft_port = {node.raft_port}", ""]
+                  f"port = {node.port}", f"raft_port = {node.raft_port}",
+                  f"http_port = {node.http_port}", ""]
     path = directory / "cluster.toml"
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + extra_toml)
@@ -251,11 +255,10 @@ def _port_free(port: int) -> bool:
 
 
 def free_port_base(nodes: int = 3, attempts: int = 100) -> int:
-    """A base port whose client and Raft ports on 127.0.0.1 are all free now."""
+    """A base port whose client, Raft and HTTP ports on 127.0.0.1 are all free now."""
     for _ in range(attempts):
-        base = random.randrange(20_000, 40_000, 20)
-        ports = [base + i for i in range(nodes)]
-        ports += [base + RAFT_PORT_OFFSET + i for i in range(nodes)]
+        base = random.randrange(20_000, 40_000, PORT_RANGE)
+        ports = [p for node in node_addresses(nodes, base) for p in node.ports]
         if all(_port_free(p) for p in ports):
             return base
     raise ClusterError("no free port range on 127.0.0.1")

@@ -13,6 +13,7 @@ Example ``cluster.toml``::
     host = "127.0.0.1"
     port = 9862                     # client RPC (Ozone's OM RPC port)
     raft_port = 9872                # Raft (Ozone's OM Ratis port)
+    http_port = 9874                # metrics at /prom (Ozone's OM web port); 0: off
 
     [limits]
     lock_timeout_s = 60.0
@@ -33,6 +34,7 @@ from typing import Any
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9862
 DEFAULT_RAFT_PORT = 9872
+DEFAULT_HTTP_PORT = 9874     # Ozone's OM web port: /prom
 EXECUTIONS = ("leader", "replicated")
 READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
@@ -45,12 +47,13 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class NodeAddress:
-    """One OM node: its id and its client and Raft endpoints."""
+    """One OM node: its id and its client, Raft and HTTP (metrics) endpoints."""
 
     id: str
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     raft_port: int = DEFAULT_RAFT_PORT
+    http_port: int = DEFAULT_HTTP_PORT   # 0: no HTTP endpoint
 
     @cached_property
     def address(self) -> str:
@@ -61,6 +64,16 @@ class NodeAddress:
     def raft_address(self) -> str:
         """host:port of the Raft endpoint."""
         return f"{self.host}:{self.raft_port}"
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the metrics endpoint; empty when it is off."""
+        return f"{self.host}:{self.http_port}" if self.http_port else ""
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port this node listens on."""
+        return tuple(p for p in (self.port, self.raft_port, self.http_port) if p)
 
 
 @dataclass(frozen=True)
@@ -169,6 +182,11 @@ class ServerConfig:
         if len(set(ids)) != len(ids):
             raise ConfigError(f"node ids must be unique: {ids}")
         _ = self.node
+        for node in self.nodes:
+            if not all(0 < p < 65536 for p in node.ports) or node.http_port < 0:
+                raise ConfigError(f"node {node.id}: ports must be 1-65535 (http_port 0: off)")
+            if len(set(node.ports)) != len(node.ports):
+                raise ConfigError(f"node {node.id}: port, raft_port and http_port must differ")
         for link, port in self.raft.links.items():
             source, _, target = link.partition(">")
             if source not in ids or target not in ids or source == target:

@@ -25,6 +25,7 @@ from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
@@ -91,6 +92,7 @@ class Node:
                            sync_writes=config.raft.fsync and len(config.nodes) == 1,
                            wal=not config.unsafe_store_without_wal)
         settings = leader_config(config)
+        self.metrics = NodeMetrics()
         self.state_machine: StateMachine | ReplicatedStateMachine
         if config.execution == "replicated":
             self.state_machine = ReplicatedStateMachine(
@@ -119,10 +121,15 @@ class Node:
         self.leader: LeaderService | ReplicatedFlowService
         if isinstance(self.state_machine, ReplicatedStateMachine):
             self.leader = ReplicatedFlowService(config.node_id, self.state_machine,
-                                                self.replicator, settings, self.tracer)
+                                                self.replicator, settings, self.tracer,
+                                                metrics=self.metrics)
         else:
             self.leader = LeaderService(config.node_id, self.store, self.state_machine,
-                                        self.replicator, settings, self.tracer)
+                                        self.replicator, settings, self.tracer,
+                                        metrics=self.metrics)
+        gc_gauges = tuple(StateGauge(name, f"om_{name}", "Python's garbage collector "
+                                     "(om/gc_policy.py)") for name in gc_policy.metrics())
+        self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
         if self.raft is not None:
             self.raft.on_leadership_lost(self.leader.leadership_lost)
         self.closing = False
@@ -175,27 +182,29 @@ class Node:
             role=name, term=role.term,
             commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
             execution=self.config.execution, managed_index=self.state_machine.managed_index,
-            metrics=self.metrics())
+            metrics=self.metrics.flat(), http_address=self.config.node.http_address)
 
-    def metrics(self) -> dict[str, float]:
-        """Counters and gauges of this node, by name."""
+    def state(self) -> dict[str, float]:
+        """This node's state gauges, by ``StateGauge.key`` (read at every scrape)."""
+        role = self.replicator.role()
         service = self.leader
-        values: dict[str, float] = {"requests": service.requests,
-                                    "writes_in_flight": service.in_flight,
-                                    "linearizable_reads": service.linearizable_reads,
-                                    **gc_policy.metrics()}
+        values: dict[str, float] = {
+            "leader": float(role.is_leader), "ready": float(role.ready), "term": role.term,
+            "commit_index": role.commit_index,
+            "applied_index": self.state_machine.applied_index,
+            "managed_index": self.state_machine.managed_index,
+            "writes_in_flight": service.in_flight,
+            "leader_changes": self.raft.leader_changes.count if self.raft else 0,
+            **gc_policy.metrics()}
         if isinstance(service, LeaderService):
-            pipeline = service.pipeline
-            values.update(batches=pipeline.batches, batched_writes=pipeline.writes,
-                          requests_per_batch=pipeline.writes / max(pipeline.batches, 1),
-                          retry_cache_hits=service.retry_cache.hits,
+            values.update(retry_cache_hits=service.retry_cache.hits,
+                          retry_cache_entries=service.retry_cache.statistics()["recent"],
                           lock_waiters=service.locks.table.statistics().waiters)
         machine = self.state_machine
         if isinstance(machine, ReplicatedStateMachine):
             buffer = machine.double_buffer
             values.update(double_buffer_flushes=buffer.flushes,
                           double_buffer_transactions=buffer.transactions,
-                          avg_flush_transactions=buffer.average_transactions_per_flush,
                           write_cache_rows=len(machine.cache),
                           retry_cache_entries=len(machine.retry))
         return values

@@ -29,6 +29,8 @@ from google.protobuf.message import DecodeError
 
 from om import gc_policy
 from om.node import Node
+from om.observe.http_endpoint import MetricsEndpoint
+from om.observe.metrics import StateGauge
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, FrameTooLarge, encode_frame
 
@@ -72,6 +74,10 @@ class Connections:
             return False
         self.open.add(connection)
         return True
+
+    def state(self) -> dict[str, float]:
+        """Gauges for /prom."""
+        return {"open": len(self.open), "refused": self.refused, "closed_idle": self.closed_idle}
 
     def leave(self, connection: OMProtocol) -> None:
         self.open.discard(connection)
@@ -189,20 +195,50 @@ class OMProtocol(asyncio.Protocol):
         return encode_frame(payload, self._max_frame_bytes)
 
 
+CONNECTION_GAUGES = (
+    StateGauge("open", "om_connections_open", "Client connections open now"),
+    StateGauge("refused", "om_connections_refused", "Client connections refused at the cap "
+               "(limits.connections_max)", counter=True),
+    StateGauge("closed_idle", "om_connections_closed_idle", "Client connections closed "
+               "after limits.connection_idle_s without traffic", counter=True),
+)
+
+
+def start_metrics_endpoint(node: Node) -> MetricsEndpoint | None:
+    """Serves the node's registry at http://host:http_port/prom (None when off)."""
+    address = node.config.node
+    if not address.http_port:
+        return None
+    return MetricsEndpoint(node.metrics.registry, address.host, address.http_port)
+
+
 async def serve(node: Node, stop: asyncio.Event) -> None:
-    """Serves clients until ``stop`` is set, then drains and closes the node."""
+    """Serves clients until ``stop`` is set, then drains and closes the node.
+
+    Every endpoint is bound before the node starts: a port taken by another
+    process stops the start with nothing begun (OSError)."""
     address = node.config.node
     limits = node.config.limits
     connections = Connections(raise_fd_limit(limits.connections_max),
                               limits.connection_idle_s)
+    node.metrics.add_state(CONNECTION_GAUGES, connections.state)
+    endpoint = start_metrics_endpoint(node)
+    try:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: OMProtocol(node, connections), address.host, address.port,
+            reuse_address=True, backlog=1024, start_serving=False)
+    except OSError:
+        if endpoint is not None:
+            endpoint.close()
+        raise
     await node.start()
-    server = await asyncio.get_running_loop().create_server(
-        lambda: OMProtocol(node, connections), address.host, address.port,
-        reuse_address=True, backlog=1024)
+    await server.start_serving()
     idle_closer = asyncio.get_running_loop().create_task(connections.close_idle_forever())
+    metrics = f", metrics=http://{address.http_address}/prom" if endpoint else ""
     print(f"OM {node.config.node_id} listening on {address.address} "
           f"(execution={node.config.execution}, data={node.config.node_data_dir}, "
-          f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'})", flush=True)
+          f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'}{metrics})",
+          flush=True)
     try:
         with gc_policy.serving():
             await stop.wait()
@@ -211,4 +247,6 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
         server.close()
         await node.close()
         await server.wait_closed()
+        if endpoint is not None:
+            endpoint.close()
         print(f"OM {node.config.node_id} stopped", flush=True)

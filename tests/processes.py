@@ -30,6 +30,8 @@ class ServerProcess:
     """``om serve`` as a child process; ``stop`` sends SIGTERM and waits."""
 
     def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
+        if "--http-port" not in extra:  # not Ozone's 9874: tests run side by side
+            extra = (*extra, "--http-port", "0")
         self.address = f"127.0.0.1:{port}"
         self.log = data_dir.parent / f"serve-{port}.log"
         with self.log.open("ab") as log:

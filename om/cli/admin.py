@@ -17,7 +17,8 @@ from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.config import ConfigError
 from om.protocol import om_pb2
 
-_COLUMNS = ("node_id", "address", "role", "term", "commit_index", "applied_index", "execution")
+_COLUMNS = ("node_id", "address", "role", "term", "commit_index", "applied_index", "execution",
+            "http_address")
 
 
 def render_table(infos: list[om_pb2.NodeInfo]) -> str:
@@ -38,7 +39,8 @@ def register(commands: Any) -> None:
     roles.add_argument("--json", action="store_true", help="print JSON instead of a table")
     roles.add_argument("--timeout", type=float, default=3.0)
     roles.set_defaults(run=run_roles)
-    metrics = actions.add_parser("metrics", help="each node's counters (JSON)")
+    metrics = actions.add_parser("metrics", help="each node's metrics (JSON; the samples "
+                                 "its /prom endpoint serves, histogram buckets left out)")
     _add_target(metrics)
     metrics.add_argument("--timeout", type=float, default=3.0)
     metrics.set_defaults(run=run_metrics)
@@ -98,6 +100,7 @@ def run_metrics(args: argparse.Namespace) -> int:
     if infos is None:
         return 2
     print(json.dumps([{"node_id": i.node_id, "address": i.address, "role": i.role,
-                       "execution": i.execution, "metrics": dict(sorted(i.metrics.items()))}
+                       "execution": i.execution, "http_address": i.http_address,
+                       "metrics": dict(sorted(i.metrics.items()))}
                       for i in infos], indent=2))
     return 0 if any(i.role != "UNREACHABLE" for i in infos) else 1

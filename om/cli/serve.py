@@ -26,6 +26,8 @@ def register(commands: Any) -> None:
     p.add_argument("--data-dir", type=Path, help="data directory (default ./om-data)")
     p.add_argument("--host", help="client address to listen on (single node)")
     p.add_argument("--port", type=int, help="client port to listen on (single node)")
+    p.add_argument("--http-port", type=int,
+                   help="metrics port, /prom (single node; default 9874; 0: off)")
     p.add_argument("--execution", choices=om_config.EXECUTIONS,
                    help="leader (default) or replicated (Ozone's old flow)")
     p.add_argument("--trace", type=Path, dest="trace_path", help="write server traces here")
@@ -40,13 +42,15 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         "node_id": args.node_id, "data_dir": args.data_dir, "execution": args.execution,
         "trace_path": args.trace_path, "trace_flow": args.trace_flow,
     }
-    if args.host is not None or args.port is not None:
+    if args.host is not None or args.port is not None or args.http_port is not None:
         base = om_config.load(args.config, node_id=args.node_id)
         if len(base.nodes) != 1:
-            raise ConfigError("--host/--port apply to a single node; edit the cluster config")
+            raise ConfigError("--host/--port/--http-port apply to a single node; edit the "
+                              "cluster config")
         node = base.nodes[0]
+        http_port = node.http_port if args.http_port is None else args.http_port
         overrides["nodes"] = (NodeAddress(node.id, args.host or node.host,
-                                          args.port or node.port, node.raft_port),)
+                                          args.port or node.port, node.raft_port, http_port),)
     config = om_config.load(args.config, **overrides)
     if len(config.nodes) > 1 and not args.node_id:
         raise ConfigError(f"{args.config} has {len(config.nodes)} nodes: say which with --node-id")
@@ -73,6 +77,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         uvloop.run(_main(config))
     except OSError as error:
-        print(f"om serve: cannot listen on {config.node.address}: {error}", file=sys.stderr)
+        print(f"om serve: cannot listen: {error}", file=sys.stderr)
         return 1
     return 0

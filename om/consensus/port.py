@@ -51,6 +51,22 @@ class Role:
     candidate: bool = False    # campaigning for leadership
 
 
+class LeaderChanges:
+    """Counts how often the leader this node knows of changed to another node.
+
+    A leader lost and found again is no change; the first leader seen is one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._last = ""
+
+    def saw(self, leader: str) -> None:
+        """Records the leader known now ("" when none is)."""
+        if leader and leader != self._last:
+            self.count += 1
+            self._last = leader
+
+
 class Replicator(Protocol):
     """Gets entries committed and applied locally."""
 

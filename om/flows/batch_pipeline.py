@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import BatchBuilder, PendingWrite
+from om.observe.metrics import BatchMetrics
 from om.statemachine import log_entry
 from om.tracing import TraceSink
 
@@ -63,8 +64,9 @@ class BatchPipeline:
     """Seals and replicates batches; settles every write exactly once."""
 
     def __init__(self, replicator: Replicator, config: BatchConfig, leader_id: str,
-                 tracer: TraceSink) -> None:
+                 tracer: TraceSink, metrics: BatchMetrics) -> None:
         self._replicator = replicator
+        self._metrics = metrics
         self.config = config
         self._leader_id = leader_id
         self._tracer = tracer
@@ -75,8 +77,16 @@ class BatchPipeline:
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_batch_id = 1
         self._loop_task: asyncio.Task[None] | None = None
-        self.batches = 0
-        self.writes = 0
+
+    @property
+    def batches(self) -> int:
+        """Batches replicated so far, whatever their outcome."""
+        return self._metrics.totals()[0]
+
+    @property
+    def writes(self) -> int:
+        """Writes in those batches."""
+        return self._metrics.totals()[1]
 
     def start(self) -> None:
         """Starts the sealing loop."""
@@ -152,22 +162,23 @@ class BatchPipeline:
         sealed_ns = time.perf_counter_ns()
         t_ns = time.time_ns()
         result = ReplicateResult(ReplicateStatus.LEADER_CHANGED)
+        self._metrics.in_flight.inc()
         try:
             result = await self._replicator.replicate(entry)
         except Exception:
             logger.exception("replicating batch %d failed; its writes fail retryably", batch_id)
         finally:
+            self._metrics.in_flight.dec()
             self._slots.release()
             for queued in taken:
                 queued.settle(result, sealed_ns - queued.queued_ns, batch_id)
             _resolve_all(rounds, result)
-        self.batches += 1
-        self.writes += len(taken)
+        replicate_ns = time.perf_counter_ns() - sealed_ns - result.apply_ns
+        self._metrics.replicated(len(taken), len(entry), replicate_ns / 1e9, result.apply_ns / 1e9)
         self._tracer.emit("server_batch", {
             "t_ns": t_ns, "node": self._leader_id, "batch_id": batch_id,
             "requests": len(taken), "bytes": len(entry),
-            "replicate_ns": time.perf_counter_ns() - sealed_ns - result.apply_ns,
-            "apply_ns": result.apply_ns})
+            "replicate_ns": replicate_ns, "apply_ns": result.apply_ns})
 
 
 def _resolve_all(rounds: list[asyncio.Future[ReplicateResult]], result: ReplicateResult) -> None:

@@ -42,6 +42,7 @@ from om.gatekeeper.retry_cache import (
     StoredReply,
     expired_row_deletes,
 )
+from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
@@ -70,17 +71,18 @@ class LeaderService(RequestService):
 
     def __init__(self, node_id: str, store: Store, state_machine: StateMachine,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                 clock_ms: Clock = wall_clock_ms) -> None:
+                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled, config.read_mode)
+                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics)
         self.config = config
         self._store = store
         self._state_machine = state_machine
         self.locks = AsyncLocks(config.lock_timeout_s)
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
-        self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer)
+        self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
+                                      self.metrics.batches)
         self._committed: dict[RetryKey, om_pb2.ClientRequestReply] = {}
         self._sweeper: asyncio.Task[None] | None = None
 

@@ -18,6 +18,7 @@ from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRounds
 from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
@@ -29,10 +30,10 @@ class ReplicatedFlowService(RequestService):
 
     def __init__(self, node_id: str, state_machine: ReplicatedStateMachine,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                 clock_ms: Clock = wall_clock_ms) -> None:
+                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled, config.read_mode)
+                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics)
         self._state_machine = state_machine
         self.read_rounds = ReadRounds(self._read_round_trip)
 
@@ -80,9 +81,12 @@ class ReplicatedFlowService(RequestService):
                                          managed_index=self.managed_index.next(),
                                          leader_id=self.node_id, term=role.term)
         started = time.perf_counter_ns()
-        result = await self._replicator.replicate(log_entry.encode_request(entry))
+        encoded = log_entry.encode_request(entry)
+        result = await self._replicator.replicate(encoded)
         trace.execute_ns = result.apply_ns
         trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
+        self.metrics.batches.replicated(1, len(encoded), trace.replicate_ns / 1e9,
+                                        result.apply_ns / 1e9)
         trace.settled_ns = time.perf_counter_ns()
         if result.status is ReplicateStatus.COMMITTED:
             return om_pb2.OMResponse.FromString(result.response)

@@ -49,6 +49,7 @@ from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.fingerprint import fingerprint, same_request
 from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.tracing import TraceSink
 
@@ -130,12 +131,13 @@ class RequestService(abc.ABC):
     def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
                  acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
                  tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
-                 retry_cache_enabled: bool = True, read_mode: str = READ_LINEARIZABLE) -> None:
+                 retry_cache_enabled: bool = True, read_mode: str = READ_LINEARIZABLE,
+                 metrics: NodeMetrics | None = None) -> None:
         assert in_flight_max > 0
         assert retry_wait_s > 0
         assert read_mode in READ_MODES
         self._read_mode = read_mode
-        self.linearizable_reads = 0
+        self.metrics = metrics or NodeMetrics()
         self.node_id = node_id
         self._replicator = replicator
         self._acl = acl
@@ -185,6 +187,11 @@ class RequestService(abc.ABC):
     # -- the template -------------------------------------------------------------------
 
     @property
+    def linearizable_reads(self) -> int:
+        """Reads answered after a quorum confirmed this leader."""
+        return self.metrics.requests.linearizable_reads
+
+    @property
     def in_flight(self) -> int:
         """Writes admitted and not yet answered."""
         return len(self._originals)
@@ -210,6 +217,7 @@ class RequestService(abc.ABC):
         self.requests += 1
         problem = shape_problem(request)
         if problem is not None:
+            self.metrics.requests.answered("INVALID", "INVALID_REQUEST", 0.0)
             return error_response(request, om_pb2.INVALID_REQUEST, problem)
         trace = Trace(time.time_ns(), KINDS[request.cmd_type].name)
         try:
@@ -220,8 +228,16 @@ class RequestService(abc.ABC):
             logger.exception("request %s failed", trace.op)
             response = error_response(request, om_pb2.INTERNAL_ERROR,
                                       f"internal error while running {trace.op}")
+        self._count(trace, response)
         self._emit(trace, response)
         return response
+
+    def _count(self, trace: Trace, response: om_pb2.OMResponse) -> None:
+        requests = self.metrics.requests
+        requests.answered(trace.op, om_pb2.Status.Name(response.status),
+                          (time.perf_counter_ns() - trace.started_ns) / 1e9)
+        if trace.lock_wait_ns:
+            requests.lock_wait.observe(trace.lock_wait_ns / 1e9)
 
     def role(self) -> Role:
         """This node's role; advances the managed index when a new term becomes ready."""
@@ -263,7 +279,7 @@ class RequestService(abc.ABC):
         trace.replicate_ns = time.perf_counter_ns() - started
         if confirmed.status is not ReplicateStatus.COMMITTED:
             return not_leader_response(request, self.node_id, self._replicator.role())
-        self.linearizable_reads += 1
+        self.metrics.requests.linearizable_reads += 1
         return self._read(request, trace)
 
     def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:

@@ -1310,6 +1310,7 @@ class NodeInfo(_message.Message):
     EXECUTION_FIELD_NUMBER: _builtins.int
     MANAGED_INDEX_FIELD_NUMBER: _builtins.int
     METRICS_FIELD_NUMBER: _builtins.int
+    HTTP_ADDRESS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     """"host:port" of the client RPC endpoint"""
@@ -1321,9 +1322,11 @@ class NodeInfo(_message.Message):
     execution: _builtins.str
     """"leader" or "replicated" """
     managed_index: _builtins.int
+    http_address: _builtins.str
+    """"host:port" of the metrics endpoint (/prom); empty: off"""
     @_builtins.property
     def metrics(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
-        """counters and gauges of this node"""
+        """every sample of the node's /prom registry, by name{labels}"""
 
     def __init__(
         self,
@@ -1337,10 +1340,11 @@ class NodeInfo(_message.Message):
         execution: _builtins.str = ...,
         managed_index: _builtins.int = ...,
         metrics: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        http_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "managed_index", b"managed_index", "metrics", b"metrics", "node_id", b"node_id", "role", b"role", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "http_address", b"http_address", "managed_index", b"managed_index", "metrics", b"metrics", "node_id", b"node_id", "role", b"role", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

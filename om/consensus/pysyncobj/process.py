@@ -38,6 +38,7 @@ from om.consensus.port import (
     Applied,
     ApplyEntry,
     BarrierEntry,
+    LeaderChanges,
     ReplicateResult,
     ReplicateStatus,
     Role,
@@ -97,6 +98,7 @@ class RaftProcessReplicator:
         self._keepalive_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._was_leader = False
+        self.leader_changes = LeaderChanges()
         self._closing = False
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -175,6 +177,7 @@ class RaftProcessReplicator:
                 future.set_result((applied, message[2]))
         elif kind == "state":
             self._state = message[1:]
+            self.leader_changes.saw(self._state[2])
             self._update_role()
             self._leadership_changed()
         elif kind == "snapshot_write":

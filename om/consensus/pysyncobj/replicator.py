@@ -46,6 +46,7 @@ from om.consensus.port import (
     Applied,
     ApplyEntry,
     BarrierEntry,
+    LeaderChanges,
     ReplicateResult,
     ReplicateStatus,
     Role,
@@ -118,6 +119,7 @@ class RaftReplicator:
         self._barrier_term = -1
         self._barrier_task: asyncio.Task[None] | None = None
         self._was_leader = False
+        self.leader_changes = LeaderChanges()
         self._raft_state = 0
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -168,7 +170,9 @@ class RaftReplicator:
         raft = self._raft
         is_leader = bool(raft._isLeader())
         term = int(raft.raftCurrentTerm)
-        known = self._by_raft.get(known_leader(raft))
+        leader = known_leader(raft)
+        self.leader_changes.saw(leader)
+        known = self._by_raft.get(leader)
         return Role(is_leader=is_leader,
                     ready=is_leader and self._barrier_term == term,
                     leader_id=known.id if known else "",

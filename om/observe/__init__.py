@@ -1,0 +1,1 @@
+"""Observability: metrics (one registry per node, served at /prom) and their endpoint."""
