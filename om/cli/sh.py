@@ -1,227 +1,218 @@
-"""``om sh``: the namespace shell, mirroring ``ozone sh``.
+"""``om sh``: the namespace shell, as ``ozone sh``.
 
-    om sh volume create|info|list|delete|setquota /vol
-    om sh bucket create|info|list|delete|setquota /vol/bucket [--quota 10GB] [--namespace-quota N]
-    om sh key put|info|list|delete|rename /vol/bucket/key [FILE] [--size N]
+    om sh volume create|info|list|ls|update|delete|setquota|clrquota /vol
+    om sh bucket create|info|list|ls|delete|setquota|clrquota /vol/bucket
+    om sh key put|info|list|ls|delete|rename /vol/bucket/key
+    om sh key get|cat|cp|checksum|rewrite ...   -> not supported: metadata only
 
-Output is JSON, as ``ozone sh`` prints it. Errors print the status name and a
-message to stderr and exit 1 (2 when no OM could be reached).
+Addresses, flags, output and exit codes follow Ozone's shell (see
+docs/ozone-shell-compat.md): ``[o3://host:port]/vol/bucket/key``, leading and
+trailing slashes as Ozone takes them; every list takes ``--prefix/-p``,
+``--start/-s`` (exclusive), ``--length/-l`` (default 100) or ``--all/-a``.
+JSON is printed as Ozone's Jackson mapper prints it. A failed command prints
+Ozone's status name and message (``KEY_NOT_FOUND Key ... not found``) and
+exits 255; a malformed command line exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-from google.protobuf.message import Message
-
+from om.cli import sh_commands as do
+from om.cli.sh_address import parse_address
+from om.cli.sh_options import ShellError, UsageError
 from om.client import OMClient, OMConnectionError, OMStatusError
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
 
-_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,
-          "PB": 1 << 50}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGTP]?B?)\s*$", re.IGNORECASE)
+EXIT_USAGE = 2
+EXIT_FAILED = 255  # Ozone's shell exits -1 on an execution error
+_LAYOUTS = {"fso": "FILE_SYSTEM_OPTIMIZED", "obs": "OBJECT_STORE"}
+_LAYOUT_NAMES = ("FILE_SYSTEM_OPTIMIZED", "OBJECT_STORE", "LEGACY")
+_URI_HELP = {"volume": "/vol", "bucket": "/vol/bucket", "key": "/vol/bucket/key",
+             "volume_or_bucket": "/vol or /vol/bucket"}
 
-
-class UsageError(Exception):
-    """The command line names something malformed."""
-
-
-def parse_size(text: str) -> int:
-    """Bytes from "1024", "10GB", "5 MB" (binary units, as Ozone reads them)."""
-    match = _SIZE.match(text)
-    if match is None:
-        raise UsageError(f"invalid size '{text}': use a number with an optional unit B/KB/MB/GB/TB")
-    unit = match.group(2).upper()
-    if unit and not unit.endswith("B"):
-        unit += "B"
-    return int(match.group(1)) * _UNITS[unit]
-
-
-def split_path(path: str, parts: int) -> list[str]:
-    """["vol", "bucket", "key"] from "/vol/bucket/key", checking how many parts."""
-    if not path.startswith("/"):
-        raise UsageError(f"'{path}' must start with '/'")
-    pieces = path[1:].split("/", parts - 1)
-    if len(pieces) != parts or not all(pieces):
-        shape = ["/vol", "/vol/bucket", "/vol/bucket/key"][parts - 1]
-        raise UsageError(f"'{path}' must look like {shape}")
-    return pieces
-
-
-def _show(message: Message | list[Message]) -> None:
-    if isinstance(message, list):
-        print(json.dumps([MessageToDict(m) for m in message], indent=2))
-    else:
-        print(json.dumps(MessageToDict(message), indent=2))
-
-
-def _list_all(fetch: Callable[[str], tuple[list[Message], bool]], limit: int) -> list[Message]:
-    items: list[Message] = []
-    start = ""
-    while True:
-        page, truncated = fetch(start)
-        items.extend(page)
-        if not truncated or not page or (limit and len(items) >= limit):
-            return items[:limit] if limit else items
-        start = _name_of(page[-1])
-
-
-def _name_of(message: Message) -> str:
-    for field in ("key_name", "bucket_name", "volume"):
-        if hasattr(message, field):
-            value: str = getattr(message, field)
-            return value
-    raise AssertionError(f"no name field on {type(message).__name__}")
-
-
-def volume(client: OMClient, args: argparse.Namespace) -> None:
-    """Runs ``om sh volume ACTION /vol``."""
-    if args.action == "list":
-        _show(_list_all(lambda start: _page(client.list_volumes(args.prefix, start),
-                                            "volume_info"), args.length))
-        return
-    (name,) = split_path(args.path, 1)
-    quota, namespace = _quotas(args)
-    if args.action == "create":
-        _show(client.create_volume(name, quota, namespace))
-    elif args.action == "info":
-        _show(client.info_volume(name))
-    elif args.action == "delete":
-        client.delete_volume(name)
-        print(f"Volume {name} is deleted")
-    elif args.action == "setquota":
-        _require_quota(quota, namespace)
-        _show(client.set_volume_quota(name, quota, namespace))
-
-
-def bucket(client: OMClient, args: argparse.Namespace) -> None:
-    """Runs ``om sh bucket ACTION /vol/bucket``."""
-    if args.action == "list":
-        (vol,) = split_path(args.path, 1)
-        _show(_list_all(lambda start: _page(client.list_buckets(vol, args.prefix, start),
-                                            "bucket_info"), args.length))
-        return
-    vol, name = split_path(args.path, 2)
-    quota, namespace = _quotas(args)
-    if args.action == "create":
-        _show(client.create_bucket(vol, name, quota, namespace))
-    elif args.action == "info":
-        _show(client.info_bucket(vol, name))
-    elif args.action == "delete":
-        client.delete_bucket(vol, name)
-        print(f"Bucket {name} is deleted")
-    elif args.action == "setquota":
-        _require_quota(quota, namespace)
-        _show(client.set_bucket_quota(vol, name, quota, namespace))
-
-
-def key(client: OMClient, args: argparse.Namespace) -> None:
-    """Runs ``om sh key ACTION /vol/bucket/key``."""
-    if args.action == "list":
-        vol, name = split_path(args.path, 2)
-        _show(_list_all(lambda start: _page(client.list_keys(vol, name, args.prefix, start),
-                                            "key_info"), args.length))
-        return
-    vol, bkt, name = split_path(args.path, 3)
-    if args.action == "put":
-        _show(client.put_key(vol, bkt, name, _put_size(args)))
-    elif args.action == "info":
-        _show(client.lookup_key(vol, bkt, name))
-    elif args.action == "delete":
-        client.delete_key(vol, bkt, name)
-        print(f"Key {name} is deleted")
-    elif args.action == "rename":
-        if not args.target:
-            raise UsageError("rename needs the new key name: om sh key rename /v/b/key NEWKEY")
-        _show(client.rename_key(vol, bkt, name, args.target))
-
-
-def _page(response: Any, field: str) -> tuple[list[Message], bool]:
-    return list(getattr(response, field)), bool(response.truncated)
-
-
-def _quotas(args: argparse.Namespace) -> tuple[int, int]:
-    quota = parse_size(args.quota) if getattr(args, "quota", None) else 0
-    namespace = getattr(args, "namespace_quota", None) or 0
-    if namespace < 0:
-        raise UsageError("--namespace-quota must be positive")
-    return quota, namespace
-
-
-def _require_quota(quota: int, namespace: int) -> None:
-    if not quota and not namespace:
-        raise UsageError("setquota needs --quota and/or --namespace-quota")
-
-
-def _put_size(args: argparse.Namespace) -> int:
-    if args.size is not None:
-        return parse_size(args.size)
-    if not args.target:
-        raise UsageError("put needs a local FILE (its size is recorded) or --size")
-    try:
-        return os.path.getsize(args.target)
-    except OSError as error:
-        raise UsageError(f"cannot read '{args.target}': {error.strerror}") from None
-
-
-_RUNNERS = {"volume": volume, "bucket": bucket, "key": key}
-_ACTIONS = {
-    "volume": ["create", "info", "list", "delete", "setquota"],
-    "bucket": ["create", "info", "list", "delete", "setquota"],
-    "key": ["put", "info", "list", "delete", "rename"],
-}
+Command = Callable[[OMClient, argparse.Namespace, Any], None]
 
 
 def register(commands: Any) -> None:
     """Adds the ``sh`` subcommand."""
-    p = commands.add_parser("sh", help="volume, bucket and key commands (like `ozone sh`)")
+    p = commands.add_parser("sh", help="volume, bucket and key commands (like `ozone sh`)",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--om", default=os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS),
-                   help="comma-separated OM addresses (default 127.0.0.1:9862 or $OM_ADDRESS)")
+                   help="comma-separated OM addresses (default 127.0.0.1:9862 or $OM_ADDRESS); "
+                        "an o3://host:port address overrides it")
     p.add_argument("--user", help="the user to act as (default: the login name)")
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
     p.add_argument("--read-mode", choices=("linearizable", "local"), default="linearizable",
                    help="local: any node answers reads from its own state, maybe stale "
                         "(default: linearizable, confirmed by the leader)")
-    objects = p.add_subparsers(dest="object", required=True)
-    for name, actions in _ACTIONS.items():
-        sub = objects.add_parser(name)
-        sub.add_argument("action", choices=actions)
-        sub.add_argument("path", nargs="?" if name == "volume" else None, default="/")
-        if name == "key":
-            sub.add_argument("target", nargs="?", help="put: local FILE; rename: NEWKEY")
-            sub.add_argument("--size", help="put: the size to record instead of a file's")
-        else:
-            sub.add_argument("--quota", help="space quota, e.g. 10GB")
-            sub.add_argument("--namespace-quota", type=int, help="most buckets / keys")
-        sub.add_argument("--prefix", default="", help="list: only names with this prefix")
-        sub.add_argument("--length", "-l", type=int, default=100,
-                         help="list: most entries to print (0: all)")
+    p.add_argument("--verbose", action="store_true", help="create: print what was created")
+    objects = p.add_subparsers(dest="object", required=True, metavar="OBJECT")
+    _volume_commands(objects.add_parser("volume", aliases=["vol"], help="volume commands"))
+    _bucket_commands(objects.add_parser("bucket", help="bucket commands"))
+    _key_commands(objects.add_parser("key", help="key commands"))
     p.set_defaults(run=run)
 
 
+def _actions(parser: argparse.ArgumentParser) -> Any:
+    return parser.add_subparsers(dest="verb", required=True, metavar="ACTION")
+
+
+def _command(actions: Any, name: str, run_it: Command, kind: str | Callable[..., str],
+             help_text: str, aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """An action parser taking the address; ``kind`` says what the address must name."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, aliases=list(aliases),
+                                                         help=help_text)
+    if kind == "root":
+        parser.add_argument("uri", nargs="?", default="/", help="/ (the default)")
+    else:
+        parser.add_argument("uri", help=_URI_HELP.get(kind, "/vol/bucket[/key]")
+                            if isinstance(kind, str) else "/vol/bucket[/key]")
+    parser.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+    parser.set_defaults(command=run_it, kind=kind)
+    return parser
+
+
+def _quota_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--space-quota", "--quota", dest="space_quota",
+                        help="the most bytes it may use, e.g. 10GB (units B, KB, ... EB)")
+    parser.add_argument("--namespace-quota", dest="namespace_quota",
+                        help="the most buckets (volume) or keys (bucket)")
+
+
+def _clear_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--space-quota", dest="space_quota", action="store_true",
+                        help="clear the space quota")
+    parser.add_argument("--namespace-quota", dest="namespace_quota", action="store_true",
+                        help="clear the namespace quota")
+
+
+def _list_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefix", "-p", default="", help="only names with this prefix")
+    parser.add_argument("--start", "-s", default="",
+                        help="list the entries after this name (excluded)")
+    limit = parser.add_mutually_exclusive_group()
+    limit.add_argument("--length", "-l", type=int, default=100,
+                       help="most entries to list (default 100)")
+    limit.add_argument("--all", "-a", action="store_true", help="list everything")
+
+
+def _delete_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-r", dest="recursive", action="store_true",
+                        help="delete what it holds first")
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask before -r")
+
+
+def _replication_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--type", "-t", "--replication-type", dest="type",
+                        help="replication type (RATIS only)")
+    parser.add_argument("--replication", "-r", dest="replication",
+                        help="replication factor: ONE or THREE")
+
+
+def _layout(text: str) -> str:
+    """Ozone's bucket layout converter: fso, obs or a BucketLayout name, any case."""
+    name = _LAYOUTS.get(text, text.upper())
+    if name not in _LAYOUT_NAMES:
+        raise argparse.ArgumentTypeError(f"Unknown bucket layout: {text}")
+    return name
+
+
+def _volume_commands(parser: argparse.ArgumentParser) -> None:
+    actions = _actions(parser)
+    create = _command(actions, "create", do.volume_create, "volume", "create a volume")
+    create.add_argument("--user", "-u", dest="owner", metavar="USER",
+                        help="its owner (default: you)")
+    _quota_options(create)
+    _command(actions, "info", do.volume_info, "volume", "print a volume")
+    listing = _command(actions, "list", do.volume_list, "root", "list volumes", ("ls",))
+    _list_options(listing)
+    listing.add_argument("--user", "-u", dest="list_user", metavar="USER",
+                         help="list this user's volumes (ignored with --all)")
+    update = _command(actions, "update", do.volume_update, "volume", "change the owner")
+    update.add_argument("--user", dest="owner", metavar="USER", help="the new owner")
+    _delete_options(_command(actions, "delete", do.volume_delete, "volume", "delete a volume"))
+    _quota_options(_command(actions, "setquota", do.volume_setquota, "volume", "set quotas"))
+    _clear_options(_command(actions, "clrquota", do.volume_clrquota, "volume", "clear quotas"))
+
+
+def _bucket_commands(parser: argparse.ArgumentParser) -> None:
+    actions = _actions(parser)
+    create = _command(actions, "create", do.bucket_create, "bucket", "create a bucket")
+    create.add_argument("--user", "-u", dest="owner", metavar="USER",
+                        help="its owner (default: you)")
+    create.add_argument("--layout", "-l", type=_layout,
+                        help="obs / OBJECT_STORE (the only layout om serves)")
+    _quota_options(create)
+    _command(actions, "info", do.bucket_info, "bucket", "print a bucket")
+    _list_options(_command(actions, "list", do.bucket_list, "volume", "list buckets", ("ls",)))
+    _delete_options(_command(actions, "delete", do.bucket_delete, "bucket", "delete a bucket"))
+    _quota_options(_command(actions, "setquota", do.bucket_setquota, "bucket", "set quotas"))
+    _clear_options(_command(actions, "clrquota", do.bucket_clrquota, "bucket", "clear quotas"))
+
+
+def _key_commands(parser: argparse.ArgumentParser) -> None:
+    actions = _actions(parser)
+    put = _command(actions, "put", do.key_put, "key", "record a key (metadata only)")
+    put.add_argument("file", nargs="?", help="an empty local file (om stores no data)")
+    put.add_argument("--size", help="om: record this size without data, e.g. 4096 or 10MB")
+    _replication_options(put)
+    _command(actions, "info", do.key_info, "key", "print a key")
+    _list_options(_command(actions, "list", do.key_list, "volume_or_bucket", "list keys",
+                           ("ls",)))
+    _command(actions, "delete", do.key_delete, "key", "delete a key")
+    rename = _command(actions, "rename", do.key_rename, do.rename_kind, "rename a key")
+    rename.add_argument("names", nargs="+", help="FROM TO (or TO after /vol/bucket/FROM)")
+    _unsupported_key_commands(actions)
+
+
+def _unsupported_key_commands(actions: Any) -> None:
+    """Ozone's data commands: parsed as Ozone parses them, then refused."""
+    get = _command(actions, "get", do.needs_data("key get"), "key", "not supported")
+    get.add_argument("file")
+    get.add_argument("--force", "-f", action="store_true")
+    _command(actions, "cat", do.needs_data("key cat"), "key", "not supported")
+    copy = _command(actions, "cp", do.needs_data("key cp"), "bucket", "not supported")
+    copy.add_argument("source")
+    copy.add_argument("target")
+    _replication_options(copy)
+    checksum = _command(actions, "checksum", do.needs_data("key checksum"), "key",
+                        "not supported")
+    checksum.add_argument("--combine-mode", "-c")
+    _replication_options(_command(actions, "rewrite", do.needs_data("key rewrite"), "key",
+                                  "not supported"))
+
+
 def run(args: argparse.Namespace) -> int:
-    """Runs one shell command; returns the exit status."""
-    addresses = split_addresses(args.om)
-    policy = RetryPolicy(deadline_s=args.timeout)
+    """Runs one shell command; returns the exit status (0, 2 usage, 255 failed)."""
     try:
-        with OMClient(addresses, user=args.user, policy=policy,
-                      read_mode=args.read_mode) as client:
-            _RUNNERS[args.object](client, args)
+        _run(args)
     except UsageError as error:
         print(f"om sh: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except ShellError as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
     except OMStatusError as error:
-        print(f"{error.status_name}: {error.message}", file=sys.stderr)
-        return 1
+        print(f"{error.status_name} {error.message}".rstrip(), file=sys.stderr)
+        return EXIT_FAILED
     except OMConnectionError as error:
         print(f"om sh: {error}", file=sys.stderr)
-        return 2
+        return EXIT_FAILED
     return 0
+
+
+def _run(args: argparse.Namespace) -> None:
+    kind = args.kind(args) if callable(args.kind) else args.kind
+    at = parse_address(args.uri).require(kind)
+    addresses = [at.om_address] if at.om_address else split_addresses(args.om)
+    policy = RetryPolicy(deadline_s=args.timeout)
+    with OMClient(addresses, user=args.user, policy=policy, read_mode=args.read_mode) as client:
+        args.command(client, args, at)
