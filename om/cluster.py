@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from om import config as om_config
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
@@ -177,6 +179,45 @@ class Cluster:
                 store.close()
         return result
 
+    def log_tail(self, node_id: str, lines: int = 20) -> str:
+        """The last ``lines`` lines of a node's log."""
+        try:
+            text = (self.directory / f"{node_id}.log").read_text(errors="replace")
+        except OSError as error:
+            return f"(no log: {error})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, timeout_s: float) -> om_pb2.NodeInfo:
+        """Waits until every node answers and one leader is ready; returns the leader.
+
+        ClusterError, with the failed node's log tail, as soon as a node's process
+        exits, or when ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        infos: list[om_pb2.NodeInfo] = []
+        while time.monotonic() < deadline:
+            self._raise_if_exited()
+            infos = self.node_infos()
+            leaders = [i for i in infos if i.role == "LEADER"]
+            if len(leaders) == 1 and all(i.role != "UNREACHABLE" for i in infos):
+                return leaders[0]
+            time.sleep(0.1)
+        silent = [n.id for n, i in zip(self.nodes, infos, strict=True) if i.role == "UNREACHABLE"]
+        culprit = silent[0] if silent else self.nodes[0].id
+        raise ClusterError(
+            f"not ready within {timeout_s} s: roles "
+            f"{ {n.id: i.role for n, i in zip(self.nodes, infos, strict=True)} }; "
+            f"last lines of {self.directory / culprit}.log:\n{self.log_tail(culprit)}")
+
+    def _raise_if_exited(self) -> None:
+        for node in self.nodes:
+            pid = self.pid(node.id)
+            if pid is not None and not _alive(pid):
+                child = _CHILDREN.get(pid)
+                status = child.returncode if child is not None else "?"
+                raise ClusterError(
+                    f"{node.id} exited (status {status}) while the cluster started; last "
+                    f"lines of {self.directory / node.id}.log:\n{self.log_tail(node.id)}")
+
     def wait_for_leader(self, timeout_s: float = 30.0) -> om_pb2.NodeInfo:
         """The ready leader, once there is exactly one."""
         deadline = time.monotonic() + timeout_s
@@ -232,11 +273,12 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
     cluster = Cluster(directory)
     if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
+    check_ports_free(node_addresses(nodes, port_base))
     write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml)
     try:
         for node in cluster.nodes:
             cluster.start_node(node.id, *node_args(node.id))
-        cluster.wait_for_leader(timeout_s)
+        cluster.wait_ready(timeout_s)
     except BaseException:
         down(cluster)
         raise
@@ -246,12 +288,46 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:port now (with SO_REUSEADDR, as ours do,
+    so a port only in TIME_WAIT counts as free)."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
+
+
+def port_holder(port: int) -> str:
+    """Who listens on ``port``: "pid N (command line)", or why that is unknown."""
+    try:
+        listeners = [c for c in psutil.net_connections(kind="tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    except psutil.AccessDenied:
+        return "a process this user may not inspect"
+    for listener in listeners:
+        if listener.pid is None:
+            continue
+        try:
+            command = " ".join(psutil.Process(listener.pid).cmdline())[:120]
+        except psutil.Error:
+            command = "?"
+        return f"pid {listener.pid} ({command})"
+    return "another process (not visible to this user)"
+
+
+def check_ports_free(nodes: Sequence[NodeAddress]) -> None:
+    """ClusterError naming every port of ``nodes`` that is taken, and its holder."""
+    taken = [(node, kind, port) for node in nodes
+             for kind, port in (("client", node.port), ("Raft", node.raft_port),
+                                ("HTTP", node.http_port))
+             if port and not _port_free(port)]
+    if taken:
+        lines = [f"  {port} ({node.id}'s {kind} port): held by {port_holder(port)}"
+                 for node, kind, port in taken]
+        raise ClusterError("ports in use, nothing started (choose another --port-base or "
+                           "stop what holds them):\n" + "\n".join(lines))
 
 
 def free_port_base(nodes: int = 3, attempts: int = 100) -> int:

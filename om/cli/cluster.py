@@ -1,4 +1,9 @@
-"""``om cluster up|down``: a local cluster of real OM processes on 127.0.0.1."""
+"""``om cluster up|status|down``: a local cluster of real OM processes on 127.0.0.1.
+
+``up`` checks every port first and starts nothing when one is taken (naming the
+port and its holder); it returns only once every node answers and a leader is
+ready, else it stops what it started and exits 1 with the failed node's log
+tail. ``status`` exits 1 when the cluster has no ready leader."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 from om import cluster as om_cluster
 from om.cli.admin import render_table
 from om.config import DEFAULT_PORT, EXECUTIONS, ConfigError
+from om.protocol import om_pb2
 
 
 def register(commands: Any) -> None:
@@ -21,8 +27,14 @@ def register(commands: Any) -> None:
     up.add_argument("--dir", type=Path, default=om_cluster.DEFAULT_DIR)
     up.add_argument("--execution", choices=EXECUTIONS, default="leader")
     up.add_argument("--port-base", type=int, default=DEFAULT_PORT,
-                    help="client ports from here; Raft ports from here + 10")
+                    help="client ports from here; Raft ports from here + 10, "
+                         "HTTP (/prom) from here + 20")
     up.set_defaults(run=run_up)
+    status = actions.add_parser("status", help="which nodes are up; exit 1 without a "
+                                "ready leader")
+    status.add_argument("--dir", type=Path, help="cluster directory (default: the last one)")
+    status.add_argument("--timeout", type=float, default=2.0)
+    status.set_defaults(run=run_status)
     down = actions.add_parser("down", help="stop a cluster (default: the last one started)")
     down.add_argument("--dir", type=Path)
     down.set_defaults(run=run_down)
@@ -38,8 +50,39 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1
     print(render_table(cluster.node_infos()))
-    print(f"\nconfig: {cluster.config_path}\nlogs:   {cluster.directory}/om*.log")
+    print(f"\nconfig:  {cluster.config_path}\nlogs:    {cluster.directory}/om*.log")
+    print("metrics: " + " ".join(f"http://{n.http_address}/prom" for n in cluster.nodes
+                                 if n.http_address))
     print(f"try:    om sh --om {','.join(cluster.addresses)} volume create /vol1")
+    return 0
+
+
+def health(info: om_pb2.NodeInfo) -> str:
+    """UP when the node answered, else DOWN."""
+    return "DOWN" if info.role == "UNREACHABLE" else "UP"
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Prints each node's health and role; 0 only with a ready leader."""
+    try:
+        cluster = om_cluster.Cluster(args.dir) if args.dir else om_cluster.last()
+        nodes = cluster.nodes
+    except (om_cluster.ClusterError, ConfigError) as error:
+        print(f"om cluster status: {error}", file=sys.stderr)
+        return 2
+    infos = om_cluster.node_infos([n.address for n in nodes], args.timeout)
+    for node, info in zip(nodes, infos, strict=True):
+        info.node_id = info.node_id or node.id
+    table = render_table(infos).splitlines()
+    marks = ["HEALTH", *(health(i) for i in infos)]
+    print("\n".join(f"{mark.ljust(6)}  {line}" for mark, line in zip(marks, table, strict=True)))
+    up = sum(info.role != "UNREACHABLE" for info in infos)
+    leaders = [i.node_id for i in infos if i.role == "LEADER"]
+    if len(leaders) != 1:
+        print(f"\nom cluster status: {up} of {len(nodes)} nodes up, no ready leader",
+              file=sys.stderr)
+        return 1
+    print(f"\n{up} of {len(nodes)} nodes up; leader {leaders[0]} ready")
     return 0
 
 

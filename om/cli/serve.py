@@ -77,6 +77,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         uvloop.run(_main(config))
     except OSError as error:
-        print(f"om serve: cannot listen: {error}", file=sys.stderr)
+        print(f"om serve: cannot start: {error}", file=sys.stderr)
         return 1
     return 0

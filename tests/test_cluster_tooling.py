@@ -1,0 +1,80 @@
+"""``om cluster up`` and ``status`` cannot lie: a taken port starts nothing and names its
+holder; a node that dies at start fails ``up`` with its log tail and nothing left
+running; ``status`` exits non-zero without a ready leader."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from om import cluster as om_cluster
+from tests.processes import REPO, om_command
+
+pytestmark = pytest.mark.integration
+
+
+def om(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(om_command(*args), capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout_s)
+
+
+def om_processes(directory: Path) -> list[int]:
+    """Pids of processes whose command line names ``directory``."""
+    return [process.info["pid"] for process in psutil.process_iter(["pid", "cmdline"])
+            if str(directory) in " ".join(process.info["cmdline"] or ())]
+
+
+def test_up_on_a_taken_port_starts_nothing_and_names_the_holder(tmp_path: Path) -> None:
+    base = om_cluster.free_port_base()
+    taken = base + om_cluster.HTTP_PORT_OFFSET + 1        # om2's metrics port
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        result = om("cluster", "up", "--dir", str(tmp_path / "c"), "--port-base", str(base))
+    assert result.returncode == 1
+    assert f"{taken} (om2's HTTP port): held by pid {os.getpid()}" in result.stderr
+    assert not (tmp_path / "c" / "om1.pid").exists()
+    assert om_processes(tmp_path / "c") == []
+
+
+def test_a_node_that_dies_at_start_fails_up_with_its_log(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    (directory / "data").mkdir(parents=True)
+    (directory / "data" / "om3").write_text("a file where om3's data directory belongs")
+    result = om("cluster", "up", "--dir", str(directory), "--port-base",
+                str(om_cluster.free_port_base()))
+    assert result.returncode == 1
+    assert "om3 exited" in result.stderr
+    assert "last lines of" in result.stderr
+    assert "om serve: cannot start: [Errno 20] Not a directory" in result.stderr
+    assert om_processes(directory) == []
+    assert not any(directory.glob("*.pid"))
+
+
+def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    started = om("cluster", "up", "--dir", str(directory), "--port-base",
+                 str(om_cluster.free_port_base()))
+    assert started.returncode == 0, started.stderr
+    assert "metrics: http://127.0.0.1:" in started.stdout
+    cluster = om_cluster.Cluster(directory)
+    try:
+        healthy = om("cluster", "status", "--dir", str(directory))
+        assert healthy.returncode == 0, healthy.stderr
+        assert healthy.stdout.count("UP ") == 3
+        assert "3 of 3 nodes up; leader om" in healthy.stdout
+        leader = cluster.wait_for_leader().node_id
+        followers = [n.id for n in cluster.nodes if n.id != leader]
+        cluster.kill_node(followers[0])
+        cluster.kill_node(leader)
+        degraded = om("cluster", "status", "--dir", str(directory))
+        assert degraded.returncode == 1
+        assert degraded.stdout.count("DOWN") == 2
+        assert "1 of 3 nodes up, no ready leader" in degraded.stderr
+    finally:
+        om_cluster.down(cluster)
