@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine: a virtualenv in .venv with the project and every
-# extra installed, a Java runtime for Spark, and etcd with Go for the bench's
-# etcd flow, when they are not present.
+# extra installed, a Java runtime for Spark, etcd with Go for the bench's
+# etcd flow, and Chromium for the report's browser test, when they are not present.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,8 @@ fi
 .venv/bin/python -m pip install --quiet -e '.[dev,bench,spark]'
 
 # Debian packages: a JRE for Spark; etcd, Go and etcd's Go sources for the etcd
-# flow of `om bench` (bench/etcd). A package that cannot be had only skips that flow.
+# flow of `om bench` (bench/etcd); Chromium, which opens the Spark report's page in
+# tests/spark/test_spark_browser.py. A package that cannot be had only skips its part.
 packages=()
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
   packages+=(openjdk-17-jre-headless)
@@ -21,12 +22,14 @@ fi
 command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
 command -v go >/dev/null 2>&1 || packages+=(golang-go)
 [ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3 ] || packages+=(golang-etcd-server-dev)
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 if [ ${#packages[@]} -gt 0 ]; then
   echo "setup: installing ${packages[*]} (apt-get)"
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packages[@]}" >/dev/null \
-    || echo "setup: apt-get could not install ${packages[*]}; the etcd flow will be skipped"
+    || echo "setup: apt-get could not install ${packages[*]}; the etcd flow or the" \
+            "report's browser test will be skipped"
 fi
 echo "setup: ready ($(.venv/bin/python --version), $(java -version 2>&1 | head -1)," \
      "$(etcd --version 2>/dev/null | head -1 || echo 'no etcd'))"

@@ -41,6 +41,7 @@ def analyse(spark: SparkSession, runs: Sequence[RunInput], out_dir: Path) -> Res
                 "latency_percentiles", metrics.latency_percentiles(traces.clients)
             ),
             phase_breakdown=table("phase_breakdown", metrics.phase_breakdown(traces.servers)),
+            phase_tail=table("phase_tail", metrics.phase_tail(traces.servers)),
             batch_sizes=table("batch_sizes", metrics.batch_sizes(traces.batches)),
             batch_size_histogram=table(
                 "batch_size_histogram", metrics.batch_size_histogram(traces.batches)

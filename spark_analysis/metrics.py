@@ -46,6 +46,7 @@ RATIO_FLOWS: tuple[tuple[str, str], ...] = (
     ("leader", "replicated"),
     ("leader", "ceiling"),
     ("leader", "leader-nobatch"),
+    ("leader", "etcd"),
 )
 
 _FLOW_KEY = ("run", "flow")
@@ -146,6 +147,14 @@ def latency_percentiles(clients: DataFrame) -> DataFrame:
     )
 
 
+def _phase_total(phases: list[Column]) -> Column:
+    """The sum of the phase columns: a request's time on the server."""
+    total = phases[0]
+    for phase in phases[1:]:
+        total = total + phase
+    return total
+
+
 def phase_breakdown(servers: DataFrame) -> DataFrame:
     """Mean time per phase of successful server requests, per run, flow and op.
 
@@ -153,10 +162,7 @@ def phase_breakdown(servers: DataFrame) -> DataFrame:
     (lock_wait, execute, batch_wait, replicate, apply, reply), then total_ms_mean, the
     mean of the phases' sum.
     """
-    phases = [F.col(column) for column, _ in PHASES]
-    total = phases[0]
-    for phase in phases[1:]:
-        total = total + phase
+    total = _phase_total([F.col(column) for column, _ in PHASES])
     return (
         servers.where(F.col("status") == OK)
         .groupBy(*_FLOW_KEY, "op")
@@ -169,6 +175,47 @@ def phase_breakdown(servers: DataFrame) -> DataFrame:
             _ms(F.avg(total)).alias("total_ms_mean"),
         )
         .orderBy(*_FLOW_KEY, "op")
+    )
+
+
+def phase_tail(servers: DataFrame) -> DataFrame:
+    """Each flow's mean phases over all its successful server requests and over its tail.
+
+    The tail is the requests whose server time (the sum of their phases) is at or above
+    the flow's p99 of it: where the time of the slowest 1 % goes. Per run and flow, over
+    every op. Columns: run, flow, count, tail_count, total_ms_p99, then `<phase>_ms_mean`
+    for each phase in request order and total_ms_mean, then `<phase>_ms_tail_mean` for
+    each phase and total_ms_tail_mean.
+    """
+    ok = servers.where(F.col("status") == OK).select(
+        *_FLOW_KEY,
+        *(F.col(column) for column, _ in PHASES),
+        _phase_total([F.col(column) for column, _ in PHASES]).alias("total_ns"),
+    )
+    thresholds = ok.groupBy(*_FLOW_KEY).agg(
+        F.percentile(F.col("total_ns"), 0.99).alias("p99_ns")
+    )
+    tail = F.col("total_ns") >= F.col("p99_ns")
+    columns = [column for column, _ in PHASES] + ["total_ns"]
+    return (
+        ok.join(thresholds, list(_FLOW_KEY))
+        .groupBy(*_FLOW_KEY)
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.count(F.when(tail, 1)).alias("tail_count"),
+            _ms(F.max("p99_ns")).alias("total_ms_p99"),
+            *(
+                _ms(F.avg(column)).alias(column.removesuffix("_ns") + "_ms_mean")
+                for column in columns
+            ),
+            *(
+                _ms(F.avg(F.when(tail, F.col(column)))).alias(
+                    column.removesuffix("_ns") + "_ms_tail_mean"
+                )
+                for column in columns
+            ),
+        )
+        .orderBy(*_FLOW_KEY)
     )
 
 

@@ -168,12 +168,14 @@ def plot_batch_sizes(results: Results, out_dir: Path) -> Path | None:
 
 
 def plot_throughput_vs_batching(results: Results, out_dir: Path) -> Path | None:
-    """Each flow's write throughput against its mean requests per batch."""
-    rows = [
-        row
-        for row in results.flow_summary
-        if row["requests_per_batch_mean"] is not None and row["write_throughput_rps"] is not None
-    ]
+    """Each flow's write throughput against its mean requests per batch.
+
+    Flows without server_batch records (their batching is not traced: the old flow, an
+    external peer) are dashed horizontal lines at their write throughput, so every flow
+    with writes is on the plot. None when no flow has batches to compare.
+    """
+    with_writes = [row for row in results.flow_summary if row["write_throughput_rps"]]
+    rows = [row for row in with_writes if row["requests_per_batch_mean"] is not None]
     if not rows:
         return None
     colour = _colours(results)
@@ -184,10 +186,17 @@ def plot_throughput_vs_batching(results: Results, out_dir: Path) -> Path | None:
         x, y = row["requests_per_batch_mean"], row["write_throughput_rps"]
         axes.scatter([x], [y], s=60, color=colour(label))
         axes.annotate(label, (x, y), textcoords="offset points", xytext=(6, 6))
+    for row in with_writes:
+        if row["requests_per_batch_mean"] is None:
+            label = results.series_label(row)
+            axes.axhline(row["write_throughput_rps"], color=colour(label), linestyle="--",
+                         linewidth=1, label=f"{label} (batching not traced)")
     axes.margins(0.15)
     axes.set_xlabel("mean requests per batch")
     axes.set_ylabel("successful writes/s")
     axes.set_ylim(bottom=0)
+    if len(with_writes) > len(rows):
+        axes.legend(loc="best", fontsize="small")
     figure.suptitle("Throughput vs batching")
     return _save(figure, out_dir / "throughput_vs_batching.png")
 

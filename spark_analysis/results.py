@@ -30,6 +30,7 @@ class Results:
     throughput_per_second: list[Row]
     latency_percentiles: list[Row]
     phase_breakdown: list[Row]
+    phase_tail: list[Row]
     batch_sizes: list[Row]
     batch_size_histogram: list[Row]
     failover_gaps: list[Row]

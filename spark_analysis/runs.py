@@ -22,14 +22,16 @@ class RunInput:
     """One run directory as the analysis sees it.
 
     `label` names the run in every table and is unique among the runs of one analysis;
-    `files` are the run's trace files, sorted; `manifest` is the parsed manifest.json when
-    it exists and holds a JSON object, else None.
+    `files` are the run's trace files, sorted; `manifest` is the parsed manifest.json and
+    `bench_summary` the parsed summary.json `om bench` wrote (its CPU and memory records),
+    each when it exists and holds a JSON object, else None.
     """
 
     label: str
     path: Path
     files: tuple[Path, ...]
     manifest: dict[str, Any] | None
+    bench_summary: dict[str, Any] | None
 
 
 def discover(run_dirs: Sequence[Path]) -> list[RunInput]:
@@ -49,16 +51,17 @@ def discover(run_dirs: Sequence[Path]) -> list[RunInput]:
             label=path.name if unique else str(path),
             path=path,
             files=tuple(sorted(path.glob(TRACE_GLOB))),
-            manifest=_read_manifest(path / "manifest.json"),
+            manifest=_read_json_object(path / "manifest.json"),
+            bench_summary=_read_json_object(path / "summary.json"),
         )
         for path in resolved
     ]
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    """The manifest as a dict, or None when it is absent, unreadable or not an object."""
+def _read_json_object(path: Path) -> dict[str, Any] | None:
+    """The file's JSON object as a dict, or None when it is absent, unreadable or not one."""
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return manifest if isinstance(manifest, dict) else None
+    return found if isinstance(found, dict) else None

@@ -11,11 +11,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spark_analysis import plots
-from spark_analysis.metrics import LATENCY_PERCENTILES, ratio_name
+from spark_analysis.metrics import LATENCY_PERCENTILES, RATIO_FLOWS, ratio_name
 from spark_analysis.report import Block, Code, Image, Paragraph, Section, Table
 from spark_analysis.results import Results, Row
 from spark_analysis.schema import PHASES
 from spark_analysis.summary import build_summary
+from spark_analysis.why import WHY, why_section
 
 SUMMARY = "Summary"
 INPUT = "Input"
@@ -27,6 +28,7 @@ BATCHING = "Throughput vs batching"
 FAILOVER = "Failover gaps"
 SECTION_TITLES: tuple[str, ...] = (
     SUMMARY,
+    WHY,
     INPUT,
     THROUGHPUT,
     LATENCY,
@@ -112,7 +114,9 @@ def _summary(results: Results) -> Section:
         Table(("run", "write-throughput ratio", "value"), ratio_rows)
         if ratio_rows
         else Paragraph(
-            "No ratio: a run needs the leader flow and one of replicated, ceiling, leader-nobatch."
+            "No ratio: a run needs the leader flow and one of "
+            + ", ".join(denominator for _, denominator in RATIO_FLOWS)
+            + "."
         )
     )
     return Section(
@@ -203,6 +207,25 @@ def _latency(results: Results, out_dir: Path) -> Section:
     )
 
 
+def _client_only(results: Results) -> list[Block]:
+    """A line naming the flows with client records but no server phases, if any."""
+    traced = {(row["run"], row["flow"]) for row in results.phase_breakdown}
+    missing = [
+        results.series_label(row)
+        for row in results.flow_summary
+        if (row["run"], row["flow"]) not in traced
+    ]
+    if not missing:
+        return []
+    return [
+        Paragraph(
+            "Flows with client records but no successful server_request records (not "
+            "plotted; an external peer such as etcd traces its client only): "
+            + ", ".join(missing)
+        )
+    ]
+
+
 def _phases(results: Results, out_dir: Path) -> Section:
     columns = [("count", "count")] + [
         (column.removesuffix("_ns") + "_ms_mean", f"{name} (ms)") for column, name in PHASES
@@ -218,7 +241,10 @@ def _phases(results: Results, out_dir: Path) -> Section:
             "Mean time per phase of successful server_request records, by flow and op. "
             "A phase a request did not go through counts as 0."
         ),
-        (_table(results, results.phase_breakdown, columns, by_op=True),),
+        (
+            _table(results, results.phase_breakdown, columns, by_op=True),
+            *_client_only(results),
+        ),
     )
 
 
@@ -251,7 +277,10 @@ def _batching(results: Results, out_dir: Path) -> Section:
     notes: list[Block] = []
     if unbatched:
         notes.append(
-            Paragraph("Flows without server_batch records (not plotted): " + ", ".join(unbatched))
+            Paragraph(
+                "Flows without server_batch records, drawn as dashed lines at their write "
+                "throughput (their batching is not traced): " + ", ".join(unbatched)
+            )
         )
     name = ratio_name("leader", "leader-nobatch")
     for run, content in build_summary(results)["runs"].items():
@@ -321,6 +350,7 @@ def build_sections(results: Results, out_dir: Path) -> list[Section]:
     """
     return [
         _summary(results),
+        why_section(results),
         _input(results),
         _throughput(results, out_dir),
         _latency(results, out_dir),

@@ -19,10 +19,10 @@ def build_summary(results: Results) -> dict[str, Any]:
     Layout: `runs[<label>]` holds the run's `path`, `flows[<flow>]` (the `flow_summary`
     columns other than run and flow: write_throughput_rps, write_latency_ms_p50/_p99/_max,
     requests_per_batch_mean, ...) and `ratios`, the write-throughput ratios
-    (`leader_over_replicated`, `leader_over_ceiling`, `leader_over_leader_nobatch`) whose
-    two flows both exist in the run (null when the denominator is 0). `records` counts
-    valid records per kind, `malformed` skipped lines per reason, `malformed_total` their
-    sum.
+    (`leader_over_replicated`, `leader_over_ceiling`, `leader_over_leader_nobatch`,
+    `leader_over_etcd`) whose two flows both exist in the run (null when the denominator
+    is 0). `records` counts valid records per kind, `malformed` skipped lines per reason,
+    `malformed_total` their sum.
     """
     runs: dict[str, Any] = {}
     for run in results.runs:

@@ -13,11 +13,16 @@ The bench run has five flows, each in its own second of wall clock:
 * leader-chaos (T0 + 30 s): requests of 1 ms every 10 ms: 30 OK writes from +0 ms, 50
   NOT_LEADER from +300 ms, then 20 OK writes from +2000 ms (so second 1 has none);
   faults at +400 ms, +2100 ms and +3500 ms (after the last request). Window 2.191 s.
+
+`smoke_run` is a real `om bench --profile smoke` run, made once per test session and
+shared by every test that needs one (it starts clusters, so those tests are marked
+integration); `smoke_report` is its analysis.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,7 @@ from spark_analysis.job import analyse
 from spark_analysis.results import Results
 from spark_analysis.runs import discover
 from spark_analysis.session import spark_session
+from tests.processes import REPO, om_command
 
 from .tracegen import MS, T0, S, batch, client, fault, server, traces_dir, write_records
 
@@ -153,3 +159,22 @@ def bench_report(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) 
     _write_nobatch(run_dir)
     _write_chaos(run_dir)
     return run_analysis(spark, run_dir)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of one real `om bench --profile smoke` (every flow, etcd included
+    where it is installed)."""
+    out = tmp_path_factory.mktemp("smoke") / "bench"
+    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out)),
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"om bench --profile smoke failed: {done.stdout[-2000:]}"
+                    f"{done.stderr[-2000:]}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def smoke_report(spark: SparkSession, smoke_run: Path) -> Report:
+    """`smoke_run` analysed once per test session, into `smoke_run/report`."""
+    return run_analysis(spark, smoke_run)

@@ -121,6 +121,24 @@ def test_phase_breakdown_means_successful_requests(bench_report: Report) -> None
     assert (lookup["count"], lookup["execute_ms_mean"]) == (2, approx(2.0))
 
 
+def test_phase_tail_splits_the_slowest_requests_of_a_flow(bench_report: Report) -> None:
+    phases = ("lock_wait", "execute", "batch_wait", "replicate", "apply", "reply")
+    leader = only(bench_report.results.phase_tail, flow="leader")
+    # Server times 1, 3 (LookupKey) and 21..24 ms (CreateKey): p99 at position 4.95.
+    assert (leader["count"], leader["tail_count"]) == (6, 1)
+    assert leader["total_ms_p99"] == approx(23.95)
+    assert [leader[f"{phase}_ms_mean"] for phase in phases] == [
+        approx(value / 6) for value in (10.0, 12.0, 12.0, 16.0, 20.0, 24.0)
+    ]
+    assert leader["total_ms_mean"] == approx(94 / 6)
+    assert [leader[f"{phase}_ms_tail_mean"] for phase in phases] == [
+        approx(value) for value in (4.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    ]
+    assert leader["total_ms_tail_mean"] == approx(24.0)
+    replicated = only(bench_report.results.phase_tail, flow="replicated")
+    assert (replicated["tail_count"], replicated["total_ms_p99"]) == (1, approx(10.0))
+
+
 def test_batch_sizes(bench_report: Report) -> None:
     leader = only(bench_report.results.batch_sizes, flow="leader")
     assert (leader["batches"], leader["requests_total"], leader["requests_max"]) == (5, 20, 10)
@@ -171,6 +189,7 @@ def test_parquet_tables_hold_the_collected_rows(bench_report: Report, spark: Spa
         "throughput_per_second",
         "latency_percentiles",
         "phase_breakdown",
+        "phase_tail",
         "batch_sizes",
         "batch_size_histogram",
         "failover_gaps",

@@ -5,28 +5,21 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
 from spark_analysis import sections
 from spark_analysis.report import HTML_FILE
-from tests.processes import REPO, om_command
 
-from .conftest import run_analysis
+from .conftest import Report
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
-def test_report_of_a_real_bench_run_has_every_section(spark: SparkSession,
-                                                      tmp_path: Path) -> None:
-    out = tmp_path / "bench"
-    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out)),
-                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    report = run_analysis(spark, out)
+def test_report_of_a_real_bench_run_has_every_section(smoke_run: Path,
+                                                      smoke_report: Report) -> None:
+    out, report = smoke_run, smoke_report
     page = (report.out_dir / HTML_FILE).read_text(encoding="utf-8")
     for title in sections.SECTION_TITLES:
         assert re.search(rf'<h2 id="[^"]+">{re.escape(html.escape(title))}</h2>', page), title
