@@ -131,6 +131,11 @@ class Node:
                                      "(om/gc_policy.py)") for name in gc_policy.metrics())
         self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
         if self.raft is not None:
+            self.metrics.add_histogram(
+                "om_journal_sync_duration_seconds",
+                "Time of one Raft journal sync: one pwrite and, when durable, one fdatasync "
+                "(reported by the Raft process about once a second)", self.raft.journal_syncs)
+        if self.raft is not None:
             self.raft.on_leadership_lost(self.leader.leadership_lost)
         self.closing = False
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from om.observe.metrics import OZONE_REQUEST_COUNTERS, NodeMetrics, StateGauge
+from om.observe.histogram import CountingHistogram, Snapshot
+from om.observe.metrics import OZONE_REQUEST_COUNTERS, HistogramState, NodeMetrics, StateGauge
 
 
 def _samples(metrics: NodeMetrics) -> dict[str, float]:
@@ -73,3 +74,22 @@ def test_batches_and_flat_view_agree_with_the_exposition() -> None:
     assert not any(name.endswith("_bucket") for name in flat)
     for name, value in flat.items():
         assert samples[name] == value
+
+
+def test_a_histogram_counted_elsewhere_is_exported_cumulatively() -> None:
+    counted = CountingHistogram((0.001, 0.01))
+    for seconds in (0.0005, 0.001, 0.005, 0.5):
+        counted.observe(seconds)
+    assert counted.snapshot() == ((2, 1, 1), 0.5065)
+    metrics = NodeMetrics()
+    reported: list[Snapshot | None] = [None]
+    metrics.registry.register(HistogramState("om_sync_seconds", "syncs", (0.001, 0.01),
+                                             lambda: reported[0]))
+    assert "om_sync_seconds_count" not in _samples(metrics)   # nothing reported yet
+    reported[0] = counted.snapshot()
+    samples = _samples(metrics)
+    assert samples['om_sync_seconds_bucket{le="0.001"}'] == 2
+    assert samples['om_sync_seconds_bucket{le="0.01"}'] == 3
+    assert samples['om_sync_seconds_bucket{le="+Inf"}'] == 4
+    assert samples["om_sync_seconds_count"] == 4
+    assert abs(samples["om_sync_seconds_sum"] - 0.5065) < 1e-12

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -75,6 +76,17 @@ def test_every_node_serves_ozone_names_and_they_move_under_load(
     assert after["om_batch_requests_count"] > before[leader]["om_batch_requests_count"]
     assert after['om_request_duration_seconds_count{type="CommitKey"}'] >= KEYS
     assert after["om_applied_index"] >= after["om_raft_commit_index"] - 1
+    assert journal_syncs(addresses[leader]) > 0
+
+
+def journal_syncs(http_address: str, timeout_s: float = 10.0) -> float:
+    """The journal syncs the Raft process reported (it reports about once a second)."""
+    deadline = time.monotonic() + timeout_s
+    syncs = 0.0
+    while time.monotonic() < deadline and not syncs:
+        syncs = scrape(http_address).get("om_journal_sync_duration_seconds_count", 0.0)
+        time.sleep(0.2)
+    return syncs
 
 
 def test_prom_and_admin_metrics_read_one_registry(cluster: om_cluster.Cluster) -> None:

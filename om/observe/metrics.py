@@ -23,11 +23,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-LATENCY_BUCKETS_S = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
-                     0.5, 1.0, 2.0, 5.0)
+from om.observe.histogram import LATENCY_BUCKETS_S, Snapshot
+
 BATCH_REQUEST_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 BATCH_BYTE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 
@@ -222,6 +227,29 @@ class StateCollector(Collector):
             yield family(gauge.name, gauge.help, value=values[gauge.key])
 
 
+class HistogramState(Collector):
+    """A histogram counted elsewhere (another process) and read when scraped."""
+
+    def __init__(self, name: str, help_text: str, bounds: tuple[float, ...],
+                 read: Callable[[], Snapshot | None]) -> None:
+        self._name = name
+        self._help = help_text
+        self._bounds = bounds
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        snapshot = self._read()
+        if snapshot is None:
+            return
+        counts, total = snapshot
+        assert len(counts) == len(self._bounds) + 1
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(str, self._bounds), "+Inf"), counts, strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(self._name, self._help, buckets=buckets, sum_value=total)
+
+
 class NodeMetrics:
     """The registry of one node and the metrics the request path updates."""
 
@@ -234,6 +262,11 @@ class NodeMetrics:
                   read: Callable[[], Mapping[str, float]]) -> None:
         """Registers gauges the node computes when scraped."""
         self.registry.register(StateCollector(gauges, read))
+
+    def add_histogram(self, name: str, help_text: str,
+                      read: Callable[[], Snapshot | None]) -> None:
+        """Registers a histogram another part (the Raft process) counts."""
+        self.registry.register(HistogramState(name, help_text, LATENCY_BUCKETS_S, read))
 
     def flat(self) -> dict[str, float]:
         """Every sample by name and labels (``name{label="v"}``), histogram buckets left

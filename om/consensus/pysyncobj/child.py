@@ -42,6 +42,7 @@ from om.consensus.pysyncobj.transport import GroupCommitTransport
 logger = logging.getLogger(__name__)
 PARENT_SILENCE_S = 1.5
 TICK_S = 0.05
+JOURNAL_REPORT_S = 1.0     # how often the parent hears of journal sync times
 _CANDIDATE = 1
 _LEADER = 2
 
@@ -64,6 +65,8 @@ class Child:
         self._backlog: deque[Message] = deque()
         self._heard_s = time.monotonic()
         self._last_state: tuple[Any, ...] = ()
+        self._journal_reported_s = 0.0
+        self._journal_syncs_reported = 0
         self._closing = False
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
@@ -96,6 +99,7 @@ class Child:
             self.raft.doTick(TICK_S)
             self._handle_backlog()
             self._report_state()
+            self._report_journal()
         self.raft._destroy()
 
     def _wait_for_parent(self) -> None:
@@ -142,6 +146,17 @@ class Child:
         if state != self._last_state:
             self._last_state = state
             self._send(("state", *state))
+
+    def _report_journal(self) -> None:
+        """Sends the journal's sync times at most once per JOURNAL_REPORT_S, when changed."""
+        journal_ = self._spec.journal
+        now = time.monotonic()
+        if journal_ is None or now - self._journal_reported_s < JOURNAL_REPORT_S:
+            return
+        self._journal_reported_s = now
+        if journal_.syncs != self._journal_syncs_reported:
+            self._journal_syncs_reported = journal_.syncs
+            self._send(("journal", journal_.sync_times.snapshot()))
 
     # -- what Raft hands to the parent -----------------------------------------------------
 

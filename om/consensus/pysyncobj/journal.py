@@ -48,6 +48,7 @@ import json
 import logging
 import os
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,6 +58,8 @@ from typing import Any, NoReturn
 
 from pysyncobj import journal as pysyncobj_journal
 from pysyncobj import syncobj as pysyncobj_syncobj
+
+from om.observe.histogram import CountingHistogram
 
 logger = logging.getLogger(__name__)
 MAGIC = b"OMRAFTJ1"
@@ -161,6 +164,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         self._file_bytes = self._written   # what the file holds, maybe past _written
         self.synced_index = self._entries[-1][1] if self._entries else 0
         self.syncs = 0
+        self.sync_times = CountingHistogram()   # pwrite + fdatasync of each sync
         self._meta = self._read_meta()
         self._meta_saved = True
 
@@ -256,6 +260,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             self._sync()
 
     def _sync(self) -> None:
+        started = time.perf_counter()
         pending, self._pending = self._pending, bytearray()
         view = memoryview(pending)
         while view:
@@ -270,6 +275,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         assert self._written == (self._ends[-1] if self._ends else len(MAGIC))
         self.synced_index = self.last_index
         self.syncs += 1
+        self.sync_times.observe(time.perf_counter() - started)
 
     @contextmanager
     def _failing_stop(self, action: str) -> Iterator[None]:

@@ -46,6 +46,7 @@ from om.consensus.port import (
 )
 from om.consensus.pysyncobj.channel import FrameReader, Message, encode
 from om.consensus.pysyncobj.replicator import ENTRY_BYTES_MAX, status_of
+from om.observe.histogram import Snapshot
 
 logger = logging.getLogger(__name__)
 KEEPALIVE_S = 0.1
@@ -99,6 +100,7 @@ class RaftProcessReplicator:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._was_leader = False
         self.leader_changes = LeaderChanges()
+        self._journal_syncs: Snapshot | None = None
         self._closing = False
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +127,10 @@ class RaftProcessReplicator:
         self._socket.setblocking(False)
         await self._loop.connect_accepted_socket(lambda: self._channel, self._socket)
         self._keepalive_task = self._loop.create_task(self._keepalive())
+
+    def journal_syncs(self) -> Snapshot | None:
+        """The Raft process's journal sync times, as last reported (None before any)."""
+        return self._journal_syncs
 
     def on_leadership_lost(self, callback: Callable[[], None]) -> None:
         """Registers a callback run on the loop when this node stops being leader."""
@@ -180,6 +186,8 @@ class RaftProcessReplicator:
             self.leader_changes.saw(self._state[2])
             self._update_role()
             self._leadership_changed()
+        elif kind == "journal":
+            self._journal_syncs = message[1]
         elif kind == "snapshot_write":
             self._answer_snapshot_write(message[1], message[2])
         else:

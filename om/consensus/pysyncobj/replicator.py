@@ -55,6 +55,7 @@ from om.consensus.port import (
 from om.consensus.pysyncobj import journal
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, peers
 from om.consensus.pysyncobj.transport import GroupCommitTransport
+from om.observe.histogram import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,11 @@ class RaftReplicator:
     def _sync_journal(self) -> None:
         assert self.journal_spec.journal is not None
         self.journal_spec.journal.sync()
+
+    def journal_syncs(self) -> Snapshot | None:
+        """The journal's sync times so far."""
+        assert self.journal_spec.journal is not None
+        return self.journal_spec.journal.sync_times.snapshot()
 
     def on_leadership_lost(self, callback: Callable[[], None]) -> None:
         """Registers a callback run on the loop when this node stops being leader."""
