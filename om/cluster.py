@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -33,6 +34,7 @@ LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
 RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
 PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
+SECRET_FILE = "raft.secret"
 # Nodes this process started, kept so they are reaped (not left as zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -48,21 +50,34 @@ def node_addresses(nodes: int, port_base: int) -> tuple[NodeAddress, ...]:
                              port_base + HTTP_PORT_OFFSET + i) for i in range(nodes))
 
 
+def write_secret(path: Path) -> None:
+    """A fresh random Raft secret in ``path``, readable by its owner only."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secrets.token_urlsafe(32) + "\n")
+
+
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
-                 extra_toml: str = "", top_level_toml: str = "") -> Path:
-    """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1.
+                 extra_toml: str = "", top_level_toml: str = "", secure: bool = True) -> Path:
+    """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1, and with ``secure``
+    a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes authenticate with.
 
     ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
     appended after the nodes, where a bare key would land in the last node)."""
     assert 1 <= nodes <= 9
+    directory.mkdir(parents=True, exist_ok=True)
     lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"',
-             top_level_toml, ""]
+             top_level_toml]
+    if secure and nodes > 1:
+        write_secret(directory / SECRET_FILE)
+        lines.append(f'raft_secret_file = "{directory.resolve() / SECRET_FILE}"')
+    lines.append("")
     for node in node_addresses(nodes, port_base):
         lines += ["[[nodes]]", f'id = "{node.id}"', f'host = "{node.host}"',
                   f"port = {node.port}", f"raft_port = {node.raft_port}",
                   f"http_port = {node.http_port}", ""]
     path = directory / "cluster.toml"
-    directory.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + extra_toml)
     om_config.load(path)
     return path
@@ -262,7 +277,8 @@ def _alive(pid: int) -> bool:
 def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
        top_level_toml: str = "",
-       node_args: Callable[[str], Sequence[str]] = lambda node_id: ()) -> Cluster:
+       node_args: Callable[[str], Sequence[str]] = lambda node_id: (),
+       secure: bool = True) -> Cluster:
     """Starts a fresh cluster in ``directory``; returns once a leader is ready.
 
     ``node_args`` gives extra ``om serve`` flags per node id (e.g. its own trace
@@ -274,7 +290,7 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
     if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
     check_ports_free(node_addresses(nodes, port_base))
-    write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml)
+    write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml, secure)
     try:
         for node in cluster.nodes:
             cluster.start_node(node.id, *node_args(node.id))

@@ -129,6 +129,21 @@ class Raft:
     # "a>b" = port: node a reaches node b's Raft port through this port on b's host
     # (om chaos puts a proxy there that can cut the link). Empty: direct.
     links: dict[str, int] = field(default_factory=dict)
+    # The cluster secret that authenticates and encrypts Raft traffic (pysyncobj's
+    # ``password``): read from the top-level ``raft_secret_file``, never from the TOML
+    # itself. Empty: Raft unauthenticated (printed at start).
+    secret: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The audit log (Ozone's OMAudit lines): on by default, reads included."""
+
+    enabled: bool = True
+    reads: bool = True
+    path: str = ""             # default: audit.log in the node's data directory
+    max_bytes: int = 100 * 1024 * 1024
+    backups: int = 10
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,8 @@ class ServerConfig:
     admins: tuple[str, ...] = ()
     trace_path: Path | None = None
     trace_flow: str = ""
+    # A file (mode 0600) holding the Raft cluster secret; ``om cluster up`` writes one.
+    raft_secret_file: Path | None = None
     # "linearizable" (default): a read reflects every write acknowledged before it
     # was sent (the leader confirms with a quorum first). "local": any node answers
     # from its own applied state, at once, maybe stale.
@@ -157,6 +174,12 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)
+    audit: Audit = field(default_factory=Audit)
+
+    @property
+    def audit_path(self) -> Path:
+        """Where this node writes its audit log."""
+        return Path(self.audit.path) if self.audit.path else self.node_data_dir / "audit.log"
 
     @property
     def node(self) -> NodeAddress:
@@ -193,7 +216,7 @@ class ServerConfig:
                 raise ConfigError(f"[raft.links] {link!r} must name two nodes as \"a>b\"")
             if not 0 < port < 65536:
                 raise ConfigError(f"[raft.links] {link!r}: {port} is not a port")
-        for section in (self.limits, self.batch, self.raft):
+        for section in (self.limits, self.batch, self.raft, self.audit):
             for item in dataclasses.fields(section):
                 value = getattr(section, item.name)
                 if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
@@ -201,7 +224,28 @@ class ServerConfig:
         return self
 
 
+SECRET_MODE_MASK = 0o077   # a secret file readable by group or others is refused
+
+
+def read_secret(path: Path) -> str:
+    """The Raft secret in ``path``: a private file holding one non-empty line."""
+    try:
+        mode = path.stat().st_mode
+        secret = path.read_text().strip()
+    except OSError as error:
+        raise ConfigError(f"cannot read raft_secret_file {path}: {error}") from None
+    if mode & SECRET_MODE_MASK:
+        raise ConfigError(f"raft_secret_file {path} is readable by others (mode "
+                          f"{mode & 0o777:o}): chmod 600 it")
+    if not secret:
+        raise ConfigError(f"raft_secret_file {path} is empty")
+    return secret
+
+
 def _section(cls: type[Any], values: dict[str, Any], where: str) -> Any:
+    if cls is Raft and "secret" in values:
+        raise ConfigError("[raft] secret: keep the secret in a file of mode 0600 and name "
+                          "it with the top-level raft_secret_file")
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(values) - known
     if unknown:
@@ -224,10 +268,10 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
     try:
         if "nodes" in values:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
-        for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft)):
+        for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
-        for name in ("data_dir", "trace_path"):
+        for name in ("data_dir", "trace_path", "raft_secret_file"):
             if values.get(name) is not None:
                 values[name] = Path(values[name])
         if "admins" in values:
@@ -235,6 +279,10 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "node_id" not in values and values.get("nodes"):
             values["node_id"] = values["nodes"][0].id
+        if values.get("raft_secret_file") is not None:
+            raft = values.get("raft", Raft())
+            values["raft"] = dataclasses.replace(raft, secret=read_secret(
+                values["raft_secret_file"]))
         return ServerConfig(**values).validate()
     except TypeError as error:
         raise ConfigError(f"invalid configuration: {error}") from None

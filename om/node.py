@@ -25,6 +25,7 @@ from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.protocol import om_pb2
 from om.statemachine import log_entry
@@ -93,6 +94,12 @@ class Node:
                            wal=not config.unsafe_store_without_wal)
         settings = leader_config(config)
         self.metrics = NodeMetrics()
+        self.audit: AuditLog | None = None
+        if config.audit.enabled:
+            self.audit = AuditLog(AuditSettings(config.audit_path, config.audit.reads,
+                                                config.audit.max_bytes, config.audit.backups),
+                                  config.node_id)
+        audit: AuditSink = self.audit or NoAudit()
         self.state_machine: StateMachine | ReplicatedStateMachine
         if config.execution == "replicated":
             self.state_machine = ReplicatedStateMachine(
@@ -122,11 +129,11 @@ class Node:
         if isinstance(self.state_machine, ReplicatedStateMachine):
             self.leader = ReplicatedFlowService(config.node_id, self.state_machine,
                                                 self.replicator, settings, self.tracer,
-                                                metrics=self.metrics)
+                                                metrics=self.metrics, audit=audit)
         else:
             self.leader = LeaderService(config.node_id, self.store, self.state_machine,
                                         self.replicator, settings, self.tracer,
-                                        metrics=self.metrics)
+                                        metrics=self.metrics, audit=audit)
         gc_gauges = tuple(StateGauge(name, f"om_{name}", "Python's garbage collector "
                                      "(om/gc_policy.py)") for name in gc_policy.metrics())
         self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
@@ -161,14 +168,16 @@ class Node:
         if self.raft is not None:
             await self.raft.start()
 
-    def submit(self, request: om_pb2.OMRequest) -> asyncio.Future[om_pb2.OMResponse]:
-        """Starts answering one client request; the caller must not cancel the future."""
+    def submit(self, request: om_pb2.OMRequest,
+               peer: str = "") -> asyncio.Future[om_pb2.OMResponse]:
+        """Starts answering one client request (from ``peer``, for the audit log); the
+        caller must not cancel the future."""
         if self.closing:
             return _answered(error_response(request, om_pb2.LEADER_NOT_READY,
                                             f"OM:{self.config.node_id} is shutting down"))
         if request.cmd_type == om_pb2.ServiceList:
             return _answered(self.service_list(request))
-        return self.leader.submit(request)
+        return self.leader.submit(request, peer)
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one client request; the caller's cancellation does not stop it."""
@@ -230,4 +239,6 @@ class Node:
         if isinstance(self.state_machine, ReplicatedStateMachine):
             self.state_machine.close()
         self.tracer.close()
+        if self.audit is not None:
+            self.audit.close()
         self.store.close()

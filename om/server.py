@@ -122,9 +122,12 @@ class OMProtocol(asyncio.Protocol):
         self._paused = False
         self._transport: asyncio.Transport | None = None
         self._eof = False
+        self._peer = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) else ""
         if not self._connections.admit(self):
             self._transport.write(_answer(
                 om_pb2.SERVER_BUSY, f"{self._connections.open_max} client connections are "
@@ -167,7 +170,7 @@ class OMProtocol(asyncio.Protocol):
                 self._transport.write(_invalid("frame is not an OMRequest"))
                 continue
             self._in_flight += 1
-            self._node.submit(request).add_done_callback(
+            self._node.submit(request, self._peer).add_done_callback(
                 functools.partial(self._reply, request.call_id))
         if self._in_flight >= self._in_flight_max and not self._paused:
             self._paused = True
@@ -204,6 +207,15 @@ CONNECTION_GAUGES = (
 )
 
 
+def raft_security(node: Node) -> str:
+    """", raft=..." for the start line: whether peers must hold the cluster secret."""
+    if len(node.config.nodes) == 1:
+        return ""
+    if node.config.raft.secret:
+        return ", raft=authenticated"
+    return ", raft=UNAUTHENTICATED: no raft_secret_file"
+
+
 def start_metrics_endpoint(node: Node) -> MetricsEndpoint | None:
     """Serves the node's registry at http://host:http_port/prom (None when off)."""
     address = node.config.node
@@ -237,7 +249,8 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
     metrics = f", metrics=http://{address.http_address}/prom" if endpoint else ""
     print(f"OM {node.config.node_id} listening on {address.address} "
           f"(execution={node.config.execution}, data={node.config.node_data_dir}, "
-          f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'}{metrics})",
+          f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'}"
+          f"{raft_security(node)}{metrics})",
           flush=True)
     try:
         with gc_policy.serving():

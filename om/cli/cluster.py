@@ -29,6 +29,9 @@ def register(commands: Any) -> None:
     up.add_argument("--port-base", type=int, default=DEFAULT_PORT,
                     help="client ports from here; Raft ports from here + 10, "
                          "HTTP (/prom) from here + 20")
+    up.add_argument("--insecure", action="store_true",
+                    help="no Raft secret: any process that reaches a Raft port can take "
+                         "part in Raft (for experiments only)")
     up.set_defaults(run=run_up)
     status = actions.add_parser("status", help="which nodes are up; exit 1 without a "
                                 "ready leader")
@@ -45,7 +48,8 @@ def run_up(args: argparse.Namespace) -> int:
         print("om cluster up: --nodes must be 1 to 9", file=sys.stderr)
         return 2
     try:
-        cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution)
+        cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution,
+                                secure=not args.insecure)
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1
@@ -53,6 +57,8 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"\nconfig:  {cluster.config_path}\nlogs:    {cluster.directory}/om*.log")
     print("metrics: " + " ".join(f"http://{n.http_address}/prom" for n in cluster.nodes
                                  if n.http_address))
+    if args.insecure and args.nodes > 1:
+        print("INSECURE: Raft is unauthenticated (--insecure)")
     print(f"try:    om sh --om {','.join(cluster.addresses)} volume create /vol1")
     return 0
 

@@ -42,6 +42,7 @@ from om.gatekeeper.retry_cache import (
     StoredReply,
     expired_row_deletes,
 )
+from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
@@ -71,10 +72,12 @@ class LeaderService(RequestService):
 
     def __init__(self, node_id: str, store: Store, state_machine: StateMachine,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None) -> None:
+                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
+                 audit: AuditSink | None = None) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics)
+                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
+                         audit)
         self.config = config
         self._store = store
         self._state_machine = state_machine

@@ -18,6 +18,7 @@ from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRounds
 from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.statemachine import log_entry
@@ -30,10 +31,12 @@ class ReplicatedFlowService(RequestService):
 
     def __init__(self, node_id: str, state_machine: ReplicatedStateMachine,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None) -> None:
+                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
+                 audit: AuditSink | None = None) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics)
+                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
+                         audit)
         self._state_machine = state_machine
         self.read_rounds = ReadRounds(self._read_round_trip)
 

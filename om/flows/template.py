@@ -49,6 +49,7 @@ from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.fingerprint import fingerprint, same_request
 from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.observe.audit import AuditSink, NoAudit
 from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.tracing import TraceSink
@@ -76,6 +77,7 @@ class Trace:
     apply_ns: int = 0
     settled_ns: int = 0
     batch_id: int = 0
+    replayed: bool = False   # answered by the retry cache: the original was audited
 
 
 def not_leader_response(request: om_pb2.OMRequest, node_id: str,
@@ -132,12 +134,13 @@ class RequestService(abc.ABC):
                  acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
                  tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
                  retry_cache_enabled: bool = True, read_mode: str = READ_LINEARIZABLE,
-                 metrics: NodeMetrics | None = None) -> None:
+                 metrics: NodeMetrics | None = None, audit: AuditSink | None = None) -> None:
         assert in_flight_max > 0
         assert retry_wait_s > 0
         assert read_mode in READ_MODES
         self._read_mode = read_mode
         self.metrics = metrics or NodeMetrics()
+        self._audit: AuditSink = audit or NoAudit()
         self.node_id = node_id
         self._replicator = replicator
         self._acl = acl
@@ -201,9 +204,11 @@ class RequestService(abc.ABC):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def submit(self, request: om_pb2.OMRequest) -> asyncio.Task[om_pb2.OMResponse]:
-        """Starts answering ``request`` in a task the caller must not cancel."""
-        task = asyncio.get_running_loop().create_task(self._answer(request))
+    def submit(self, request: om_pb2.OMRequest,
+               peer: str = "") -> asyncio.Task[om_pb2.OMResponse]:
+        """Starts answering ``request`` (from the client at ``peer``, for the audit log) in
+        a task the caller must not cancel."""
+        task = asyncio.get_running_loop().create_task(self._answer(request, peer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -212,7 +217,7 @@ class RequestService(abc.ABC):
         """Answers one request; the caller's cancellation does not stop it."""
         return await asyncio.shield(self.submit(request))
 
-    async def _answer(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+    async def _answer(self, request: om_pb2.OMRequest, peer: str) -> om_pb2.OMResponse:
         """Answers one request; never raises for anything a client can cause."""
         self.requests += 1
         problem = shape_problem(request)
@@ -229,6 +234,12 @@ class RequestService(abc.ABC):
             response = error_response(request, om_pb2.INTERNAL_ERROR,
                                       f"internal error while running {trace.op}")
         self._count(trace, response)
+        if not trace.replayed:
+            body = request.WhichOneof("body")
+            self._audit.record(request.user, peer, trace.op,
+                               getattr(request, body) if body else None,
+                               KINDS[request.cmd_type].write,
+                               om_pb2.Status.Name(response.status), response.message)
         self._emit(trace, response)
         return response
 
@@ -298,15 +309,18 @@ class RequestService(abc.ABC):
         while True:
             stored = self._committed_response(key)
             if stored is not None:
-                return stored_answer(request, request_fingerprint, stored)
+                answer = stored_answer(request, request_fingerprint, stored)
+                trace.replayed = answer is stored.response
+                return answer
             original = self._originals.get(key)
             if original is None:
                 break
             if original.fingerprint != request_fingerprint:
                 return reused_call_id(request, original.cmd_type)
-            answer = await self._await_original(original.answer)
-            if answer is not None:
-                return answer
+            awaited = await self._await_original(original.answer)
+            if awaited is not None:
+                trace.replayed = True
+                return awaited
         if len(self._originals) >= self._in_flight_max:
             return error_response(request, om_pb2.SERVER_BUSY,
                                   f"{len(self._originals)} writes in flight; retry shortly")

@@ -101,6 +101,10 @@ def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
         connectionRetryTime=0.5,
         dynamicMembershipChange=False,
         onStateChanged=on_state_changed,
+        # Fernet (AES-128-CBC + HMAC-SHA256) on every frame with a key derived from the
+        # cluster secret, after a random-key exchange per connection: a process
+        # without the secret can neither read, forge nor replay Raft messages.
+        password=settings.secret or None,
     )
 
 
