@@ -1720,3 +1720,119 @@ class ReplicatedRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicatedRequest: _TypeAlias = ReplicatedRequest  # noqa: Y015
+
+@_typing.final
+class MerkleNode(_message.Message):
+    """------------------------------------------------- integrity (verify) ---
+    Merkle trees of a replica's tables at one log position (om/integrity/merkle.py
+    says how they are laid out). Only the leaves travel: the internal nodes are
+    recomputed from them, and the recomputed root must equal `root`.
+
+    One leaf: the rows whose keys lie in [start, the next leaf's start).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    HASH_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    start: _builtins.bytes
+    """the first key of the range (empty: the table's start)"""
+    hash: _builtins.bytes
+    """SHA-256 over the range's length-prefixed rows"""
+    rows: _builtins.int
+    """how many rows the range holds"""
+    def __init__(
+        self,
+        *,
+        start: _builtins.bytes = ...,
+        hash: _builtins.bytes = ...,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hash", b"hash", "rows", b"rows", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MerkleNode: _TypeAlias = MerkleNode  # noqa: Y015
+
+@_typing.final
+class MerkleTree(_message.Message):
+    """The tree of one table."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    ROOT_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    LEAF_BITS_FIELD_NUMBER: _builtins.int
+    FANOUT_BITS_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    LEAVES_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    """column family name, e.g. "keyTable" """
+    root: _builtins.bytes
+    salt: _builtins.bytes
+    """mixed into the boundary hash; equal across replicas"""
+    leaf_bits: _builtins.int
+    """a key starts a leaf with probability 2^-leaf_bits"""
+    fanout_bits: _builtins.int
+    """each level up is 2^fanout_bits times sparser"""
+    rows: _builtins.int
+    @_builtins.property
+    def leaves(self) -> _containers.RepeatedCompositeFieldContainer[Global___MerkleNode]:
+        """in key order; the first starts at the empty key"""
+
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        root: _builtins.bytes = ...,
+        salt: _builtins.bytes = ...,
+        leaf_bits: _builtins.int = ...,
+        fanout_bits: _builtins.int = ...,
+        rows: _builtins.int = ...,
+        leaves: _abc.Iterable[Global___MerkleNode] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fanout_bits", b"fanout_bits", "leaf_bits", b"leaf_bits", "leaves", b"leaves", "root", b"root", "rows", b"rows", "salt", b"salt", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MerkleTree: _TypeAlias = MerkleTree  # noqa: Y015
+
+@_typing.final
+class TableTrees(_message.Message):
+    """Every table's tree, as one replica computed them at one log position; also
+    the file persisted beside the database.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPLIED_INDEX_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    TREES_FIELD_NUMBER: _builtins.int
+    applied_index: _builtins.int
+    """the log position the trees describe"""
+    term: _builtins.int
+    """the term of that position's entry"""
+    @_builtins.property
+    def trees(self) -> _containers.RepeatedCompositeFieldContainer[Global___MerkleTree]:
+        """in table name order"""
+
+    def __init__(
+        self,
+        *,
+        applied_index: _builtins.int = ...,
+        term: _builtins.int = ...,
+        trees: _abc.Iterable[Global___MerkleTree] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "term", b"term", "trees", b"trees"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableTrees: _TypeAlias = TableTrees  # noqa: Y015
