@@ -8,6 +8,7 @@ leader is ready, and remembers ``DIR`` as the last cluster started (so
 
 from __future__ import annotations
 
+import getpass
 import os
 import random
 import secrets
@@ -27,6 +28,8 @@ from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
 from om.config import NodeAddress, ServerConfig
 from om.protocol import om_pb2
+from om.security.certificates import CertificateAuthority
+from om.security.tls import ClientTls
 from om.statemachine.store import Store
 
 DEFAULT_DIR = Path("om-cluster")
@@ -35,6 +38,7 @@ RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
 PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
 SECRET_FILE = "raft.secret"
+TLS_DIR = "tls"
 # Nodes this process started, kept so they are reaped (not left as zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -58,10 +62,26 @@ def write_secret(path: Path) -> None:
         file.write(secrets.token_urlsafe(32) + "\n")
 
 
+def write_tls(directory: Path, nodes: tuple[NodeAddress, ...]) -> str:
+    """A CA, a certificate per node and one for this user in ``DIR/tls``; the [tls]
+    table that points the nodes and the tools at them."""
+    authority = CertificateAuthority.create(directory / TLS_DIR)
+    for node in nodes:
+        authority.issue_server(node.id, (node.host,))
+    client = authority.issue_client(getpass.getuser())
+    tls = directory.resolve() / TLS_DIR
+    return "\n".join(["", "[tls]", f'cert_file = "{tls}/{{node_id}}.pem"',
+                      f'key_file = "{tls}/{{node_id}}.key"', f'ca_file = "{tls}/ca.pem"',
+                      f'client_cert_file = "{client.cert_file.resolve()}"',
+                      f'client_key_file = "{client.key_file.resolve()}"', ""])
+
+
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
-                 extra_toml: str = "", top_level_toml: str = "", secure: bool = True) -> Path:
+                 extra_toml: str = "", top_level_toml: str = "", secure: bool = True,
+                 tls: bool = False) -> Path:
     """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1, and with ``secure``
-    a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes authenticate with.
+    a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes authenticate with;
+    with ``tls``, a CA and certificates (``write_tls``) for TLS on the client port.
 
     ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
     appended after the nodes, where a bare key would land in the last node)."""
@@ -73,10 +93,13 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
         write_secret(directory / SECRET_FILE)
         lines.append(f'raft_secret_file = "{directory.resolve() / SECRET_FILE}"')
     lines.append("")
-    for node in node_addresses(nodes, port_base):
+    layout = node_addresses(nodes, port_base)
+    for node in layout:
         lines += ["[[nodes]]", f'id = "{node.id}"', f'host = "{node.host}"',
                   f"port = {node.port}", f"raft_port = {node.raft_port}",
                   f"http_port = {node.http_port}", ""]
+    if tls:
+        extra_toml += write_tls(directory, layout)
     path = directory / "cluster.toml"
     path.write_text("\n".join(lines) + extra_toml)
     om_config.load(path)
@@ -164,9 +187,13 @@ class Cluster:
             child.wait(timeout=timeout_s)
         self.pid_file(node_id).unlink(missing_ok=True)
 
+    def client_tls(self) -> ClientTls | None:
+        """The certificate the tools present to this cluster (None without TLS)."""
+        return client_tls(self.config)
+
     def node_infos(self, timeout_s: float = 1.0) -> list[om_pb2.NodeInfo]:
         """Each node's own view (role UNREACHABLE when it does not answer)."""
-        return node_infos(self.addresses, timeout_s)
+        return node_infos(self.addresses, timeout_s, self.client_tls())
 
     def wait_converged(self, timeout_s: float = 30.0) -> int:
         """Waits until every node reports the same applied position, equal to the
@@ -244,13 +271,22 @@ class Cluster:
         raise ClusterError(f"no leader within {timeout_s} s; see the logs in {self.directory}")
 
 
-def node_infos(addresses: list[str], timeout_s: float) -> list[om_pb2.NodeInfo]:
+def client_tls(config: ServerConfig) -> ClientTls | None:
+    """The tools' certificate named in a cluster configuration's [tls] table."""
+    tls = config.tls
+    if not tls.enabled:
+        return None
+    return ClientTls(Path(tls.client_cert_file), Path(tls.client_key_file), Path(tls.ca_file))
+
+
+def node_infos(addresses: list[str], timeout_s: float,
+               tls: ClientTls | None = None) -> list[om_pb2.NodeInfo]:
     """Asks every address for its own view; unreachable nodes are reported as such."""
     infos: list[om_pb2.NodeInfo] = []
     for address in addresses:
         policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
         try:
-            with OMClient([address], policy=policy) as client:
+            with OMClient([address], policy=policy, tls=tls) as client:
                 response = client.call_raw(om_pb2.OMRequest(
                     cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
         except OMClientError:
@@ -278,7 +314,7 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
        top_level_toml: str = "",
        node_args: Callable[[str], Sequence[str]] = lambda node_id: (),
-       secure: bool = True) -> Cluster:
+       secure: bool = True, tls: bool = False) -> Cluster:
     """Starts a fresh cluster in ``directory``; returns once a leader is ready.
 
     ``node_args`` gives extra ``om serve`` flags per node id (e.g. its own trace
@@ -290,7 +326,8 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
     if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
     check_ports_free(node_addresses(nodes, port_base))
-    write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml, secure)
+    write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml, secure,
+                 tls)
     try:
         for node in cluster.nodes:
             cluster.start_node(node.id, *node_args(node.id))
@@ -362,7 +399,7 @@ def down(cluster: Cluster) -> None:
     (and a failover takes only a few hundred milliseconds)."""
     running = [n.id for n in cluster.nodes if cluster.pid(n.id) is not None]
     leaders = {i.node_id for i in node_infos([n.address for n in cluster.nodes
-                                              if n.id in running], 0.5)
+                                              if n.id in running], 0.5, cluster.client_tls())
                if i.role in ("LEADER", "LEADER_NOT_READY")}
     for node_id in sorted(running, key=lambda n: n in leaders):
         cluster.stop_node(node_id)

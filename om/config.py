@@ -136,6 +136,26 @@ class Raft:
 
 
 @dataclass(frozen=True)
+class Tls:
+    """TLS with client certificates on the client RPC port (``om cluster up --tls``).
+
+    Paths may hold ``{node_id}``. Set cert, key and CA together, or none (no TLS).
+    ``client_*`` are the certificate the tools (om sh, om admin) present when they
+    find the cluster through this file."""
+
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    client_cert_file: str = ""
+    client_key_file: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the client port requires TLS."""
+        return bool(self.cert_file)
+
+
+@dataclass(frozen=True)
 class Audit:
     """The audit log (Ozone's OMAudit lines): on by default, reads included."""
 
@@ -175,6 +195,11 @@ class ServerConfig:
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)
     audit: Audit = field(default_factory=Audit)
+    tls: Tls = field(default_factory=Tls)
+
+    def tls_path(self, template: str) -> Path:
+        """A [tls] path with this node's id filled in."""
+        return Path(template.format(node_id=self.node_id))
 
     @property
     def audit_path(self) -> Path:
@@ -216,6 +241,9 @@ class ServerConfig:
                 raise ConfigError(f"[raft.links] {link!r} must name two nodes as \"a>b\"")
             if not 0 < port < 65536:
                 raise ConfigError(f"[raft.links] {link!r}: {port} is not a port")
+        server_files = (self.tls.cert_file, self.tls.key_file, self.tls.ca_file)
+        if any(server_files) and not all(server_files):
+            raise ConfigError("[tls] needs cert_file, key_file and ca_file together")
         for section in (self.limits, self.batch, self.raft, self.audit):
             for item in dataclasses.fields(section):
                 value = getattr(section, item.name)
@@ -268,7 +296,8 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
     try:
         if "nodes" in values:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
-        for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit)):
+        for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
+                          ("tls", Tls)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

@@ -33,6 +33,7 @@ from om.observe.http_endpoint import MetricsEndpoint
 from om.observe.metrics import StateGauge
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, FrameTooLarge, encode_frame
+from om.security.tls import claimed_user_problem, peer_user, server_context
 
 logger = logging.getLogger(__name__)
 FD_HEADROOM = 1024          # descriptors beyond client connections: RocksDB, Raft, logs
@@ -123,11 +124,13 @@ class OMProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._eof = False
         self._peer = ""
+        self._user: str | None = None    # the client certificate's CN, with TLS
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self._peer = str(peer[0]) if isinstance(peer, tuple) else ""
+        self._user = peer_user(transport.get_extra_info("peercert"))
         if not self._connections.admit(self):
             self._transport.write(_answer(
                 om_pb2.SERVER_BUSY, f"{self._connections.open_max} client connections are "
@@ -169,6 +172,14 @@ class OMProtocol(asyncio.Protocol):
             except DecodeError:
                 self._transport.write(_invalid("frame is not an OMRequest"))
                 continue
+            if self._user is not None:
+                problem = claimed_user_problem(request.user, self._user)
+                if problem is not None:
+                    self._transport.write(_answer(om_pb2.PERMISSION_DENIED, problem,
+                                                  request.call_id))
+                    self._node.audit_refused(request, self._peer, problem)
+                    continue
+                request.user = self._user
             self._in_flight += 1
             self._node.submit(request, self._peer).add_done_callback(
                 functools.partial(self._reply, request.call_id))
@@ -235,10 +246,14 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
                               limits.connection_idle_s)
     node.metrics.add_state(CONNECTION_GAUGES, connections.state)
     endpoint = start_metrics_endpoint(node)
+    tls = node.config.tls
+    context = server_context(node.config.tls_path(tls.cert_file),
+                             node.config.tls_path(tls.key_file),
+                             node.config.tls_path(tls.ca_file)) if tls.enabled else None
     try:
         server = await asyncio.get_running_loop().create_server(
             lambda: OMProtocol(node, connections), address.host, address.port,
-            reuse_address=True, backlog=1024, start_serving=False)
+            reuse_address=True, backlog=1024, start_serving=False, ssl=context)
     except OSError:
         if endpoint is not None:
             endpoint.close()
@@ -250,7 +265,8 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
     print(f"OM {node.config.node_id} listening on {address.address} "
           f"(execution={node.config.execution}, data={node.config.node_data_dir}, "
           f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'}"
-          f"{raft_security(node)}{metrics})",
+          f"{raft_security(node)}, clients={'TLS, certificate required' if context else 'PLAIN'}"
+          f"{metrics})",
           flush=True)
     try:
         with gc_policy.serving():

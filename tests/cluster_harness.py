@@ -26,9 +26,11 @@ def start(directory: Path, extra_toml: str = "", execution: str = "leader") -> o
 
 
 def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, **kwargs: str) -> OMClient:
-    """A client knowing every node, with an overall retry deadline."""
+    """A client knowing every node (with the cluster's certificate when it has TLS), with an
+    overall retry deadline."""
     return OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=deadline_s,
-                                                          attempt_timeout_s=2.0), **kwargs)
+                                                          attempt_timeout_s=2.0),
+                    tls=cluster.client_tls(), **kwargs)
 
 
 def leader_id(cluster: om_cluster.Cluster) -> str:

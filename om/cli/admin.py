@@ -13,6 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from om import cluster as om_cluster
 from om import config as om_config
+from om.cli.credentials import add_tls_flags, client_tls
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.config import ConfigError
 from om.protocol import om_pb2
@@ -51,16 +52,18 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--om", help="comma-separated OM addresses")
     target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
     target.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir)")
+    add_tls_flags(parser)
 
 
 def _nodes(args: argparse.Namespace, command: str) -> list[om_pb2.NodeInfo] | None:
     """Every targeted node's view, or None after printing a configuration error."""
     try:
         addresses = _addresses(args)
+        tls = client_tls(args, addresses)
     except ConfigError as error:
         print(f"om admin {command}: {error}", file=sys.stderr)
         return None
-    return om_cluster.node_infos(addresses, args.timeout)
+    return om_cluster.node_infos(addresses, args.timeout, tls)
 
 
 def _addresses(args: argparse.Namespace) -> list[str]:

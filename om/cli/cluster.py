@@ -32,6 +32,9 @@ def register(commands: Any) -> None:
     up.add_argument("--insecure", action="store_true",
                     help="no Raft secret: any process that reaches a Raft port can take "
                          "part in Raft (for experiments only)")
+    up.add_argument("--tls", action="store_true",
+                    help="TLS with client certificates on the client port: a CA and "
+                         "certificates in DIR/tls (the tools find them through DIR)")
     up.set_defaults(run=run_up)
     status = actions.add_parser("status", help="which nodes are up; exit 1 without a "
                                 "ready leader")
@@ -49,7 +52,7 @@ def run_up(args: argparse.Namespace) -> int:
         return 2
     try:
         cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution,
-                                secure=not args.insecure)
+                                secure=not args.insecure, tls=args.tls)
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1
@@ -76,7 +79,7 @@ def run_status(args: argparse.Namespace) -> int:
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster status: {error}", file=sys.stderr)
         return 2
-    infos = om_cluster.node_infos([n.address for n in nodes], args.timeout)
+    infos = om_cluster.node_infos([n.address for n in nodes], args.timeout, cluster.client_tls())
     for node, info in zip(nodes, infos, strict=True):
         info.node_id = info.node_id or node.id
     table = render_table(infos).splitlines()

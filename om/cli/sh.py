@@ -23,11 +23,13 @@ from collections.abc import Callable
 from typing import Any
 
 from om.cli import sh_commands as do
+from om.cli.credentials import add_tls_flags, client_tls
 from om.cli.sh_address import parse_address
 from om.cli.sh_options import ShellError, UsageError
 from om.client import OMClient, OMConnectionError, OMStatusError
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
+from om.config import ConfigError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 255  # Ozone's shell exits -1 on an execution error
@@ -49,6 +51,7 @@ def register(commands: Any) -> None:
                         "an o3://host:port address overrides it")
     p.add_argument("--user", help="the user to act as (default: the login name)")
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
+    add_tls_flags(p)
     p.add_argument("--read-mode", choices=("linearizable", "local"), default="linearizable",
                    help="local: any node answers reads from its own state, maybe stale "
                         "(default: linearizable, confirmed by the leader)")
@@ -194,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs one shell command; returns the exit status (0, 2 usage, 255 failed)."""
     try:
         _run(args)
-    except UsageError as error:
+    except (UsageError, ConfigError) as error:
         print(f"om sh: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ShellError as error:
@@ -214,5 +217,7 @@ def _run(args: argparse.Namespace) -> None:
     at = parse_address(args.uri).require(kind)
     addresses = [at.om_address] if at.om_address else split_addresses(args.om)
     policy = RetryPolicy(deadline_s=args.timeout)
-    with OMClient(addresses, user=args.user, policy=policy, read_mode=args.read_mode) as client:
+    tls = client_tls(args, addresses)
+    with OMClient(addresses, user=args.user, policy=policy, read_mode=args.read_mode,
+                  tls=tls) as client:
         args.command(client, args, at)

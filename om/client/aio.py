@@ -8,6 +8,7 @@ order. A lost connection fails every request pending on it; each then retries
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Sequence
 
 from om.client.errors import OMConnectionError, error_for
@@ -15,6 +16,7 @@ from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
+from om.security.tls import ClientTls
 
 
 class _Connection:
@@ -28,9 +30,12 @@ class _Connection:
         self._task = asyncio.get_running_loop().create_task(self._read_forever())
 
     @classmethod
-    async def open(cls, address: str, timeout_s: float) -> _Connection:
+    async def open(cls, address: str, timeout_s: float,
+                   context: ssl.SSLContext | None) -> _Connection:
         host, port = split_address(address)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        opening = asyncio.open_connection(host, port, ssl=context,
+                                          server_hostname=host if context else None)
+        reader, writer = await asyncio.wait_for(opening, timeout_s)
         return cls(reader, writer)
 
     @property
@@ -75,8 +80,8 @@ class AsyncOMClient(ClientIdentity):
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None,
-                 read_mode: str = "linearizable") -> None:
-        super().__init__(addresses, user, policy, client_id, read_mode)
+                 read_mode: str = "linearizable", tls: ClientTls | None = None) -> None:
+        super().__init__(addresses, user, policy, client_id, read_mode, tls)
         self._connections: dict[str, _Connection] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -126,7 +131,8 @@ class AsyncOMClient(ClientIdentity):
         async with lock:
             connection = self._connections.get(address)
             if connection is None or not connection.alive:
-                connection = await _Connection.open(address, self.policy.attempt_timeout_s)
+                connection = await _Connection.open(address, self.policy.attempt_timeout_s,
+                                                    self.ssl_context)
                 self._connections[address] = connection
             return connection
 

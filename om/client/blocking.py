@@ -16,6 +16,7 @@ from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
+from om.security.tls import ClientTls
 
 
 class OMClient(ClientIdentity):
@@ -23,8 +24,8 @@ class OMClient(ClientIdentity):
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None,
-                 read_mode: str = "linearizable") -> None:
-        super().__init__(addresses, user, policy, client_id, read_mode)
+                 read_mode: str = "linearizable", tls: ClientTls | None = None) -> None:
+        super().__init__(addresses, user, policy, client_id, read_mode, tls)
         self._socket: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
         self.last_retries = 0
@@ -81,9 +82,12 @@ class OMClient(ClientIdentity):
 
     def _round_trip(self, address: str, frame: bytes, call_id: int) -> om_pb2.OMResponse:
         if self._socket is None:
-            self._socket = socket.create_connection(split_address(address),
-                                                    timeout=self.policy.attempt_timeout_s)
-            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            host, port = split_address(address)
+            plain = socket.create_connection((host, port), timeout=self.policy.attempt_timeout_s)
+            plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socket = plain
+            if self.ssl_context is not None:
+                self._socket = self.ssl_context.wrap_socket(plain, server_hostname=host)
             self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
         self._socket.sendall(frame)
         while True:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
+from om.security.tls import ClientTls
 
 DEFAULT_ADDRESS = "127.0.0.1:9862"
 
@@ -34,17 +35,22 @@ class ClientIdentity:
     id, and the server's retry cache is keyed by the pair. ``read_mode="local"``
     asks for local reads (``OMRequest.local_read``): any node answers a read from
     its own applied state, at once and maybe stale; the default is linearizable.
+    With ``tls`` the client presents a certificate and the server takes the user
+    from it: the user field is then left empty unless given (a given user that
+    is not the certificate's is refused).
     """
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None,
-                 read_mode: str = "linearizable") -> None:
+                 read_mode: str = "linearizable", tls: ClientTls | None = None) -> None:
         assert addresses, "a client needs at least one address"
         if read_mode not in READ_MODES:
             raise ValueError(f"read_mode must be one of {READ_MODES}, not {read_mode!r}")
         self.local_reads = read_mode == "local"
         self.addresses = list(addresses)
-        self.user = user or getpass.getuser()
+        self.tls = tls
+        self.ssl_context = tls.context() if tls is not None else None
+        self.user = user if user is not None else ("" if tls else getpass.getuser())
         self.policy = policy or RetryPolicy()
         self.client_id = client_id or str(uuid.uuid4())
         self._call_ids = itertools.count(1)

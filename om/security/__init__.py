@@ -1,0 +1,1 @@
+"""Security: TLS certificates and contexts for the client RPC port."""
