@@ -114,7 +114,8 @@ class Node:
             self.replicator = LocalReplicator(config.node_id, config.node.address,
                                               self.state_machine.applied_index, self.apply_entry)
         else:
-            snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync)
+            snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync,
+                                    config.unsafe_snapshot_delay_s)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(

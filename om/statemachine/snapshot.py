@@ -4,9 +4,12 @@ pysyncobj's default snapshot pickles the SyncObj's Python attributes: it would
 not contain the RocksDB data, and a follower catching up by snapshot would
 silently diverge. Here the dump file is an uncompressed tar of:
 
-* ``db/``: a RocksDB checkpoint (consistent: apply runs on the same thread
-  as ``serialize``, so the checkpoint is exactly the applied state, retry
-  cache, managed index and applied position included);
+* ``db/``: a RocksDB checkpoint, taken under apply's lock together with the
+  positions of the manifest, so it is exactly the applied state at those
+  positions (retry cache, managed index and applied position included). The
+  server writes snapshots on a worker thread while Raft keeps running and
+  apply continues: the checkpoint may hold entries past the position pysyncobj
+  compacts to, which a node installing it skips as already applied;
 * ``manifest.json``: the applied position, managed index and term;
 * ``raft.pickle``: pysyncobj's own data (last entries, cluster members).
 
@@ -65,10 +68,13 @@ class SnapshotSource(Protocol):
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
-    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool) -> None:
+    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool,
+                 unsafe_delay_s: float = 0.0) -> None:
+        assert unsafe_delay_s >= 0
         self._state_machine = state_machine
         self._work_dir = work_dir
         self._durable = durable
+        self._unsafe_delay_s = unsafe_delay_s
         self.installed = 0
         self.written = 0
 
@@ -78,10 +84,12 @@ class Snapshotter:
         checkpoint = self._work_dir / "snapshot-checkpoint"
         shutil.rmtree(checkpoint, ignore_errors=True)
         machine = self._state_machine
-        machine.quiesce()
-        manifest = {"applied_index": machine.applied_index,
-                    "managed_index": machine.managed_index, "term": machine.term}
-        machine.store.checkpoint(checkpoint)
+        time.sleep(self._unsafe_delay_s)   # test-only: a slow disk, or a huge store
+        with machine.applying():
+            machine.quiesce()
+            manifest = {"applied_index": machine.applied_index,
+                        "managed_index": machine.managed_index, "term": machine.term}
+            machine.store.checkpoint(checkpoint)
         try:
             with tarfile.open(tmp_file, "w") as archive:
                 archive.add(checkpoint, arcname="db")

@@ -6,9 +6,14 @@ only thread ticks it, and the channel to the parent (``FD``, a socketpair end)
 is one more descriptor in pysyncobj's poller, so a submitted entry wakes it as
 a Raft message does. Committed entries are not applied here: ``persist``
 forwards each to the parent, which applies it to its store in log order.
-Snapshots are written and installed by the parent too (it owns the store):
-the hooks ask it and wait for the answer, blocking Raft as pysyncobj's hooks
-always do.
+Snapshots are written and installed by the parent too (it owns the store).
+Writing one never blocks Raft: ``serialize`` only asks the parent to write it
+to a file of its own and returns, pysyncobj polls ``serialize_checker`` on
+every tick (its ``serializeChecker`` hook), and when the parent answers, the
+checker renames the file into place and says SUCCESS, after which pysyncobj
+compacts the journal. Installing a received snapshot still waits for the
+parent: only this follower pauses, and pre-vote keeps its late timer from
+disturbing the others.
 
 Fate sharing: the child exits when the channel closes (the parent died), and
 stops ticking, so that its peers elect another leader, while the parent has
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pysyncobj import SyncObjConf
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.consensus.pysyncobj import journal
@@ -71,7 +77,12 @@ class Child:
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
         _, node, nodes, data_dir, settings, entry_bytes_max = setup
-        conf: SyncObjConf = syncobj_conf(settings, Path(data_dir), self, entry_bytes_max)
+        conf: SyncObjConf = syncobj_conf(settings, Path(data_dir), self, entry_bytes_max,
+                                         serialize_checker=self.serialize_checker)
+        self._dump_file = Path(conf.fullDumpFile)
+        self._writing_dump = self._dump_file.with_name(self._dump_file.name + ".writing")
+        self._snapshot_state: int = SERIALIZER_STATE.NOT_SERIALIZING
+        self._durable = settings.fsync
         conf.autoTick = False
         spec = journal.JournalSpec(durable=settings.fsync,
                                    snapshot_file=Path(conf.fullDumpFile))
@@ -127,8 +138,12 @@ class Child:
             kind = message[0]
             if kind == "submit":
                 self._submit(message[1], message[2])
+            elif kind == "snapshot_written":
+                self._snapshot_written(message[1])
             elif kind == "close":
                 self._closing = True
+            elif kind == "transfer_leadership":
+                self.raft.om_transfer_requested = True
             else:
                 assert kind == "keepalive", f"unexpected message {kind}"
 
@@ -165,11 +180,38 @@ class Child:
         return Forwarded(position)
 
     def serialize(self, tmp_file: str, raft_data: object) -> None:
-        """pysyncobj's serializer hook: the parent writes the snapshot."""
-        self._send(("snapshot_write", tmp_file, raft_data))
-        (error,) = self._await_reply("snapshot_written")[1:]
+        """pysyncobj's serializer hook: asks the parent to write the snapshot, and returns.
+
+        pysyncobj renames ``tmp_file`` into place as soon as this returns; the
+        parent writes to a file of this process's choosing instead, and
+        ``tmp_file`` is removed first, so that rename fails harmlessly (pysyncobj
+        then waits for ``serialize_checker``)."""
+        assert self._snapshot_state == SERIALIZER_STATE.NOT_SERIALIZING
+        Path(tmp_file).unlink(missing_ok=True)
+        self._writing_dump.unlink(missing_ok=True)
+        self._snapshot_state = SERIALIZER_STATE.SERIALIZING
+        self._send(("snapshot_write", str(self._writing_dump), raft_data))
+
+    def serialize_checker(self) -> int:
+        """pysyncobj's ``serializeChecker``: SERIALIZING until the parent answered, then
+        SUCCESS or FAILED once, then NOT_SERIALIZING."""
+        state = self._snapshot_state
+        if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
+            self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
+        return state
+
+    def _snapshot_written(self, error: str) -> None:
+        """The parent's answer: the snapshot is in ``_writing_dump`` (synced when durable);
+        renaming it into place (and syncing the directory) completes it."""
+        assert self._snapshot_state == SERIALIZER_STATE.SERIALIZING
         if error:
-            raise RuntimeError(f"the parent could not write the snapshot: {error}")
+            logger.warning("the parent could not write the snapshot: %s", error)
+            self._snapshot_state = SERIALIZER_STATE.FAILED
+            return
+        os.replace(self._writing_dump, self._dump_file)
+        if self._durable:
+            journal.fsync_path(self._dump_file.parent)
+        self._snapshot_state = SERIALIZER_STATE.SUCCESS
 
     def deserialize(self, file_name: str) -> object:
         """pysyncobj's deserializer hook: the parent installs the snapshot."""

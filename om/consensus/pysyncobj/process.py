@@ -157,6 +157,11 @@ class RaftProcessReplicator:
             self._requests.pop(request, None)
         return status_of(result, reason)
 
+    def transfer_leadership(self) -> None:
+        """Asks the Raft process to hand leadership to a caught-up follower (best effort:
+        pysyncobj refuses while none is caught up; ask again)."""
+        self._send(("transfer_leadership",))
+
     def role(self) -> Role:
         """This node's view, as the child last reported it."""
         return self._role
@@ -210,10 +215,18 @@ class RaftProcessReplicator:
 
     def _start_snapshot_task(self, work: Coroutine[Any, Any, None]) -> None:
         """Runs snapshot work off the event loop, which keeps serving reads and
-        executing writes meanwhile. Nothing is applied until it ends: the Raft
-        process sends nothing more until it has the answer."""
-        assert self._snapshot_task is None or self._snapshot_task.done()
-        self._snapshot_task = self._loop.create_task(work)
+        executing writes meanwhile, after the snapshot work before it. While a
+        snapshot is written, Raft keeps running and entries keep being applied
+        (the snapshot takes its checkpoint under apply's lock); while one is
+        installed, nothing is applied: the Raft process waits for the answer."""
+        previous = self._snapshot_task
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await work
+
+        self._snapshot_task = self._loop.create_task(after_previous())
 
     async def _write_snapshot(self, tmp_file: str, raft_data: object) -> None:
         error = ""

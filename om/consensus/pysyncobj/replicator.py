@@ -82,8 +82,13 @@ def status_of(result: tuple[Applied, int] | None, reason: int) -> ReplicateResul
 
 def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
                  entry_bytes_max: int,
-                 on_state_changed: Callable[[int, int], None] | None = None) -> SyncObjConf:
-    """pysyncobj's configuration for one node."""
+                 on_state_changed: Callable[[int, int], None] | None = None,
+                 serialize_checker: Callable[[], int] | None = None) -> SyncObjConf:
+    """pysyncobj's configuration for one node.
+
+    With ``serialize_checker`` (the Raft process), ``snapshots.serialize`` only
+    starts writing a snapshot and pysyncobj polls the checker on every tick until
+    it says SUCCESS or FAILED: Raft keeps ticking while the snapshot is written."""
     return SyncObjConf(
         appendEntriesUseBatch=False,
         appendEntriesBatchSizeBytes=max(ENTRY_BYTES_MAX, 2 * entry_bytes_max),
@@ -94,6 +99,7 @@ def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
         fullDumpFile=str(data_dir / "raft.snapshot"),
         serializer=snapshots.serialize,
         deserializer=snapshots.deserialize,
+        serializeChecker=serialize_checker,
         logCompactionMinEntries=settings.compaction_min_entries,
         logCompactionMinTime=settings.compaction_min_time_s,
         logCompactionSplit=True,
@@ -174,6 +180,11 @@ class RaftReplicator:
         finally:
             self._pending.discard(future)
         return status_of(result, reason)
+
+    def transfer_leadership(self) -> None:
+        """Asks the tick thread to hand leadership to a caught-up follower (best effort:
+        pysyncobj refuses while none is caught up; ask again)."""
+        self._raft.om_transfer_requested = True
 
     def role(self) -> Role:
         """This node's view: leader or not, ready or not, who leads, term, commit."""

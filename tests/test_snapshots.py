@@ -1,0 +1,57 @@
+"""A slow snapshot never stalls Raft: with every snapshot taking longer than several
+election timeouts (``unsafe_snapshot_delay_s``), a loaded cluster compacts on every
+node and keeps its leader and term; the same slowness with pysyncobj's blocking hook
+(Raft on a thread) deposes the leader: the red case that shows the stall is real."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from om import cluster as om_cluster
+from tests import cluster_harness as harness
+
+pytestmark = pytest.mark.integration
+SNAPSHOT_DELAY_S = 2.0          # election timeouts are 0.4-0.8 s
+LOAD_S = 12.0
+COMPACTING_RAFT = """compaction_min_entries = 20
+compaction_min_time_s = 3.0
+"""
+
+
+def run_loaded(directory: Path, separate_process: bool) -> tuple[set[int], set[int], int]:
+    """Terms before and after a loaded period, and how many nodes wrote a snapshot."""
+    extra = COMPACTING_RAFT + f"separate_process = {str(separate_process).lower()}\n"
+    cluster = om_cluster.up(directory, 3, om_cluster.free_port_base(), "leader",
+                            harness.FAST_RAFT + extra, timeout_s=60, remember_it=False,
+                            top_level_toml=f"unsafe_snapshot_delay_s = {SNAPSHOT_DELAY_S}")
+    try:
+        with harness.client(cluster) as om:
+            om.create_volume("vol")
+            om.create_bucket("vol", "bkt")
+        before = {i.term for i in cluster.node_infos()}
+        load = harness.WriteLoad(cluster)
+        load.start()
+        time.sleep(LOAD_S)
+        load.stop()
+        assert load.count() > 100
+        after = {i.term for i in cluster.node_infos()}
+    finally:
+        om_cluster.down(cluster)
+    data = cluster.config.data_dir
+    snapshots = sum((data / n.id / "raft" / "raft.snapshot").exists() for n in cluster.nodes)
+    return before, after, snapshots
+
+
+def test_slow_snapshots_never_stall_raft(tmp_path: Path) -> None:
+    before, after, snapshots = run_loaded(tmp_path / "cluster", separate_process=True)
+    assert snapshots == 3
+    assert after == before
+
+
+def test_the_blocking_hook_of_pysyncobj_stalls_it(tmp_path: Path) -> None:
+    before, after, snapshots = run_loaded(tmp_path / "cluster", separate_process=False)
+    assert snapshots >= 1
+    assert max(after) > max(before)
