@@ -191,8 +191,9 @@ class ServerConfig:
     # applied batch not yet flushed (more than a power loss would). Proves that the
     # Raft journal alone carries durability (tests/test_crash_restart.py).
     unsafe_store_without_wal: bool = False
-    # Test-only: the server waits this long before writing each Raft snapshot, so a
-    # test can prove that a slow snapshot never stalls Raft (tests/test_snapshots.py).
+    # Test-only: while this node leads, the server waits this long before writing each
+    # Raft snapshot (a slow disk on the leader), so a test can prove that a slow
+    # snapshot never stalls Raft (tests/test_snapshots.py).
     unsafe_snapshot_delay_s: float = 0.0
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)

@@ -115,7 +115,7 @@ class Node:
                                               self.state_machine.applied_index, self.apply_entry)
         else:
             snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync,
-                                    config.unsafe_snapshot_delay_s)
+                                    config.unsafe_snapshot_delay_s, self._leads)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(
@@ -146,6 +146,9 @@ class Node:
         if self.raft is not None:
             self.raft.on_leadership_lost(self.leader.leadership_lost)
         self.closing = False
+
+    def _leads(self) -> bool:
+        return self.replicator.role().is_leader
 
     def barrier_entry(self, term: int) -> bytes:
         """The empty batch a new leader commits in ``term`` before it serves."""

@@ -1,7 +1,7 @@
-"""A slow snapshot never stalls Raft: with every snapshot taking longer than several
-election timeouts (``unsafe_snapshot_delay_s``), a loaded cluster compacts on every
-node and keeps its leader and term; the same slowness with pysyncobj's blocking hook
-(Raft on a thread) deposes the leader: the red case that shows the stall is real."""
+"""A slow snapshot never stalls Raft: with the leader's snapshots taking longer than
+several election timeouts (``unsafe_snapshot_delay_s``), a loaded cluster compacts on
+every node and keeps its leader and term; the same slowness with pysyncobj's blocking
+hook (Raft on a thread) deposes the leader: the red case that shows the stall is real."""
 
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ import pickle
 import shutil
 import tarfile
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,12 +70,14 @@ class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
     def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool,
-                 unsafe_delay_s: float = 0.0) -> None:
+                 unsafe_delay_s: float = 0.0,
+                 unsafe_delay_if: Callable[[], bool] = lambda: True) -> None:
         assert unsafe_delay_s >= 0
         self._state_machine = state_machine
         self._work_dir = work_dir
         self._durable = durable
         self._unsafe_delay_s = unsafe_delay_s
+        self._unsafe_delay_if = unsafe_delay_if
         self.installed = 0
         self.written = 0
 
@@ -84,7 +87,8 @@ class Snapshotter:
         checkpoint = self._work_dir / "snapshot-checkpoint"
         shutil.rmtree(checkpoint, ignore_errors=True)
         machine = self._state_machine
-        time.sleep(self._unsafe_delay_s)   # test-only: a slow disk, or a huge store
+        if self._unsafe_delay_s and self._unsafe_delay_if():
+            time.sleep(self._unsafe_delay_s)   # test-only: a slow disk, or a huge store
         with machine.applying():
             machine.quiesce()
             manifest = {"applied_index": machine.applied_index,
