@@ -8,7 +8,8 @@ shape: ``bench/etcd``), the driver:
    ``OUT/<flow>/cluster`` on free 127.0.0.1 ports, each node tracing to
    ``OUT/<flow>/raw-traces/server-<id>.jsonl`` (the ceiling instead runs the
    same ``Node`` in-process on a store in ``OUT/ceiling/data``);
-2. optionally preloads ``keys`` keys (a high-concurrency, untraced ``omkg``);
+2. with ``keys``, starts every node on a copy of one generated database
+   holding ``keys`` keys (``seed_flow``), before the nodes first start;
 3. warms up (untraced ``omkg``), then measures the same ``omkg`` load for the
    same time, tracing ``client_request`` records to
    ``OUT/<flow>/traces/client-freon.jsonl``; in the ``full`` profile a mixed
@@ -17,13 +18,21 @@ shape: ``bench/etcd``), the driver:
    for the leader flow, measures failover on a fresh cluster
    (``bench/failover``: kill -9 of the leader under light load, repeated),
    and copies the server records of the measured window to
-   ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up and preload stay out);
+   ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up stays out);
 5. writes freon's report (``freon-measure.txt``/``.json``).
 
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
 its error and the others still run; the etcd flow is recorded as skipped, with
 the reason, where etcd or Go cannot be had (Ctrl-C stops the run; clusters are still
 stopped). Every phase is bounded in time, every cluster start by a timeout.
+
+The preloaded namespace is generated once per run, offline, into
+``OUT/seed/db`` (``om freon generate``: the real handlers, apply's write, one
+write batch per chunk; ``om/preload.py``), and every node of every OM flow
+starts on a byte-identical copy of it, so nodes agree before their first Raft
+entry. The seed's applied position is 0, so each fresh cluster's Raft log,
+which starts empty, is applied in full over it. (It used to be loaded over
+RPC, by a high-concurrency ``omkg``: 1M keys took ~250 s.)
 """
 
 from __future__ import annotations
@@ -51,11 +60,13 @@ from bench.summary import CLIENT_PROCESS, FlowMeasurement, build_summary
 from bench.traces import batch_sizes, copy_window
 from om import cluster as om_cluster
 from om import config as om_config
+from om import preload
 from om.client import AsyncOMClient
 from om.client.retry_policy import RetryPolicy
 from om.config import ServerConfig
 
 POLICY = RetryPolicy(deadline_s=30.0, attempt_timeout_s=10.0)
+USER = "bench"
 Connect = Callable[[], RequestCaller]
 
 
@@ -69,8 +80,6 @@ class Profile:
     threads: int
     mixed_s: float = 0.0
     half_load_s: float = 0.0
-    preload_threads: int = 128
-    preload_timeout_s: float = 300.0
     nodes: int = 3
     mixed_read_pct: int = 70
     mixed_list_pct: int = 10
@@ -84,7 +93,7 @@ PROFILES: dict[str, Profile] = {
                     half_load_s=30.0, failover_trials=10),
     # For tests: a couple of seconds per flow.
     "smoke": Profile("smoke", warmup_s=0.3, measure_s=1.5, threads=8, mixed_s=0.5,
-                     half_load_s=0.5, preload_timeout_s=10.0, failover_trials=1),
+                     half_load_s=0.5, failover_trials=1),
 }
 
 
@@ -153,6 +162,14 @@ class FlowDirs:
     def data(self) -> Path:
         return self.root / "data"
 
+    def node_databases(self, flow: FlowSpec, nodes: int) -> list[Path]:
+        """Where each node of the flow keeps its RocksDB (``ServerConfig.node_data_dir``
+        / ``db``: ``data_dir/<id>/db`` in a cluster, ``data_dir/db`` for one node)."""
+        if flow.in_process:
+            return [self.data / "db"]
+        data_dir = self.cluster.resolve() / "data"   # om.cluster.write_config's data_dir
+        return [data_dir / node.id / "db" for node in om_cluster.node_addresses(nodes, 0)]
+
     @property
     def raw(self) -> Path:
         return self.root / "raw-traces"
@@ -176,7 +193,6 @@ class Phases:
     measure: FreonResult
     mixed: FreonResult | None = None
     half_load: FreonResult | None = None
-    preloaded: int = 0
     rss_mb: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     failover: FailoverResult | None = None
@@ -197,25 +213,78 @@ def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
     flow_configs = {f.name: {**asdict(f), "nodes": 1 if f.in_process else config.profile.nodes}
                     for f in config.flows}
     write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
+    seed = generate_seed(config, log)
     measurements: list[FlowMeasurement] = []
     for number, flow in enumerate(config.flows, 1):
         log.step(f"flow {number}/{len(config.flows)}: {flow.name}")
-        measurements.append(run_flow(config, flow, log))
+        measurements.append(run_flow(config, flow, log, seed))
         cluster_toml = FlowDirs.of(config.out, flow.name).cluster / "cluster.toml"
         if cluster_toml.exists():
             flow_configs[flow.name]["cluster_toml"] = cluster_toml.read_text()
-    summary = build_summary(measurements, config.describe())
+    run = config.describe()
+    if seed is not None:
+        run["preload"] = seed.describe()
+    summary = build_summary(measurements, run)
     write_json(config.out / "summary.json", summary)
     write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
     return summary
 
 
-def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasurement:
+@dataclass(frozen=True)
+class Seed:
+    """The generated database every OM node of the run starts from."""
+
+    db: Path
+    result: preload.GenerateResult
+
+    def describe(self) -> dict[str, Any]:
+        """How the namespace was preloaded, as recorded in summary.json."""
+        return {"method": "om freon generate", "keys": self.result.keys,
+                "seconds": round(self.result.seconds, 3),
+                "keys_per_s": round(self.result.keys_per_s, 1)}
+
+
+def generate_seed(config: BenchConfig, log: StepLog) -> Seed | None:
+    """Generates ``config.keys`` keys once into ``OUT/seed/db`` (None without keys).
+
+    The keys are ``preload/<i>`` in the bucket the load uses, as the RPC preload
+    named them, owned by the bench's user."""
+    if not config.keys:
+        return None
+    root = config.out / "seed"
+    if root.exists():
+        shutil.rmtree(root)
+    namespace = preload.Namespace(keys=config.keys, volume=config.volume,
+                                  bucket=config.bucket, prefix="preload", user=USER)
+    log.step(f"preload: generating {config.keys:,} keys into {root / 'db'} (offline)")
+    bar = log.bar("[seed] generate", config.keys, None)
+    result = preload.generate_into(root / "db", namespace,
+                                   progress=lambda done: bar.update(done, 0))
+    bar.close(result.keys, 0)
+    log.step(f"preload: {result.keys:,} keys in {result.seconds:.1f} s "
+             f"({result.keys_per_s:,.0f} keys/s, {result.batches} write batches)")
+    return Seed(root / "db", result)
+
+
+def seed_flow(seed: Seed, flow: FlowSpec, dirs: FlowDirs, nodes: int) -> list[Path]:
+    """Copies the seed to every node database of the flow, before the nodes start;
+    returns the databases. Copies are byte-identical (``preload.copy_database``)."""
+    databases = dirs.node_databases(flow, nodes)
+    preload.copy_database(seed.db, databases)
+    return databases
+
+
+def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
+             seed: Seed | None = None) -> FlowMeasurement:
     """One flow from a fresh start to collected traces; failures become ``error``."""
     dirs = FlowDirs.of(config.out, flow.name)
     dirs.reset()
     leader = "in-process"
     try:
+        if seed is not None and not flow.etcd:
+            nodes = 1 if flow.in_process else config.profile.nodes
+            seed_flow(seed, flow, dirs, nodes)
+            log.step(f"{flow.name}: {nodes} node(s) seeded with {seed.result.keys:,} keys")
         if flow.in_process:
             phases = uvloop.run(_in_process(config, flow, dirs, log))
         elif flow.etcd:
@@ -235,8 +304,9 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog) -> FlowMeasureme
     log.step(f"{flow.name}: {phases.measure.write_requests_per_s:,.0f} write req/s, "
              f"{phases.measure.failures} failed operations, busiest thread: {busiest} "
              f"{demand.get(busiest, 0.0):.0f}% of the time running or waiting for a CPU")
+    preloaded = seed.result.keys if seed is not None and not flow.etcd else 0
     return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
-                           phases.preloaded, leader, cpu=phases.cpu,
+                           preloaded, leader, cpu=phases.cpu,
                            half_load=phases.half_load, durable=_durable(config, flow),
                            failover=phases.failover, elections=phases.elections)
 
@@ -275,7 +345,7 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
         addresses = cluster.addresses
 
         def connect() -> RequestCaller:
-            return AsyncOMClient(addresses, user="bench", policy=POLICY)
+            return AsyncOMClient(addresses, user=USER, policy=POLICY)
 
         pids = {n.id: pid for n in cluster.nodes if (pid := cluster.pid(n.id)) is not None}
         raft = {f"{node}-raft": child for node, pid in pids.items() for child in children(pid)}
@@ -325,7 +395,7 @@ async def _in_process(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
 
 async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connect: Connect,
                      log: StepLog, meter: CpuMeter) -> Phases:
-    """Preload (optional), warm-up, measured omkg, half load (optional), mixed ockrw
+    """Warm-up, measured omkg, half load (optional), mixed ockrw
     (optional).
 
     The half-load phase paces omkg at half the measured operation rate
@@ -335,11 +405,6 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
     profile = config.profile
     base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT, threads=profile.threads,
                        volume=config.volume, bucket=config.bucket, flow=flow.name)
-    preloaded = 0
-    if config.keys:
-        preload = replace(base, count=config.keys, threads=profile.preload_threads,
-                          duration_s=profile.preload_timeout_s, prefix="preload")
-        preloaded = (await _phase(preload, connect, log, flow.name, "preload")).successes
     if profile.warmup_s > 0:
         await _phase(replace(base, duration_s=profile.warmup_s, prefix="warmup"),
                      connect, log, flow.name, "warm-up")
@@ -361,7 +426,7 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
             percentage_list=profile.mixed_list_pct, flow=f"{flow.name}-mixed",
             trace_path=dirs.mixed / "traces" / "client-freon.jsonl")
         mixed = await _phase(mixed_config, connect, log, flow.name, "mixed")
-    return Phases(measure, mixed, half_load, preloaded, cpu=cpu)
+    return Phases(measure, mixed, half_load, cpu=cpu)
 
 
 async def _phase(config: FreonConfig, connect: Connect, log: StepLog, flow: str,

@@ -4,8 +4,8 @@
 ``om.tracing.Tracer`` (buffered, written in blocks, at most 4096 records in
 memory). ``client_request_problems`` checks a record against the schema, for
 tests and for sanity checks of a run. ``copy_window`` copies the records of
-one time window from a server trace into a run directory, so warm-up and
-preload traffic never reach the analysis. ``batch_sizes`` reads the
+one time window from a server trace into a run directory, so warm-up traffic
+never reaches the analysis. ``batch_sizes`` reads the
 ``requests`` of ``server_batch`` records.
 """
 

@@ -36,7 +36,8 @@ def register(commands: Any) -> None:
                         "and a mixed read/list phase")
     p.add_argument("--out", type=Path, help="run directory (default bench-out/<time>)")
     p.add_argument("--keys", type=int, default=0,
-                   help="preload this many keys before measuring (namespace size)")
+                   help="namespace size: every node starts on a copy of a database with this "
+                        "many keys, generated once offline (om freon generate)")
     p.add_argument("--flows", default=",".join(driver.FLOW_NAMES),
                    help=f"comma-separated subset of {','.join(driver.FLOW_NAMES)}")
     p.add_argument("--duration", type=float, help="override the measured seconds per flow")

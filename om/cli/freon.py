@@ -2,16 +2,24 @@
 
     om freon omkg -n 100000 -t 64 --om host:port[,host:port...]
     om freon ockrw --duration 30 -t 64 -p KEYPREFIX --percentage-read 80 --percentage-list 10
+    om freon generate --data-dir DIR [--copy-to DIR ...] --volumes V --buckets B --keys N
 
 Runs many requests in flight per connection (asyncio client on uvloop), prints
 freon's report (count, rate, latency percentiles, failures, successful
 executions and total time) and exits 1 when every operation failed, 2 on a
 usage error or when the volume and bucket could not be prepared.
+
+``generate`` is offline, like Ozone's generators that fill an OM DB directly:
+no server runs; it writes the namespace into ``DIR/db`` through the handlers
+and apply's write (``om/preload.py``), and byte-identical copies into each
+``--copy-to`` data directory (the other nodes of a cluster, before they start).
+Exits 2 on a usage error or when the database exists or a request fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -23,6 +31,7 @@ import uvloop
 from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
+from om import preload
 from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
@@ -49,6 +58,79 @@ def register(commands: Any) -> None:
                            help="keys <prefix>/0 .. <prefix>/RANGE-1 are used (default: -n)")
             g.add_argument("--max-list-result", type=int, default=10, dest="max_list")
         g.set_defaults(run=run)
+    _register_generate(generators)
+
+
+def _register_generate(generators: Any) -> None:
+    help_text = ("write volumes, buckets and keys straight into a stopped node's RocksDB "
+                 "(offline, like Ozone's freon DB generators)")
+    g = generators.add_parser("generate", help=help_text, description=help_text)
+    g.add_argument("--data-dir", type=Path, required=True,
+                   help="the node's data directory (om serve's --data-dir, or "
+                        "<cluster data_dir>/<node id>); the database goes to DIR/db, which "
+                        "must not exist")
+    g.add_argument("--copy-to", type=Path, nargs="+", default=[], metavar="DIR",
+                   help="also seed these data directories with byte-identical copies "
+                        "(every other node of the cluster, before it first starts)")
+    g.add_argument("--volumes", type=int, default=1, help="volumes (default 1)")
+    g.add_argument("--buckets", type=int, default=1, help="buckets per volume (default 1)")
+    g.add_argument("--keys", type=int, default=0,
+                   help="keys in all, spread evenly over the buckets (default 0)")
+    g.add_argument("-v", "--volume", default="vol1",
+                   help="the volume's name, or the prefix of <volume>-<i> with --volumes > 1")
+    g.add_argument("-b", "--bucket", default="bucket1",
+                   help="the bucket's name, or the prefix of <bucket>-<j> with --buckets > 1")
+    g.add_argument("-p", "--prefix", default="preload", help="keys are <prefix>/<index>")
+    g.add_argument("--size", type=int, default=0, help="data size recorded per key, in bytes")
+    g.add_argument("--user", default="", help="owner of the volumes and buckets "
+                   "(default: the current user)")
+    g.add_argument("--batch-keys", type=int, default=preload.DEFAULT_BATCH_KEYS,
+                   help=f"keys per RocksDB write batch (default {preload.DEFAULT_BATCH_KEYS})")
+    g.add_argument("--json", type=Path, dest="json_path", help="also write the result as JSON")
+    g.set_defaults(run=run_generate)
+
+
+def _check_unused(data_dir: Path) -> None:
+    """GenerateError unless ``data_dir`` belongs to a node that never started: a
+    seed precedes the Raft log, so a node with a journal would replay entries
+    its peers applied without the seed (or the seed would hide its own)."""
+    for used in (data_dir / "db", data_dir / "raft"):
+        if used.exists():
+            raise preload.GenerateError(f"{used} exists: seed only nodes that never started")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Generates the namespace offline; prints what it wrote; returns the exit status."""
+    try:
+        namespace = preload.Namespace(
+            volumes=args.volumes, buckets=args.buckets, keys=args.keys, volume=args.volume,
+            bucket=args.bucket, prefix=args.prefix, size=args.size, user=args.user,
+            batch_keys=args.batch_keys)
+    except ValueError as error:
+        print(f"om freon generate: {error}", file=sys.stderr)
+        return 2
+    target = args.data_dir / "db"
+    copies = [directory / "db" for directory in args.copy_to]
+    progress = ProgressBar("freon generate", namespace.keys, None)
+    try:
+        for directory in (args.data_dir, *args.copy_to):
+            _check_unused(directory)
+        result = preload.generate_into(target, namespace,
+                                       progress=lambda done: progress.update(done, 0))
+        progress.close(result.keys, 0)
+        preload.copy_database(target, copies)
+    except preload.GenerateError as error:
+        print(f"om freon generate: {error}", file=sys.stderr)
+        return 2
+    print(f"generated {result.volumes} volumes, {result.buckets} buckets, {result.keys} keys "
+          f"in {result.seconds:.1f} s ({result.keys_per_s:,.0f} keys/s, {result.batches} "
+          f"write batches); managed index {result.managed_index}; databases: "
+          + ", ".join(str(p) for p in (target, *copies)))
+    if args.json_path is not None:
+        record = {**dataclasses.asdict(result), "keys_per_s": result.keys_per_s,
+                  "databases": [str(p) for p in (target, *copies)]}
+        args.json_path.write_text(json.dumps(record, indent=2) + "\n")
+    return 0
 
 
 def _common_options(g: argparse.ArgumentParser) -> None:

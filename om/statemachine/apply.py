@@ -90,6 +90,28 @@ class StateMachine:
             self.store.write(write)
             return ApplyResult(position, not stale, self.managed_index)
 
+    def seed(self, batch: om_pb2.PersistDbBatch) -> None:
+        """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).
+
+        The same write as ``apply`` (rows, merged quota deltas, retry rows and the
+        transaction info in one RocksDB write batch), except that the applied
+        position and term stay 0: a fresh Raft log's first entry is position 1,
+        so every entry a cluster later commits over a seeded store is applied, not
+        skipped as a replay. The managed index and time move up as in ``apply``,
+        so a leader continues above the seed's ids. Seeding a store that applied
+        a log entry would hide those entries' positions, so it is refused.
+        """
+        with self._lock:
+            assert self.applied_index == 0, "seed only a store no log entry was applied to"
+            assert self.term == 0, "seed only a store no log entry was applied to"
+            assert batch.term == 0, "a seed batch belongs to no term"
+            write = self.store.new_batch()
+            self._add_ops(write, batch)
+            self.managed_index = max(self.managed_index, batch.managed_index)
+            self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
+            self._put_transaction_info(write)
+            self.store.write(write)
+
     def _put_transaction_info(self, write: WriteBatch) -> None:
         info = om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
                                       managed_index=self.managed_index,
