@@ -4,20 +4,14 @@ exposition parses, and ``flat`` (what ``om admin metrics`` prints) matches it.""
 from __future__ import annotations
 
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from om.observe.histogram import CountingHistogram, Snapshot
 from om.observe.metrics import OZONE_REQUEST_COUNTERS, HistogramState, NodeMetrics, StateGauge
+from tests.prom_text import samples
 
 
 def _samples(metrics: NodeMetrics) -> dict[str, float]:
-    text = generate_latest(metrics.registry).decode()
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return values
+    return samples(generate_latest(metrics.registry).decode())
 
 
 def test_ozone_names_are_derived_from_the_request_counts() -> None:

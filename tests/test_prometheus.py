@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from om import cluster as om_cluster
 from tests import cluster_harness as harness
 from tests.processes import REPO, om_command
+from tests.prom_text import samples
 
 pytestmark = pytest.mark.integration
 DASHBOARD = REPO / "grafana" / "om-dashboard.json"
@@ -39,13 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[om_cluster.Clu
 def scrape(http_address: str, path: str = "/prom") -> dict[str, float]:
     """Every sample at the endpoint, parsed by prometheus_client's own parser."""
     with urllib.request.urlopen(f"http://{http_address}{path}", timeout=10) as answer:
-        text = answer.read().decode()
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return samples
+        return samples(answer.read().decode())
 
 
 def http_addresses(cluster: om_cluster.Cluster) -> dict[str, str]:
