@@ -51,8 +51,8 @@ def test_every_node_serves_ozone_names_and_they_move_under_load(
     leader = harness.leader_id(cluster)
     addresses = http_addresses(cluster)
     before = {node_id: scrape(address) for node_id, address in addresses.items()}
-    for samples in before.values():
-        assert all(name in samples for name in OZONE_NAMES)
+    for scraped in before.values():
+        assert all(name in scraped for name in OZONE_NAMES)
     assert [n for n, s in before.items()
             if s["omha_metrics_ozone_manager_ha_leader_state"] == 1] == [leader]
     with harness.client(cluster) as om:
