@@ -38,6 +38,10 @@ RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
 PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
 SECRET_FILE = "raft.secret"
+# Linux hands out outgoing connections' local ports from 32768 up (ip_local_port_range):
+# a cluster's ports stay below, so no client connection can take one between the check
+# and the bind.
+EPHEMERAL_BELOW = 32_768
 TLS_DIR = "tls"
 # Nodes this process started, kept so they are reaped (not left as zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -386,7 +390,8 @@ def check_ports_free(nodes: Sequence[NodeAddress]) -> None:
 def free_port_base(nodes: int = 3, attempts: int = 100) -> int:
     """A base port whose client, Raft and HTTP ports on 127.0.0.1 are all free now."""
     for _ in range(attempts):
-        base = random.randrange(20_000, 40_000, PORT_RANGE)
+        base = random.randrange(EPHEMERAL_BELOW - 12_000, EPHEMERAL_BELOW - PORT_RANGE,
+                                PORT_RANGE)
         ports = [p for node in node_addresses(nodes, base) for p in node.ports]
         if all(_port_free(p) for p in ports):
             return base

@@ -25,6 +25,7 @@ Example ``cluster.toml``::
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -176,6 +177,23 @@ class ServerConfig:
     nodes: tuple[NodeAddress, ...] = (NodeAddress("om1"),)
     acl_enabled: bool = False
     admins: tuple[str, ...] = ()
+    # Ozone's native ACLs (om/gatekeeper/authorize.py), with Ozone's key names:
+    # ozone.administrators.groups, ozone.readonly.administrators[.groups] (may READ,
+    # READ_ACL and LIST anything), ozone.[read.]blacklist.{users,groups} (refused
+    # everything / those three rights), ozone.om.volume.listall.allowed.
+    admin_groups: tuple[str, ...] = ()
+    readonly_admins: tuple[str, ...] = ()
+    readonly_admin_groups: tuple[str, ...] = ()
+    blacklist_users: tuple[str, ...] = ()
+    blacklist_groups: tuple[str, ...] = ()
+    read_blacklist_users: tuple[str, ...] = ()
+    read_blacklist_groups: tuple[str, ...] = ()
+    volume_listall_allowed: bool = True
+    # A TOML or JSON file mapping each user to its groups (the first is its primary
+    # group): `alice = ["dev", "ops"]`. Read at load into ``user_groups``, which is
+    # not itself a key of the TOML.
+    group_mapping_file: Path | None = None
+    user_groups: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
     trace_path: Path | None = None
     trace_flow: str = ""
     # A file (mode 0600) holding the Raft cluster secret; ``om cluster up`` writes one.
@@ -274,6 +292,34 @@ def read_secret(path: Path) -> str:
     return secret
 
 
+_NAME_LISTS = ("admins", "admin_groups", "readonly_admins", "readonly_admin_groups",
+               "blacklist_users", "blacklist_groups", "read_blacklist_users",
+               "read_blacklist_groups")
+
+
+def _names(value: Any, key: str) -> tuple[str, ...]:
+    """A list of user or group names from the TOML, as a tuple."""
+    if not isinstance(value, list | tuple) or not all(
+            isinstance(name, str) and name for name in value):
+        raise ConfigError(f"{key} must be a list of non-empty names, not {value!r}")
+    return tuple(value)
+
+
+def read_group_mapping(path: Path) -> dict[str, tuple[str, ...]]:
+    """user -> groups from a TOML file (``alice = ["dev", "ops"]``), or JSON when the
+    name ends in ``.json``. The first group of a user is its primary group."""
+    try:
+        text = path.read_text()
+        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read group_mapping_file {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"group_mapping_file {path}: expected user = [groups], not "
+                          f"{type(raw).__name__}")
+    return {user: _names(groups, f"group_mapping_file {path}: {user}")
+            for user, groups in raw.items()}
+
+
 def _section(cls: type[Any], values: dict[str, Any], where: str) -> Any:
     if cls is Raft and "secret" in values:
         raise ConfigError("[raft] secret: keep the secret in a file of mode 0600 and name "
@@ -307,9 +353,16 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         for name in ("data_dir", "trace_path", "raft_secret_file"):
             if values.get(name) is not None:
                 values[name] = Path(values[name])
-        if "admins" in values:
-            values["admins"] = tuple(values["admins"])
+        for name in _NAME_LISTS:
+            if name in values:
+                values[name] = _names(values[name], name)
+        if "user_groups" in values:
+            raise ConfigError("user_groups: keep the groups in a file and name it with "
+                              "group_mapping_file")
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("group_mapping_file") is not None:
+            values["group_mapping_file"] = Path(values["group_mapping_file"])
+            values["user_groups"] = read_group_mapping(values["group_mapping_file"])
         if "node_id" not in values and values.get("nodes"):
             values["node_id"] = values["nodes"][0].id
         if values.get("raft_secret_file") is not None:

@@ -23,8 +23,9 @@ from om.executor.registry import KINDS, error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
-from om.gatekeeper.authorize import AclPolicy
+from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.node_integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.protocol import om_pb2
@@ -62,7 +63,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
                           writes_max=batch.writes_max if batch.enabled else 1,
                           inflight_batches_max=batch.inflight_batches_max,
                           queue_max=batch.queue_max),
-        acl=AclPolicy(config.acl_enabled, frozenset(config.admins)),
+        acl=acl_policy(config),
         limits=HandlerLimits(list_max_keys=limits.list_max_keys),
         retry_cache_enabled=not config.unsafe_disable_retry_cache,
         read_mode=config.read_mode,
@@ -78,6 +79,7 @@ class Node:
                            "of committed writes execute again; for tests only")
         self.config = config
         self._fail_stop = fail_stop
+        NodeIntegrity.check_startable(config)   # before anything is opened or applied
         self.tracer: TraceSink = NullTracer()
         if config.trace_path is not None:
             self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
@@ -108,6 +110,8 @@ class Node:
                 config.limits.unflushed_transactions_max, fail_stop)
         else:
             self.state_machine = StateMachine(self.store)
+        self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
+                                       lambda: self.state_machine.applied_index, fail_stop)
         self.raft: RaftReplicator | RaftProcessReplicator | None = None
         self.replicator: Replicator
         if len(config.nodes) == 1:
@@ -126,6 +130,9 @@ class Node:
                     config.node, config.nodes, raft_dir, config.raft, self.apply_entry,
                     snapshots, self.barrier_entry, config.batch.bytes_max)
             self.replicator = self.raft
+        # The flows never see a diverged node ready: it executes and answers nothing.
+        self.replicator = self.integrity.attach(
+            self.replicator, self.raft.transfer_leadership if self.raft is not None else None)
         self.leader: LeaderService | ReplicatedFlowService
         if isinstance(self.state_machine, ReplicatedStateMachine):
             self.leader = ReplicatedFlowService(config.node_id, self.state_machine,
@@ -138,6 +145,7 @@ class Node:
         gc_gauges = tuple(StateGauge(name, f"om_{name}", "Python's garbage collector "
                                      "(om/gc_policy.py)") for name in gc_policy.metrics())
         self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
+        self.metrics.add_state(INTEGRITY_GAUGES, self.integrity.state)
         if self.raft is not None:
             self.metrics.add_histogram(
                 "om_journal_sync_duration_seconds",
@@ -158,7 +166,9 @@ class Node:
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies a committed entry; stops the process if that is impossible."""
         try:
-            return self.state_machine.apply_entry(position, entry)
+            result = self.state_machine.apply_entry(position, entry)
+            self.integrity.after_apply(position, entry, result)
+            return result
         except BaseException as error:
             logger.critical("cannot apply committed entry at position %d to %s: %s: stopping "
                             "this node (a full disk? free space and restart it: it catches up "
@@ -171,6 +181,7 @@ class Node:
         await self.leader.start()
         if self.raft is not None:
             await self.raft.start()
+        self.integrity.start()
 
     def submit(self, request: om_pb2.OMRequest,
                peer: str = "") -> asyncio.Future[om_pb2.OMResponse]:
@@ -181,6 +192,12 @@ class Node:
                                             f"OM:{self.config.node_id} is shutting down"))
         if request.cmd_type == om_pb2.ServiceList:
             return _answered(self.service_list(request))
+        if request.cmd_type in INTEGRITY_TYPES:
+            return self.integrity.submit(request)
+        if self.integrity.diverged:
+            refusal = self.integrity.refusal(request, self.replicator.role())
+            assert refusal is not None
+            return _answered(refusal)
         return self.leader.submit(request, peer)
 
     def audit_refused(self, request: om_pb2.OMRequest, peer: str, message: str) -> None:
@@ -210,7 +227,8 @@ class Node:
             role=name, term=role.term,
             commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
             execution=self.config.execution, managed_index=self.state_machine.managed_index,
-            metrics=self.metrics.flat(), http_address=self.config.node.http_address)
+            metrics=self.metrics.flat(), http_address=self.config.node.http_address,
+            replica_state=self.integrity.marked.state if self.integrity.marked else "")
 
     def state(self) -> dict[str, float]:
         """This node's state gauges, by ``StateGauge.key`` (read at every scrape)."""
@@ -248,6 +266,7 @@ class Node:
         """Refuses new requests, drains in-flight writes, closes the store and the trace."""
         self.closing = True
         await self.leader.close()
+        await self.integrity.close()
         if self.raft is not None:
             await self.raft.close()
         if isinstance(self.state_machine, ReplicatedStateMachine):

@@ -24,7 +24,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, QuotaReservations, object_id_for
 from om.executor.errors import OMError
 from om.executor.read_view import ReadView
-from om.protocol import om_pb2
+from om.protocol import acls, om_pb2
 from om.statemachine import tables
 from om.statemachine.store import Store
 from tests.handler_harness import CLIENT_ID, LEADER, OLD, FakeReservations, Harness, status_name
@@ -142,12 +142,20 @@ EVERY_REQUEST: list[tuple[str, Build]] = [
     ("ListKeys", lambda: build.list_keys(V, B)),
     ("DeleteKey", lambda: build.delete_key(V, B, "k")),
     ("RenameKey", lambda: build.rename_key(V, B, "k", "k2")),
+    ("AddAcl", lambda: build.add_acl(build.acl_object(V, B, "k"), acls.parse("user:bob:r")
+                                     .to_proto())),
+    ("RemoveAcl", lambda: build.remove_acl(build.acl_object(V, B, "k"), acls.parse("user:bob:r")
+                                           .to_proto())),
+    ("SetAcl", lambda: build.set_acl(build.acl_object(V, B, "k"), [acls.parse("user:bob:r")
+                                                                  .to_proto()])),
+    ("GetAcl", lambda: build.get_acl(build.acl_object(V, B, "k"))),
 ]
-READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys"}
+READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys",
+         "GetAcl"}
 
 
 class TestDispatch:
-    def test_registry_serves_exactly_the_sixteen_request_types(self) -> None:
+    def test_registry_serves_exactly_the_twenty_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {n for n, _ in EVERY_REQUEST}
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == READS
         for cmd, kind in registry.KINDS.items():

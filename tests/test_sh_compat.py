@@ -11,6 +11,7 @@ run ``python -m om`` to check the real process exit status.
 
 from __future__ import annotations
 
+import getpass
 import io
 import json
 import re
@@ -37,7 +38,7 @@ TB = 1 << 40
 VOLUME_FIELDS: dict[str, type] = {
     "metadata": dict, "name": str, "admin": str, "owner": str, "quotaInBytes": int,
     "quotaInNamespace": int, "usedNamespace": int, "creationTime": str,
-    "modificationTime": str, "refCount": int}
+    "modificationTime": str, "acls": list, "refCount": int}
 BUCKET_FIELDS: dict[str, type] = {
     "metadata": dict, "volumeName": str, "name": str, "storageType": str, "versioning": bool,
     "usedBytes": int, "usedNamespace": int, "creationTime": str, "modificationTime": str,
@@ -51,6 +52,8 @@ KEY_FIELDS: dict[str, type] = {
 KEY_INFO_FIELDS: dict[str, type] = {
     **{k: v for k, v in KEY_FIELDS.items() if k != "file"},
     "ozoneKeyLocations": list, "generation": int, "file": bool}
+ACL_FIELDS: dict[str, type] = {"type": str, "name": str, "aclScope": str, "aclList": list}
+ME = getpass.getuser()
 REPLICATION_FIELDS: dict[str, type] = {
     "replicationFactor": str, "requiredNodes": int, "minimumNodes": int, "replicationType": str}
 
@@ -200,6 +203,18 @@ def volume_names(*wanted: str, absent: tuple[str, ...] = ()) -> Check:
             shaped(VOLUME_FIELDS, entry)
         assert all(name in names for name in wanted), names
         assert not any(name in names for name in absent), names
+    return check
+
+
+def has_acl(kind: str, name: str, scope: str, *rights: str) -> Check:
+    """getacl's JSON lists an entry of this type, name and scope holding these rights
+    (the smoke test's ``jq 'select(...) | .aclList | contains([...])'``)."""
+    def check(result: Result, _: Shell) -> None:
+        data = result.json()
+        for entry in data:
+            shaped(ACL_FIELDS, entry)
+        assert any((e["type"], e["name"], e["aclScope"]) == (kind, name, scope)
+                   and set(rights) <= set(e["aclList"]) for e in data), data
     return check
 
 
@@ -362,6 +377,66 @@ TABLE: list[tuple[str, Row]] = [
                                     bucket_info(quotaInBytes=-1, quotaInNamespace=-1))),
     ("volume-delete-recursive", row("volume delete -r -y /vol1", 0,
                                     out_is("Volume vol1 is deleted\n"))),
+    # --- ACLs (ozone-shell-lib.robot "Test ozone shell" ACL steps; AclOption's output) ---
+    ("acl-volume-create", row("volume create /aclvol", 0, empty)),
+    ("acl-volume-getacl", row("volume getacl /aclvol", 0, has_acl("USER", ME, "ACCESS", "ALL"))),
+    ("acl-volume-addacl", row("volume addacl /aclvol -a user:superuser1:rwxy[DEFAULT]", 0,
+                              out_is("ACL USER:superuser1:rwxy[DEFAULT] added successfully.\n"))),
+    ("acl-volume-addacl-again", row("volume addacl /aclvol --acl user:superuser1:r[DEFAULT]", 0,
+                                    out_is("ACL USER:superuser1:r[DEFAULT] already exists.\n"))),
+    ("acl-volume-getacl-default", row("volume getacl /aclvol", 0, has_acl(
+        "USER", "superuser1", "DEFAULT", "READ", "WRITE", "READ_ACL", "WRITE_ACL"))),
+    ("acl-volume-removeacl-access", row("volume removeacl /aclvol -a user:superuser1:xy", 0,
+                                        out_is("ACL USER:superuser1:xy[ACCESS] doesn't exist.\n"))),
+    ("acl-volume-removeacl", row(
+        "volume removeacl /aclvol --acls user:superuser1:xy[DEFAULT]", 0,
+        out_is("ACL USER:superuser1:xy[DEFAULT] removed successfully.\n"))),
+    ("acl-volume-setacl", row("volume setacl /aclvol -al user:superuser1:rwxy[DEFAULT],"
+                              "group:superuser1:a,user:testuser:rwxyc,group:superuser1:a[DEFAULT]",
+                              0, out_is("ACLs set successfully.\n"))),
+    ("acl-volume-getacl-text", row("volume getacl /aclvol --no-json", 0, out_is(
+        "USER:superuser1:rwxy[DEFAULT],GROUP:superuser1:a,USER:testuser:rwcxy,"
+        "GROUP:superuser1:a[DEFAULT]\n"))),
+    ("acl-volume-info", row("volume info /aclvol", 0, volume_info(name="aclvol"))),
+    ("acl-bucket-create", row("bucket create /aclvol/bb1", 0, empty)),
+    ("acl-bucket-getacl", row("bucket getacl /aclvol/bb1", 0,
+                              has_acl("USER", "superuser1", "ACCESS", "READ", "WRITE"))),
+    ("acl-bucket-inherited", row("bucket getacl /aclvol/bb1 --json=false", 0, out_is(
+        f"USER:{ME}:a,USER:superuser1:rwxy,GROUP:superuser1:a\n"))),
+    ("acl-bucket-addacl-inherited", row(
+        "bucket addacl /aclvol/bb1 -a user:superuser1:rwxy", 0,
+        out_is("ACL USER:superuser1:rwxy[ACCESS] already exists.\n"))),
+    ("acl-bucket-addacl-default", row("bucket addacl /aclvol/bb1 -a group:dev:rl[DEFAULT]", 0,
+                                      out_is("ACL GROUP:dev:rl[DEFAULT] added successfully.\n"))),
+    ("acl-key-put", row("key put /aclvol/bb1/key2 --size 10", 0, empty)),
+    ("acl-key-getacl-inherited", row("key getacl /aclvol/bb1/key2 --json=false", 0,
+                                     out_is(f"USER:{ME}:a,GROUP:dev:rl\n"))),
+    ("acl-key-addacl", row("key addacl /aclvol/bb1/key2 -a user:superuser1:rwxy", 0,
+                           out_is("ACL USER:superuser1:rwxy[ACCESS] added successfully.\n"))),
+    ("acl-key-removeacl", row("key removeacl /aclvol/bb1/key2 -a user:superuser1:xy", 0,
+                              out_is("ACL USER:superuser1:xy[ACCESS] removed successfully.\n"))),
+    ("acl-key-setacl", row("key setacl /aclvol/bb1/key2 -a user:superuser1:rwxy,"
+                           "group:superuser1:a -a user:testuser:rwxyc", 0,
+                           out_is("ACLs set successfully.\n"))),
+    ("acl-key-getacl", row("key getacl --json /aclvol/bb1/key2", 0,
+                           has_acl("USER", "testuser", "ACCESS", "CREATE", "WRITE_ACL"))),
+    ("acl-malformed", row("key addacl /aclvol/bb1/key2 -a user:superuser1:rq", USAGE,
+                          err_has("[q] ACL right is not recognized"))),
+    ("acl-malformed-in-a-list", row("key setacl /aclvol/bb1/key2 -a user:a:r,user::r", USAGE,
+                                    err_has("a user ACL needs a name"))),
+    ("acl-unchanged", row("key getacl /aclvol/bb1/key2 --no-json", 0, out_is(
+        "USER:superuser1:rwxy,GROUP:superuser1:a,USER:testuser:rwcxy\n"))),
+    ("acl-no-option", row("key addacl /aclvol/bb1/key2", USAGE, err_has("--acls"))),
+    ("acl-missing-key", row("key addacl /aclvol/bb1/nokey -a user:a:r", FAILED,
+                            err_starts("KEY_NOT_FOUND "))),
+    ("acl-volume-address", row("volume getacl /aclvol/bb1", USAGE,
+                               err_has("Delimiters (/) not allowed in volume name"))),
+    ("acl-prefix", row("prefix addacl /aclvol/bb1/prefix1/ -a user:user1:rwxy", FAILED,
+                       err_has("not supported: prefix ACLs"))),
+    ("acl-s3-store", row("volume getacl --store S3 /aclvol", FAILED,
+                         err_has("not supported: --store S3"))),
+    ("acl-volume-delete", row("volume delete -r -y /aclvol", 0,
+                              out_is("Volume aclvol is deleted\n"))),
     # --- list flags (ListPaginationOptions, PrefixFilterOption, ListLimitOptions) ---
     ("key-list-default-100", row("key list /lst/bk1", 0, names_count(100, "k000", "k099",
                                                                     more=True))),

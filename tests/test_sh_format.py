@@ -13,7 +13,7 @@ from om.cli.sh_json import (
     volume_json,
 )
 from om.cli.sh_options import ShellError, list_limit, parse_namespace_quota, parse_space_quota
-from om.protocol import om_pb2
+from om.protocol import acls, om_pb2
 
 
 class TestPretty:
@@ -56,11 +56,14 @@ class TestInfoShapes:
     def test_volume(self) -> None:
         info = om_pb2.VolumeInfo(volume="v", admin_name="a", owner_name="o", quota_in_bytes=-1,
                                  quota_in_namespace=5, used_namespace=2,
-                                 creation_time=1_000, modification_time=2_000)
+                                 creation_time=1_000, modification_time=2_000,
+                                 acls=[acls.parse("group:g:rw[DEFAULT]").to_proto()])
         assert volume_json(info) == {
             "metadata": {}, "name": "v", "admin": "a", "owner": "o", "quotaInBytes": -1,
             "quotaInNamespace": 5, "usedNamespace": 2,
             "creationTime": "1970-01-01T00:00:01Z", "modificationTime": "1970-01-01T00:00:02Z",
+            "acls": [{"type": "GROUP", "name": "g", "aclScope": "DEFAULT",
+                      "aclList": ["READ", "WRITE"]}],
             "refCount": 0}
 
     def test_bucket(self) -> None:

@@ -1,4 +1,5 @@
-"""``om admin roles``: each node's id, address, role, term and positions."""
+"""``om admin``: roles and metrics here; verify, repair (``verify.py``) and audit
+(``audit.py``) of the replicas."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from google.protobuf.json_format import MessageToDict
 
 from om import cluster as om_cluster
 from om import config as om_config
+from om.cli import audit, verify
 from om.cli.credentials import add_tls_flags, client_tls
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.config import ConfigError
@@ -45,6 +47,8 @@ def register(commands: Any) -> None:
     _add_target(metrics)
     metrics.add_argument("--timeout", type=float, default=3.0)
     metrics.set_defaults(run=run_metrics)
+    verify.register(actions, _add_target)
+    audit.register(actions, _add_target)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:

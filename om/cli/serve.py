@@ -14,8 +14,11 @@ import uvloop
 
 from om import config as om_config
 from om.config import ConfigError, NodeAddress, ServerConfig
+from om.integrity.marker import ReplicaHalted
 from om.node import Node
 from om.server import serve
+
+HALTED_EXIT = 3     # a repair holds this node (its replica marker): it must not start
 
 
 def register(commands: Any) -> None:
@@ -76,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         uvloop.run(_main(config))
+    except ReplicaHalted as error:
+        print(f"om serve: not starting: {error}", file=sys.stderr)
+        return HALTED_EXIT
     except OSError as error:
         print(f"om serve: cannot start: {error}", file=sys.stderr)
         return 1

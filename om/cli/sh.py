@@ -4,10 +4,15 @@
     om sh bucket create|info|list|ls|delete|setquota|clrquota /vol/bucket
     om sh key put|info|list|ls|delete|rename /vol/bucket/key
     om sh key get|cat|cp|checksum|rewrite ...   -> not supported: metadata only
+    om sh volume|bucket|key addacl|removeacl|setacl ADDRESS -a type:name:rights[SCOPE][,...]
+    om sh volume|bucket|key getacl ADDRESS [--json|--no-json]
+    om sh prefix addacl|removeacl|setacl|getacl ...   -> not supported: no prefix ACLs
 
 Addresses, flags, output and exit codes follow Ozone's shell (see
 docs/ozone-shell-compat.md): ``[o3://host:port]/vol/bucket/key``, leading and
-trailing slashes as Ozone takes them; every list takes ``--prefix/-p``,
+trailing slashes as Ozone takes them; ACLs are Ozone's ``user:bob:rw``,
+``group:dev:a[DEFAULT]``, ``world::r`` (rights r w c l d x y a n, a malformed
+one exits 2 and sends nothing); every list takes ``--prefix/-p``,
 ``--start/-s`` (exclusive), ``--length/-l`` (default 100) or ``--all/-a``.
 JSON is printed as Ozone's Jackson mapper prints it. A failed command prints
 Ozone's status name and message (``KEY_NOT_FOUND Key ... not found``) and
@@ -30,6 +35,7 @@ from om.client import OMClient, OMConnectionError, OMStatusError
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
 from om.config import ConfigError
+from om.protocol import acls
 
 EXIT_USAGE = 2
 EXIT_FAILED = 255  # Ozone's shell exits -1 on an execution error
@@ -60,6 +66,7 @@ def register(commands: Any) -> None:
     _volume_commands(objects.add_parser("volume", aliases=["vol"], help="volume commands"))
     _bucket_commands(objects.add_parser("bucket", help="bucket commands"))
     _key_commands(objects.add_parser("key", help="key commands"))
+    _prefix_commands(objects.add_parser("prefix", help="prefix ACLs (not supported)"))
     p.set_defaults(run=run)
 
 
@@ -144,6 +151,7 @@ def _volume_commands(parser: argparse.ArgumentParser) -> None:
     _delete_options(_command(actions, "delete", do.volume_delete, "volume", "delete a volume"))
     _quota_options(_command(actions, "setquota", do.volume_setquota, "volume", "set quotas"))
     _clear_options(_command(actions, "clrquota", do.volume_clrquota, "volume", "clear quotas"))
+    _acl_commands(actions, "volume")
 
 
 def _bucket_commands(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +167,7 @@ def _bucket_commands(parser: argparse.ArgumentParser) -> None:
     _delete_options(_command(actions, "delete", do.bucket_delete, "bucket", "delete a bucket"))
     _quota_options(_command(actions, "setquota", do.bucket_setquota, "bucket", "set quotas"))
     _clear_options(_command(actions, "clrquota", do.bucket_clrquota, "bucket", "clear quotas"))
+    _acl_commands(actions, "bucket")
 
 
 def _key_commands(parser: argparse.ArgumentParser) -> None:
@@ -173,7 +182,52 @@ def _key_commands(parser: argparse.ArgumentParser) -> None:
     _command(actions, "delete", do.key_delete, "key", "delete a key")
     rename = _command(actions, "rename", do.key_rename, do.rename_kind, "rename a key")
     rename.add_argument("names", nargs="+", help="FROM TO (or TO after /vol/bucket/FROM)")
+    _acl_commands(actions, "key")
     _unsupported_key_commands(actions)
+
+
+def _acl_list(text: str) -> list[acls.Acl]:
+    """The entries of one ``-a`` value (comma-separated), parsed as Ozone's AclOption does."""
+    try:
+        return acls.parse_list([text])
+    except acls.AclError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _flatten(lists: list[list[acls.Acl]]) -> list[acls.Acl]:
+    return [acl for values in lists for acl in values]
+
+
+def _acl_commands(actions: Any, kind: str, unsupported: bool = False) -> None:
+    """addacl, removeacl, setacl and getacl, with Ozone's flags (``-a/--acl/--acls``,
+    the deprecated ``-al``, ``--store/-s``; getacl's ``--json``/``--no-json``)."""
+    runs = {"addacl": do.acl_add, "removeacl": do.acl_remove, "setacl": do.acl_set,
+            "getacl": do.acl_get}
+    helps = {"addacl": "add ACLs", "removeacl": "remove ACLs",
+             "setacl": "replace every ACL", "getacl": "print the ACLs"}
+    for verb, run_it in runs.items():
+        parser = _command(actions, verb, do.prefix_acl if unsupported else run_it, kind,
+                          helps[verb])
+        parser.add_argument("--store", "-s", default="OZONE", choices=("OZONE", "S3"),
+                            type=str.upper, help="the store type (OZONE; S3 is refused)")
+        if verb == "getacl":   # picocli's negatable --json: --json[=true], --no-json, --json=false
+            parser.add_argument("--json", action="store_true", default=True,
+                                help="print JSON (the default)")
+            parser.add_argument("--no-json", "--json=false", dest="json", action="store_false",
+                                help="print type:name:rights,... instead")
+            parser.add_argument("--json=true", dest="json", action="store_true",
+                                help=argparse.SUPPRESS)
+        else:
+            parser.add_argument("--acls", "--acl", "-a", "-al", dest="acl_lists",
+                                type=_acl_list, action="append", required=True,
+                                metavar="ACLS", help="comma-separated type:name:rights[SCOPE], "
+                                "e.g. user:bob:rw,group:dev:a[DEFAULT]; rights r w c l d a n, "
+                                "x = READ_ACL, y = WRITE_ACL")
+
+
+def _prefix_commands(parser: argparse.ArgumentParser) -> None:
+    """Ozone's ``prefix`` ACL commands, parsed as Ozone parses them, then refused."""
+    _acl_commands(_actions(parser), "key", unsupported=True)
 
 
 def _unsupported_key_commands(actions: Any) -> None:
@@ -213,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
+    if hasattr(args, "acl_lists"):
+        args.acls = _flatten(args.acl_lists)
     kind = args.kind(args) if callable(args.kind) else args.kind
     at = parse_address(args.uri).require(kind)
     addresses = [at.om_address] if at.om_address else split_addresses(args.om)

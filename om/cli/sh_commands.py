@@ -7,6 +7,9 @@ prints the new info with ``--verbose``); volume and bucket delete print
 "Volume X is deleted" / "Bucket X is deleted"; ``volume update`` prints the
 updated volume. Commands that need data blocks (get, cat, cp, checksum,
 rewrite, a put with content) refuse with "not supported: metadata only".
+The ACL commands print what Ozone's ``AclOption`` prints, one line per ACL
+("ACL USER:bob:rw[ACCESS] added successfully."); ``getacl`` prints the entries
+as JSON (or, with ``--no-json``, as ``type:name:rights`` joined by commas).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from om.cli import sh_list
 from om.cli.sh_address import Address
-from om.cli.sh_json import bucket_json, key_json, pretty, volume_json
+from om.cli.sh_json import acl_json, bucket_json, key_json, pretty, volume_json
 from om.cli.sh_options import (
     NotSupported,
     ShellError,
@@ -32,6 +35,7 @@ from om.cli.sh_options import (
 )
 from om.client import OMClient
 from om.client import requests as build
+from om.protocol import acls, om_pb2
 
 CLEAR = -1  # a quota of -1 clears it (Ozone's QUOTA_RESET)
 _FACTORS = {"ONE": 1, "1": 1, "THREE": 3, "3": 3}
@@ -292,3 +296,54 @@ def needs_data(command: str) -> Callable[[OMClient, argparse.Namespace, Address]
         raise metadata_only(command)
     refuse.__doc__ = f"``{command}``: not supported, it needs data blocks."
     return refuse
+
+
+# --------------------------------------------------------------------- ACLs ---
+
+def _acl_object(args: argparse.Namespace, at: Address) -> om_pb2.OzoneObj:
+    """The object an ACL command names: the address's volume, bucket or key."""
+    if args.store.upper() == "S3":
+        raise NotSupported("--store S3: om has no S3 gateway; use the OZONE store")
+    if args.object == "volume":
+        return build.acl_object(at.volume)
+    if args.object == "bucket":
+        return build.acl_object(at.volume, at.bucket)
+    return build.acl_object(at.volume, at.bucket, at.key)
+
+
+def acl_add(client: OMClient, args: argparse.Namespace, at: Address) -> None:
+    """``{volume|bucket|key} addacl ADDRESS -a type:name:rights[SCOPE][,...]``."""
+    obj = _acl_object(args, at)
+    for acl in args.acls:
+        added = client.add_acl(obj, acl.to_proto())
+        print(f"ACL {acl} added successfully." if added else f"ACL {acl} already exists.")
+
+
+def acl_remove(client: OMClient, args: argparse.Namespace, at: Address) -> None:
+    """``{volume|bucket|key} removeacl ADDRESS -a ...``."""
+    obj = _acl_object(args, at)
+    for acl in args.acls:
+        removed = client.remove_acl(obj, acl.to_proto())
+        print(f"ACL {acl} removed successfully." if removed else f"ACL {acl} doesn't exist.")
+
+
+def acl_set(client: OMClient, args: argparse.Namespace, at: Address) -> None:
+    """``{volume|bucket|key} setacl ADDRESS -a ...``: replaces every entry."""
+    client.set_acl(_acl_object(args, at), acls.to_protos(args.acls))
+    print("ACLs set successfully.")
+
+
+def acl_get(client: OMClient, args: argparse.Namespace, at: Address) -> None:
+    """``{volume|bucket|key} getacl ADDRESS [--json|--no-json]``."""
+    entries = client.get_acl(_acl_object(args, at))
+    if args.json:
+        _show([acl_json(entry) for entry in entries])
+        return
+    texts = [str(acls.from_proto(entry)) for entry in entries]
+    print(",".join(text.removesuffix("[ACCESS]") for text in texts))
+
+
+def prefix_acl(client: OMClient, args: argparse.Namespace, at: Address) -> None:
+    """``prefix {addacl|removeacl|setacl|getacl}``: refused, om keeps no prefix ACLs."""
+    raise NotSupported("prefix ACLs: om keeps no prefix table; set DEFAULT ACLs on the "
+                       "bucket (inherited by new keys) or ACLs on the keys")

@@ -33,8 +33,18 @@ def iso_instant(ms: int) -> str:
     return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
+def acl_json(acl: om_pb2.OzoneAcl) -> dict[str, Any]:
+    """An ACL entry as Jackson prints Ozone's OzoneAcl (``getacl``, a volume's ``acls``)."""
+    return {
+        "type": om_pb2.OzoneAcl.Identity.Name(acl.type),
+        "name": acl.name,
+        "aclScope": om_pb2.OzoneAcl.Scope.Name(acl.scope),
+        "aclList": [om_pb2.OzoneAcl.Right.Name(right) for right in acl.rights],
+    }
+
+
 def volume_json(info: om_pb2.VolumeInfo) -> dict[str, Any]:
-    """``ozone sh volume info``: OzoneVolume's properties (no ``acls``: om has no ACLs)."""
+    """``ozone sh volume info``: OzoneVolume's properties, its ACL entries included."""
     return {
         "metadata": {},
         "name": info.volume,
@@ -45,6 +55,7 @@ def volume_json(info: om_pb2.VolumeInfo) -> dict[str, Any]:
         "usedNamespace": info.used_namespace,
         "creationTime": iso_instant(info.creation_time),
         "modificationTime": iso_instant(info.modification_time),
+        "acls": [acl_json(acl) for acl in info.acls],
         "refCount": 0,  # S3 tenants referencing the volume; om has none
     }
 

@@ -171,3 +171,19 @@ class OMClient(ClientIdentity):
 
     def service_list(self) -> om_pb2.ServiceListResponse:
         return self.call(build.service_list()).service_list
+
+    def add_acl(self, obj: om_pb2.OzoneObj, acl: om_pb2.OzoneAcl) -> bool:
+        """AddAcl; False when the object had those rights already (nothing changed)."""
+        return self.call(build.add_acl(obj, acl)).add_acl.response
+
+    def remove_acl(self, obj: om_pb2.OzoneObj, acl: om_pb2.OzoneAcl) -> bool:
+        """RemoveAcl; False when the object had none of those rights."""
+        return self.call(build.remove_acl(obj, acl)).remove_acl.response
+
+    def set_acl(self, obj: om_pb2.OzoneObj, acls: list[om_pb2.OzoneAcl]) -> bool:
+        """SetAcl: replaces every entry of the object's ACL."""
+        return self.call(build.set_acl(obj, acls)).set_acl.response
+
+    def get_acl(self, obj: om_pb2.OzoneObj) -> list[om_pb2.OzoneAcl]:
+        """The object's ACL entries, in their stored order."""
+        return list(self.call(build.get_acl(obj)).get_acl.acls)

@@ -106,3 +106,29 @@ def list_keys(volume: str, bucket: str, prefix: str = "", start_key: str = "",
 def service_list() -> om_pb2.OMRequest:
     return om_pb2.OMRequest(cmd_type=om_pb2.ServiceList,
                             service_list=om_pb2.ServiceListRequest())
+
+
+def acl_object(volume: str, bucket: str = "", key: str = "") -> om_pb2.OzoneObj:
+    """The OzoneObj of a volume, a bucket (with ``bucket``) or a key (with both)."""
+    kind = (om_pb2.OzoneObj.KEY if key else
+            om_pb2.OzoneObj.BUCKET if bucket else om_pb2.OzoneObj.VOLUME)
+    return om_pb2.OzoneObj(res_type=kind, volume=volume, bucket=bucket, key=key)
+
+
+def add_acl(obj: om_pb2.OzoneObj, acl: om_pb2.OzoneAcl) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.AddAcl,
+                            add_acl=om_pb2.AddAclRequest(obj=obj, acl=acl))
+
+
+def remove_acl(obj: om_pb2.OzoneObj, acl: om_pb2.OzoneAcl) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.RemoveAcl,
+                            remove_acl=om_pb2.RemoveAclRequest(obj=obj, acl=acl))
+
+
+def set_acl(obj: om_pb2.OzoneObj, acls: list[om_pb2.OzoneAcl]) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.SetAcl,
+                            set_acl=om_pb2.SetAclRequest(obj=obj, acl=acls))
+
+
+def get_acl(obj: om_pb2.OzoneObj) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.GetAcl, get_acl=om_pb2.GetAclRequest(obj=obj))

@@ -1,9 +1,10 @@
 """When and where a client retries: pure, shared by both clients.
 
 A call keeps its call id across every attempt. NOT_LEADER sends the next
-attempt straight to the suggested leader; LEADER_NOT_READY, SERVER_BUSY and a
-lost connection move to the next node after a backoff that doubles up to a
-cap. Past the deadline the last answer (or a connection error) stands.
+attempt straight to the suggested leader; LEADER_NOT_READY, SERVER_BUSY,
+REPLICA_DIVERGED (a node verification found in the minority serves nothing)
+and a lost connection move to the next node after a backoff that doubles up to
+a cap. Past the deadline the last answer (or a connection error) stands.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 from om.protocol import om_pb2
 
-RETRYABLE = frozenset({om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY, om_pb2.SERVER_BUSY})
+RETRYABLE = frozenset({om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY, om_pb2.SERVER_BUSY,
+                       om_pb2.REPLICA_DIVERGED})
 
 
 @dataclass(frozen=True)

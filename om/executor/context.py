@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,6 +54,8 @@ class ExecContext:
 
     ``managed_index`` is the request's transaction index from the managed
     index; it becomes the update id of every row the request writes.
+    ``groups`` maps users to their groups (the configured mapping; the first is
+    the primary group): a create gives the primary group its default ACL.
     """
 
     user: str
@@ -60,6 +63,7 @@ class ExecContext:
     now_ms: int
     reservations: QuotaReservations
     limits: Limits = field(default_factory=Limits)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert 0 <= self.managed_index <= MANAGED_INDEX_MAX  # 0: a read

@@ -14,6 +14,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.handlers import (
+    add_acl,
     commit_key,
     create_bucket,
     create_key,
@@ -21,13 +22,16 @@ from om.executor.handlers import (
     delete_bucket,
     delete_key,
     delete_volume,
+    get_acl,
     info_bucket,
     info_volume,
     list_buckets,
     list_keys,
     list_volume,
     lookup_key,
+    remove_acl,
     rename_key,
+    set_acl,
     set_bucket_property,
     set_volume_property,
 )
@@ -68,6 +72,10 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.ListKeys, "list_keys", False, list_keys.execute),
     _kind(om_pb2.DeleteKey, "delete_key", True, delete_key.execute),
     _kind(om_pb2.RenameKey, "rename_key", True, rename_key.execute),
+    _kind(om_pb2.AddAcl, "add_acl", True, add_acl.execute),
+    _kind(om_pb2.RemoveAcl, "remove_acl", True, remove_acl.execute),
+    _kind(om_pb2.SetAcl, "set_acl", True, set_acl.execute),
+    _kind(om_pb2.GetAcl, "get_acl", False, get_acl.execute),
 ])
 
 

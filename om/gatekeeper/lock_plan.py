@@ -8,6 +8,9 @@
 * CreateKey: bucket read only; the open key is keyed by its session.
 * CommitKey, DeleteKey: bucket read + key write.
 * RenameKey: bucket read + both keys' write locks, sorted.
+* Add/Remove/SetAcl: the locks a property change of the object takes (volume
+  write; volume read + bucket write; bucket read + key write), so the row they
+  rewrite has no quota delta or other change in flight.
 * Reads take no locks: they see applied state only.
 """
 
@@ -86,6 +89,17 @@ def _key_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     return tuple(locks)
 
 
+def _acl_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    obj = getattr(request, request.WhichOneof("body") or "").obj
+    if obj.res_type == om_pb2.OzoneObj.VOLUME:
+        return (_volume(obj.volume, Mode.WRITE),)
+    if obj.res_type == om_pb2.OzoneObj.BUCKET:
+        return (_volume(obj.volume, Mode.READ), _bucket(obj.volume, obj.bucket, Mode.WRITE))
+    if obj.res_type == om_pb2.OzoneObj.KEY:
+        return (_bucket(obj.volume, obj.bucket, Mode.READ), _key(obj.volume, obj.bucket, obj.key))
+    return ()   # malformed or a prefix: the handler refuses it and writes nothing
+
+
 _PLANNERS = {
     om_pb2.CreateVolume: _volume_plan,
     om_pb2.DeleteVolume: _volume_plan,
@@ -97,6 +111,9 @@ _PLANNERS = {
     om_pb2.CommitKey: _key_plan,
     om_pb2.DeleteKey: _key_plan,
     om_pb2.RenameKey: _key_plan,
+    om_pb2.AddAcl: _acl_plan,
+    om_pb2.RemoveAcl: _acl_plan,
+    om_pb2.SetAcl: _acl_plan,
 }
 
 

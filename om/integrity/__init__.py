@@ -9,7 +9,17 @@
   keep (bucket and volume usage, parents exist, ids below the managed index,
   expired retry-cache rows purged), re-checked before they are reported.
 
-This package decides and reports; it never changes a replica. Repair (which
-must not advance a replica's markers past a range it could not fill) and the
-wiring into Raft, RPC and the CLI build on these pieces.
+The wiring, on a live cluster (README, "Replica verification, repair and the
+auditor"):
+
+* ``verifier``: a node's verifications: a checkpoint taken in apply at each
+  verify entry, the trees computed behind it by ``compute`` (a process of its
+  own), kept and served to peers;
+* ``compare``: the vote over every node's roots, and the descent to rows;
+* ``marker``: the file that keeps a diverged node out of service;
+* ``repair``: the only module that changes a replica: a stopped node's ranges
+  copied from peers' checkpoints, each verified against the majority's tree;
+  the marker is cleared only when every root matches again;
+* ``service``: a node's answers to the integrity requests; ``audit_scan``: the
+  auditor's scan over a checkpoint, in a process of its own.
 """

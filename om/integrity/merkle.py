@@ -168,10 +168,9 @@ def build(table: str, rows: Iterable[tuple[bytes, bytes]],
     return _assemble(table, params, list(_leaf_ranges(rows, params)))
 
 
-def _leaf_ranges(rows: Iterable[tuple[bytes, bytes]],
-                 params: TreeParams) -> Iterator[tuple[bytes, bytes, int]]:
-    """(start, hash, row count) of each leaf, in key order."""
-    start = b""
+def _leaf_ranges(rows: Iterable[tuple[bytes, bytes]], params: TreeParams,
+                 start: bytes = b"") -> Iterator[tuple[bytes, bytes, int]]:
+    """(start, hash, row count) of each leaf, in key order, the first from ``start``."""
     hasher = hashlib.sha256(b"L")
     count = 0
     previous: bytes | None = None
@@ -217,6 +216,34 @@ def _parent(children: list[Node], depth: int) -> Node:
     digest = hashlib.sha256(b"N" + b"".join(child.hash for child in children)).digest()
     return Node(children[0].start, children[-1].end, depth, digest,
                 sum(child.rows for child in children), tuple(children))
+
+
+def range_matches(tree: MerkleTree, key_range: KeyRange,
+                  rows: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether ``rows`` are exactly ``tree``'s rows in ``key_range``.
+
+    The range must be a run of whole leaves of ``tree`` (as ``diff(tree, other)``
+    returns them, or the whole table): its leaves are rebuilt from ``rows`` and
+    compared with the tree's, hash for hash. Rows out of order or outside the
+    range do not match. This is what lets a repair trust rows a peer sends: the
+    peer cannot hand over anything but the majority's rows (SHA-256).
+    """
+    assert tree.table == key_range.table
+    expected = [(leaf.start, leaf.hash, leaf.rows) for leaf in tree.leaves
+                if key_range.contains(leaf.start)]
+    assert expected, "the range holds a leaf"
+    assert expected[0][0] == key_range.start, "the range starts at a leaf"
+    keys = [key for key, _ in rows]
+    if any(not key_range.contains(key) for key in keys):
+        return False
+    if any(a >= b for a, b in itertools.pairwise(keys)):
+        return False
+    return list(_leaf_ranges(rows, tree.params, key_range.start)) == expected
+
+
+def rows_in(tree: MerkleTree, key_range: KeyRange) -> int:
+    """How many of ``tree``'s rows lie in ``key_range`` (a run of whole leaves)."""
+    return sum(leaf.rows for leaf in tree.leaves if key_range.contains(leaf.start))
 
 
 # ------------------------------------------------------------------- diff ---

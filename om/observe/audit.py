@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 # Ozone's OMAction for each of our request types.
@@ -32,6 +33,7 @@ OM_ACTIONS = {
     "DeleteBucket": "DELETE_BUCKET", "ListBuckets": "LIST_BUCKETS",
     "CreateKey": "ALLOCATE_KEY", "LookupKey": "READ_KEY", "RenameKey": "RENAME_KEY",
     "DeleteKey": "DELETE_KEY", "ListKeys": "LIST_KEYS", "CommitKey": "COMMIT_KEY",
+    "AddAcl": "ADD_ACL", "RemoveAcl": "REMOVE_ACL", "SetAcl": "SET_ACL", "GetAcl": "GET_ACL",
 }
 NOT_RUN_HERE = frozenset({"NOT_LEADER", "LEADER_NOT_READY"})
 LINE_FORMAT = "%(asctime)s | %(levelname)-5s | OMAudit | %(message)s"
@@ -65,12 +67,37 @@ class AuditSettings:
 
 
 def parameters(body: Message | None) -> str:
-    """``{volume=v, bucket=b, key=k}``: the request body's scalar fields that are set."""
+    """``{volume=v, bucket=b, key=k}``: the request body's fields that are set.
+
+    A nested message's fields are listed in line (an ACL request reads
+    ``{res_type=KEY, volume=v, bucket=b, key=k, type=USER, name=bob, rights=[READ]}``),
+    enums by name, repeated fields as ``[a, b]``; bytes are left out.
+    """
     if body is None:
         return "{}"
-    fields = [f"{field.name}={value}" for field, value in body.ListFields()
-              if isinstance(value, str | int | bool) and not isinstance(value, bytes)]
-    return "{" + ", ".join(fields) + "}"
+    return "{" + ", ".join(_fields(body)) + "}"
+
+
+def _fields(message: Message) -> list[str]:
+    fields: list[str] = []
+    for field, value in message.ListFields():
+        if field.is_repeated:
+            fields.append(f"{field.name}=[{', '.join(_value(field, v) for v in value)}]")
+        elif field.message_type is not None:
+            fields.extend(_fields(value))
+        elif not isinstance(value, bytes):
+            fields.append(f"{field.name}={_value(field, value)}")
+    return fields
+
+
+def _value(field: FieldDescriptor, value: object) -> str:
+    if field.message_type is not None:
+        assert isinstance(value, Message)
+        return "{" + ", ".join(_fields(value)) + "}"
+    if field.enum_type is not None:
+        known = field.enum_type.values_by_number.get(value)  # type: ignore[call-overload]
+        return known.name if known is not None else str(value)
+    return str(value)
 
 
 class AuditLog:

@@ -64,6 +64,11 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     LEADER_NOT_READY: _Status.ValueType  # 1002
     SERVER_BUSY: _Status.ValueType  # 1003
     """Back-pressure: a queue or in-flight limit is full. Retryable."""
+    REPLICA_DIVERGED: _Status.ValueType  # 1004
+    """This node's replica differs from the majority's (om admin verify found it
+    in the minority): it serves no client request until om admin repair clears
+    it. Another node serves; the leader fields carry the one this node knows.
+    """
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
 
@@ -97,6 +102,11 @@ OMLeaderNotReadyException); retryable, the client follows the hint.
 LEADER_NOT_READY: Status.ValueType  # 1002
 SERVER_BUSY: Status.ValueType  # 1003
 """Back-pressure: a queue or in-flight limit is full. Retryable."""
+REPLICA_DIVERGED: Status.ValueType  # 1004
+"""This node's replica differs from the majority's (om admin verify found it
+in the minority): it serves no client request until om admin repair clears
+it. Another node serves; the leader fields carry the one this node knows.
+"""
 Global___Status: _TypeAlias = Status  # noqa: Y015
 
 class _Type:
@@ -123,7 +133,25 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     ListKeys: _Type.ValueType  # 35
     CommitKey: _Type.ValueType  # 36
     ServiceList: _Type.ValueType  # 51
+    AddAcl: _Type.ValueType  # 75
+    """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
+    RemoveAcl: _Type.ValueType  # 76
+    SetAcl: _Type.ValueType  # 77
+    GetAcl: _Type.ValueType  # 78
     PersistDb: _Type.ValueType  # 138
+    StartVerify: _Type.ValueType  # 2001
+    """Not Ozone's: replica integrity (om admin verify / repair / audit), answered
+    outside the request flows.
+    the leader proposes a verify entry through Raft
+    """
+    GetVerifyTrees: _Type.ValueType  # 2002
+    """any node: its Merkle trees at a verify position"""
+    ReadVerifyRange: _Type.ValueType  # 2003
+    """any node: rows of its checkpoint at that position"""
+    MarkDiverged: _Type.ValueType  # 2004
+    """a node outvoted at a position marks itself"""
+    AuditReplica: _Type.ValueType  # 2005
+    """any node: the report-only auditor over its store"""
 
 class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
 
@@ -145,8 +173,51 @@ DeleteKey: Type.ValueType  # 34
 ListKeys: Type.ValueType  # 35
 CommitKey: Type.ValueType  # 36
 ServiceList: Type.ValueType  # 51
+AddAcl: Type.ValueType  # 75
+"""ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
+RemoveAcl: Type.ValueType  # 76
+SetAcl: Type.ValueType  # 77
+GetAcl: Type.ValueType  # 78
 PersistDb: Type.ValueType  # 138
+StartVerify: Type.ValueType  # 2001
+"""Not Ozone's: replica integrity (om admin verify / repair / audit), answered
+outside the request flows.
+the leader proposes a verify entry through Raft
+"""
+GetVerifyTrees: Type.ValueType  # 2002
+"""any node: its Merkle trees at a verify position"""
+ReadVerifyRange: Type.ValueType  # 2003
+"""any node: rows of its checkpoint at that position"""
+MarkDiverged: Type.ValueType  # 2004
+"""a node outvoted at a position marks itself"""
+AuditReplica: Type.ValueType  # 2005
+"""any node: the report-only auditor over its store"""
 Global___Type: _TypeAlias = Type  # noqa: Y015
+
+class _VerifyState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _VerifyStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_VerifyState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VERIFY_STATE_UNSPECIFIED: _VerifyState.ValueType  # 0
+    """no verification at that position here"""
+    VERIFY_COMPUTING: _VerifyState.ValueType  # 1
+    """checkpoint taken; trees being computed"""
+    VERIFY_DONE: _VerifyState.ValueType  # 2
+    VERIFY_FAILED: _VerifyState.ValueType  # 3
+    """see detail"""
+
+class VerifyState(_VerifyState, metaclass=_VerifyStateEnumTypeWrapper): ...
+
+VERIFY_STATE_UNSPECIFIED: VerifyState.ValueType  # 0
+"""no verification at that position here"""
+VERIFY_COMPUTING: VerifyState.ValueType  # 1
+"""checkpoint taken; trees being computed"""
+VERIFY_DONE: VerifyState.ValueType  # 2
+VERIFY_FAILED: VerifyState.ValueType  # 3
+"""see detail"""
+Global___VerifyState: _TypeAlias = VerifyState  # noqa: Y015
 
 class _Table:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -198,11 +269,184 @@ CLIENT_REQUEST_EXPIRY: Table.ValueType  # 8
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
-class VolumeInfo(_message.Message):
+class OzoneAcl(_message.Message):
     """---------------------------------------------------------------- rows ---
 
-    A row of volumeTable, key "/<volume>".
+    One ACL entry (Ozone's OzoneAclInfo): who, which rights, and its scope.
+    ACCESS entries grant rights on the object; DEFAULT entries are copied, as
+    ACCESS entries, into each child created under it (a volume's into its new
+    buckets, a bucket's into its new keys). om/protocol/acls.py has the rules
+    and the text form "type:name:rights[SCOPE]".
     """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Identity:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _IdentityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OzoneAcl._Identity.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        IDENTITY_UNSPECIFIED: OzoneAcl._Identity.ValueType  # 0
+        USER: OzoneAcl._Identity.ValueType  # 1
+        GROUP: OzoneAcl._Identity.ValueType  # 2
+        WORLD: OzoneAcl._Identity.ValueType  # 3
+        """everyone; the name is "WORLD" """
+        ANONYMOUS: OzoneAcl._Identity.ValueType  # 4
+        """the name is "ANONYMOUS" """
+
+    class Identity(_Identity, metaclass=_IdentityEnumTypeWrapper): ...
+    IDENTITY_UNSPECIFIED: OzoneAcl.Identity.ValueType  # 0
+    USER: OzoneAcl.Identity.ValueType  # 1
+    GROUP: OzoneAcl.Identity.ValueType  # 2
+    WORLD: OzoneAcl.Identity.ValueType  # 3
+    """everyone; the name is "WORLD" """
+    ANONYMOUS: OzoneAcl.Identity.ValueType  # 4
+    """the name is "ANONYMOUS" """
+
+    class _Right:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _RightEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OzoneAcl._Right.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        READ: OzoneAcl._Right.ValueType  # 0
+        """r"""
+        WRITE: OzoneAcl._Right.ValueType  # 1
+        """w"""
+        CREATE: OzoneAcl._Right.ValueType  # 2
+        """c"""
+        LIST: OzoneAcl._Right.ValueType  # 3
+        """l"""
+        DELETE: OzoneAcl._Right.ValueType  # 4
+        """d"""
+        READ_ACL: OzoneAcl._Right.ValueType  # 5
+        """x"""
+        WRITE_ACL: OzoneAcl._Right.ValueType  # 6
+        """y"""
+        ALL: OzoneAcl._Right.ValueType  # 7
+        """a: every right"""
+        NONE: OzoneAcl._Right.ValueType  # 8
+        """n: this entry grants nothing"""
+
+    class Right(_Right, metaclass=_RightEnumTypeWrapper):
+        """Ozone's IAccessAuthorizer.ACLType, in its order (the numbers are its bits)."""
+
+    READ: OzoneAcl.Right.ValueType  # 0
+    """r"""
+    WRITE: OzoneAcl.Right.ValueType  # 1
+    """w"""
+    CREATE: OzoneAcl.Right.ValueType  # 2
+    """c"""
+    LIST: OzoneAcl.Right.ValueType  # 3
+    """l"""
+    DELETE: OzoneAcl.Right.ValueType  # 4
+    """d"""
+    READ_ACL: OzoneAcl.Right.ValueType  # 5
+    """x"""
+    WRITE_ACL: OzoneAcl.Right.ValueType  # 6
+    """y"""
+    ALL: OzoneAcl.Right.ValueType  # 7
+    """a: every right"""
+    NONE: OzoneAcl.Right.ValueType  # 8
+    """n: this entry grants nothing"""
+
+    class _Scope:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ScopeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OzoneAcl._Scope.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        ACCESS: OzoneAcl._Scope.ValueType  # 0
+        DEFAULT: OzoneAcl._Scope.ValueType  # 1
+
+    class Scope(_Scope, metaclass=_ScopeEnumTypeWrapper): ...
+    ACCESS: OzoneAcl.Scope.ValueType  # 0
+    DEFAULT: OzoneAcl.Scope.ValueType  # 1
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    RIGHTS_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    type: Global___OzoneAcl.Identity.ValueType
+    name: _builtins.str
+    scope: Global___OzoneAcl.Scope.ValueType
+    @_builtins.property
+    def rights(self) -> _containers.RepeatedScalarFieldContainer[Global___OzoneAcl.Right.ValueType]:
+        """distinct, ascending"""
+
+    def __init__(
+        self,
+        *,
+        type: Global___OzoneAcl.Identity.ValueType = ...,
+        name: _builtins.str = ...,
+        rights: _abc.Iterable[Global___OzoneAcl.Right.ValueType] | None = ...,
+        scope: Global___OzoneAcl.Scope.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "rights", b"rights", "scope", b"scope", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OzoneAcl: _TypeAlias = OzoneAcl  # noqa: Y015
+
+@_typing.final
+class OzoneObj(_message.Message):
+    """What an ACL request names (Ozone's OzoneObj, its path split in parts)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _ResourceType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OzoneObj._ResourceType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        RESOURCE_TYPE_UNSPECIFIED: OzoneObj._ResourceType.ValueType  # 0
+        VOLUME: OzoneObj._ResourceType.ValueType  # 1
+        BUCKET: OzoneObj._ResourceType.ValueType  # 2
+        KEY: OzoneObj._ResourceType.ValueType  # 3
+        PREFIX: OzoneObj._ResourceType.ValueType  # 4
+        """not supported: NOT_SUPPORTED_OPERATION"""
+
+    class ResourceType(_ResourceType, metaclass=_ResourceTypeEnumTypeWrapper): ...
+    RESOURCE_TYPE_UNSPECIFIED: OzoneObj.ResourceType.ValueType  # 0
+    VOLUME: OzoneObj.ResourceType.ValueType  # 1
+    BUCKET: OzoneObj.ResourceType.ValueType  # 2
+    KEY: OzoneObj.ResourceType.ValueType  # 3
+    PREFIX: OzoneObj.ResourceType.ValueType  # 4
+    """not supported: NOT_SUPPORTED_OPERATION"""
+
+    RES_TYPE_FIELD_NUMBER: _builtins.int
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    res_type: Global___OzoneObj.ResourceType.ValueType
+    volume: _builtins.str
+    bucket: _builtins.str
+    """BUCKET, KEY, PREFIX"""
+    key: _builtins.str
+    """KEY: the key; PREFIX: the prefix"""
+    def __init__(
+        self,
+        *,
+        res_type: Global___OzoneObj.ResourceType.ValueType = ...,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "res_type", b"res_type", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OzoneObj: _TypeAlias = OzoneObj  # noqa: Y015
+
+@_typing.final
+class VolumeInfo(_message.Message):
+    """A row of volumeTable, key "/<volume>"."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -216,6 +460,7 @@ class VolumeInfo(_message.Message):
     MODIFICATION_TIME_FIELD_NUMBER: _builtins.int
     OBJECT_ID_FIELD_NUMBER: _builtins.int
     UPDATE_ID_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
     admin_name: _builtins.str
     owner_name: _builtins.str
     volume: _builtins.str
@@ -230,6 +475,8 @@ class VolumeInfo(_message.Message):
     modification_time: _builtins.int
     object_id: _builtins.int
     update_id: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]: ...
     def __init__(
         self,
         *,
@@ -243,10 +490,11 @@ class VolumeInfo(_message.Message):
         modification_time: _builtins.int = ...,
         object_id: _builtins.int = ...,
         update_id: _builtins.int = ...,
+        acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admin_name", b"admin_name", "creation_time", b"creation_time", "modification_time", b"modification_time", "object_id", b"object_id", "owner_name", b"owner_name", "quota_in_bytes", b"quota_in_bytes", "quota_in_namespace", b"quota_in_namespace", "update_id", b"update_id", "used_namespace", b"used_namespace", "volume", b"volume"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "admin_name", b"admin_name", "creation_time", b"creation_time", "modification_time", b"modification_time", "object_id", b"object_id", "owner_name", b"owner_name", "quota_in_bytes", b"quota_in_bytes", "quota_in_namespace", b"quota_in_namespace", "update_id", b"update_id", "used_namespace", b"used_namespace", "volume", b"volume"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -270,6 +518,7 @@ class BucketInfo(_message.Message):
     OBJECT_ID_FIELD_NUMBER: _builtins.int
     UPDATE_ID_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
     volume_name: _builtins.str
     bucket_name: _builtins.str
     owner: _builtins.str
@@ -286,6 +535,8 @@ class BucketInfo(_message.Message):
     update_id: _builtins.int
     layout: _builtins.str
     """"OBJECT_STORE"; the only layout served"""
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]: ...
     def __init__(
         self,
         *,
@@ -301,10 +552,11 @@ class BucketInfo(_message.Message):
         object_id: _builtins.int = ...,
         update_id: _builtins.int = ...,
         layout: _builtins.str = ...,
+        acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_name", b"bucket_name", "creation_time", b"creation_time", "layout", b"layout", "modification_time", b"modification_time", "object_id", b"object_id", "owner", b"owner", "quota_in_bytes", b"quota_in_bytes", "quota_in_namespace", b"quota_in_namespace", "update_id", b"update_id", "used_bytes", b"used_bytes", "used_namespace", b"used_namespace", "volume_name", b"volume_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "layout", b"layout", "modification_time", b"modification_time", "object_id", b"object_id", "owner", b"owner", "quota_in_bytes", b"quota_in_bytes", "quota_in_namespace", b"quota_in_namespace", "update_id", b"update_id", "used_bytes", b"used_bytes", "used_namespace", b"used_namespace", "volume_name", b"volume_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -328,6 +580,7 @@ class KeyInfo(_message.Message):
     OBJECT_ID_FIELD_NUMBER: _builtins.int
     UPDATE_ID_FIELD_NUMBER: _builtins.int
     OPEN_CLIENT_ID_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
     volume_name: _builtins.str
     bucket_name: _builtins.str
     key_name: _builtins.str
@@ -339,6 +592,10 @@ class KeyInfo(_message.Message):
     update_id: _builtins.int
     open_client_id: _builtins.int
     """the open session's id; 0 once committed"""
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]:
+        """set at CreateKey, kept by CommitKey and RenameKey"""
+
     def __init__(
         self,
         *,
@@ -352,10 +609,11 @@ class KeyInfo(_message.Message):
         object_id: _builtins.int = ...,
         update_id: _builtins.int = ...,
         open_client_id: _builtins.int = ...,
+        acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -840,6 +1098,275 @@ class ServiceListRequest(_message.Message):
 Global___ServiceListRequest: _TypeAlias = ServiceListRequest  # noqa: Y015
 
 @_typing.final
+class AddAclRequest(_message.Message):
+    """ACL changes need WRITE_ACL on the object, GetAcl needs READ_ACL."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJ_FIELD_NUMBER: _builtins.int
+    ACL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def obj(self) -> Global___OzoneObj: ...
+    @_builtins.property
+    def acl(self) -> Global___OzoneAcl: ...
+    def __init__(
+        self,
+        *,
+        obj: Global___OzoneObj | None = ...,
+        acl: Global___OzoneAcl | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "obj", b"obj"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "obj", b"obj"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddAclRequest: _TypeAlias = AddAclRequest  # noqa: Y015
+
+@_typing.final
+class RemoveAclRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJ_FIELD_NUMBER: _builtins.int
+    ACL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def obj(self) -> Global___OzoneObj: ...
+    @_builtins.property
+    def acl(self) -> Global___OzoneAcl: ...
+    def __init__(
+        self,
+        *,
+        obj: Global___OzoneObj | None = ...,
+        acl: Global___OzoneAcl | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "obj", b"obj"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "obj", b"obj"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAclRequest: _TypeAlias = RemoveAclRequest  # noqa: Y015
+
+@_typing.final
+class SetAclRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJ_FIELD_NUMBER: _builtins.int
+    ACL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def obj(self) -> Global___OzoneObj: ...
+    @_builtins.property
+    def acl(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]: ...
+    def __init__(
+        self,
+        *,
+        obj: Global___OzoneObj | None = ...,
+        acl: _abc.Iterable[Global___OzoneAcl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["obj", b"obj"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acl", b"acl", "obj", b"obj"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetAclRequest: _TypeAlias = SetAclRequest  # noqa: Y015
+
+@_typing.final
+class GetAclRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJ_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def obj(self) -> Global___OzoneObj: ...
+    def __init__(
+        self,
+        *,
+        obj: Global___OzoneObj | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["obj", b"obj"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["obj", b"obj"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAclRequest: _TypeAlias = GetAclRequest  # noqa: Y015
+
+@_typing.final
+class StartVerifyRequest(_message.Message):
+    """------------------------------------------------ integrity (admin) ---
+    om/integrity/service.py answers these; om/cli/verify.py sends them.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_PER_S_FIELD_NUMBER: _builtins.int
+    HALT_NODE_ID_FIELD_NUMBER: _builtins.int
+    rows_per_s: _builtins.int
+    """the trees' scan pace on every replica; 0: the default"""
+    halt_node_id: _builtins.str
+    """Repair: this node (marked diverged) stops right after applying the entry,
+    so its database is exactly the state at the entry's position.
+    """
+    def __init__(
+        self,
+        *,
+        rows_per_s: _builtins.int = ...,
+        halt_node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["halt_node_id", b"halt_node_id", "rows_per_s", b"rows_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartVerifyRequest: _TypeAlias = StartVerifyRequest  # noqa: Y015
+
+@_typing.final
+class GetVerifyTreesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    TABLES_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    """0: this node's latest verification"""
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """whose whole trees to return; the roots always come"""
+
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        tables: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVerifyTreesRequest: _TypeAlias = GetVerifyTreesRequest  # noqa: Y015
+
+@_typing.final
+class ReadVerifyRangeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    START_AFTER_FIELD_NUMBER: _builtins.int
+    MAX_ROWS_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    table: _builtins.str
+    start: _builtins.bytes
+    """the range is [start, end)"""
+    end: _builtins.bytes
+    """absent: to the table's end"""
+    start_after: _builtins.bytes
+    """paging: only keys after this one"""
+    max_rows: _builtins.int
+    """0: the server's page size"""
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        table: _builtins.str = ...,
+        start: _builtins.bytes = ...,
+        end: _builtins.bytes | None = ...,
+        start_after: _builtins.bytes | None = ...,
+        max_rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "start_after", b"start_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "max_rows", b"max_rows", "position", b"position", "start", b"start", "start_after", b"start_after", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__end: _TypeAlias = _typing.Literal["end"]  # noqa: Y015
+    _WhichOneofArgType__end: _TypeAlias = _typing.Literal["_end", b"_end"]  # noqa: Y015
+    _WhichOneofReturnType__start_after: _TypeAlias = _typing.Literal["start_after"]  # noqa: Y015
+    _WhichOneofArgType__start_after: _TypeAlias = _typing.Literal["_start_after", b"_start_after"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__end) -> _WhichOneofReturnType__end | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_after) -> _WhichOneofReturnType__start_after | None: ...
+
+Global___ReadVerifyRangeRequest: _TypeAlias = ReadVerifyRangeRequest  # noqa: Y015
+
+@_typing.final
+class MarkDivergedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MajorityRootsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.bytes
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.bytes = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    MAJORITY_ROOTS_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    """a verification this node computed trees for"""
+    @_builtins.property
+    def majority_roots(self) -> _containers.ScalarMap[_builtins.str, _builtins.bytes]:
+        """table -> the majority's root there"""
+
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        majority_roots: _abc.Mapping[_builtins.str, _builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["majority_roots", b"majority_roots", "position", b"position"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MarkDivergedRequest: _TypeAlias = MarkDivergedRequest  # noqa: Y015
+
+@_typing.final
+class AuditReplicaRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_PER_S_FIELD_NUMBER: _builtins.int
+    FACTS_ONLY_FIELD_NUMBER: _builtins.int
+    DETAILS_MAX_FIELD_NUMBER: _builtins.int
+    rows_per_s: _builtins.int
+    """the scan's pace; 0: the default"""
+    facts_only: _builtins.bool
+    """skip the store: positions, members, last verify"""
+    details_max: _builtins.int
+    """violations returned in full; 0: the default"""
+    def __init__(
+        self,
+        *,
+        rows_per_s: _builtins.int = ...,
+        facts_only: _builtins.bool = ...,
+        details_max: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details_max", b"details_max", "facts_only", b"facts_only", "rows_per_s", b"rows_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditReplicaRequest: _TypeAlias = AuditReplicaRequest  # noqa: Y015
+
+@_typing.final
 class OMRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -866,6 +1393,15 @@ class OMRequest(_message.Message):
     LIST_KEYS_FIELD_NUMBER: _builtins.int
     COMMIT_KEY_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
+    ADD_ACL_FIELD_NUMBER: _builtins.int
+    REMOVE_ACL_FIELD_NUMBER: _builtins.int
+    SET_ACL_FIELD_NUMBER: _builtins.int
+    GET_ACL_FIELD_NUMBER: _builtins.int
+    START_VERIFY_FIELD_NUMBER: _builtins.int
+    GET_VERIFY_TREES_FIELD_NUMBER: _builtins.int
+    READ_VERIFY_RANGE_FIELD_NUMBER: _builtins.int
+    MARK_DIVERGED_FIELD_NUMBER: _builtins.int
+    AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     client_id: _builtins.str
     """a UUID per client instance"""
@@ -913,6 +1449,24 @@ class OMRequest(_message.Message):
     def commit_key(self) -> Global___CommitKeyRequest: ...
     @_builtins.property
     def service_list(self) -> Global___ServiceListRequest: ...
+    @_builtins.property
+    def add_acl(self) -> Global___AddAclRequest: ...
+    @_builtins.property
+    def remove_acl(self) -> Global___RemoveAclRequest: ...
+    @_builtins.property
+    def set_acl(self) -> Global___SetAclRequest: ...
+    @_builtins.property
+    def get_acl(self) -> Global___GetAclRequest: ...
+    @_builtins.property
+    def start_verify(self) -> Global___StartVerifyRequest: ...
+    @_builtins.property
+    def get_verify_trees(self) -> Global___GetVerifyTreesRequest: ...
+    @_builtins.property
+    def read_verify_range(self) -> Global___ReadVerifyRangeRequest: ...
+    @_builtins.property
+    def mark_diverged(self) -> Global___MarkDivergedRequest: ...
+    @_builtins.property
+    def audit_replica(self) -> Global___AuditReplicaRequest: ...
     def __init__(
         self,
         *,
@@ -939,12 +1493,21 @@ class OMRequest(_message.Message):
         list_keys: Global___ListKeysRequest | None = ...,
         commit_key: Global___CommitKeyRequest | None = ...,
         service_list: Global___ServiceListRequest | None = ...,
+        add_acl: Global___AddAclRequest | None = ...,
+        remove_acl: Global___RemoveAclRequest | None = ...,
+        set_acl: Global___SetAclRequest | None = ...,
+        get_acl: Global___GetAclRequest | None = ...,
+        start_verify: Global___StartVerifyRequest | None = ...,
+        get_verify_trees: Global___GetVerifyTreesRequest | None = ...,
+        read_verify_range: Global___ReadVerifyRangeRequest | None = ...,
+        mark_diverged: Global___MarkDivergedRequest | None = ...,
+        audit_replica: Global___AuditReplicaRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "trace_id", b"trace_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "trace_id", b"trace_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -1276,6 +1839,83 @@ class ListKeysResponse(_message.Message):
 Global___ListKeysResponse: _TypeAlias = ListKeysResponse  # noqa: Y015
 
 @_typing.final
+class AddAclResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    response: _builtins.bool
+    def __init__(
+        self,
+        *,
+        response: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddAclResponse: _TypeAlias = AddAclResponse  # noqa: Y015
+
+@_typing.final
+class RemoveAclResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    response: _builtins.bool
+    def __init__(
+        self,
+        *,
+        response: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAclResponse: _TypeAlias = RemoveAclResponse  # noqa: Y015
+
+@_typing.final
+class SetAclResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    response: _builtins.bool
+    def __init__(
+        self,
+        *,
+        response: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetAclResponse: _TypeAlias = SetAclResponse  # noqa: Y015
+
+@_typing.final
+class GetAclResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAclResponse: _TypeAlias = GetAclResponse  # noqa: Y015
+
+@_typing.final
 class NodeInfo(_message.Message):
     """A node of the service, as ServiceList and NOT_LEADER hints name it."""
 
@@ -1311,6 +1951,7 @@ class NodeInfo(_message.Message):
     MANAGED_INDEX_FIELD_NUMBER: _builtins.int
     METRICS_FIELD_NUMBER: _builtins.int
     HTTP_ADDRESS_FIELD_NUMBER: _builtins.int
+    REPLICA_STATE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     """"host:port" of the client RPC endpoint"""
@@ -1324,6 +1965,8 @@ class NodeInfo(_message.Message):
     managed_index: _builtins.int
     http_address: _builtins.str
     """"host:port" of the metrics endpoint (/prom); empty: off"""
+    replica_state: _builtins.str
+    """empty: healthy; "diverged": refuses clients (marker)"""
     @_builtins.property
     def metrics(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """every sample of the node's /prom registry, by name{labels}"""
@@ -1341,10 +1984,11 @@ class NodeInfo(_message.Message):
         managed_index: _builtins.int = ...,
         metrics: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         http_address: _builtins.str = ...,
+        replica_state: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "http_address", b"http_address", "managed_index", b"managed_index", "metrics", b"metrics", "node_id", b"node_id", "role", b"role", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "http_address", b"http_address", "managed_index", b"managed_index", "metrics", b"metrics", "node_id", b"node_id", "replica_state", b"replica_state", "role", b"role", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1374,6 +2018,302 @@ class ServiceListResponse(_message.Message):
 Global___ServiceListResponse: _TypeAlias = ServiceListResponse  # noqa: Y015
 
 @_typing.final
+class StartVerifyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    """the verify entry's log position"""
+    term: _builtins.int
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartVerifyResponse: _TypeAlias = StartVerifyResponse  # noqa: Y015
+
+@_typing.final
+class TableRoot(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    ROOT_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    root: _builtins.bytes
+    rows: _builtins.int
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        root: _builtins.bytes = ...,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["root", b"root", "rows", b"rows", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableRoot: _TypeAlias = TableRoot  # noqa: Y015
+
+@_typing.final
+class GetVerifyTreesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    ROOTS_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    LEAF_BITS_FIELD_NUMBER: _builtins.int
+    FANOUT_BITS_FIELD_NUMBER: _builtins.int
+    TREES_FIELD_NUMBER: _builtins.int
+    COMPUTE_S_FIELD_NUMBER: _builtins.int
+    REPLICA_STATE_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    position: _builtins.int
+    term: _builtins.int
+    state: Global___VerifyState.ValueType
+    detail: _builtins.str
+    salt: _builtins.bytes
+    """the trees' parameters (equal on every replica)"""
+    leaf_bits: _builtins.int
+    fanout_bits: _builtins.int
+    compute_s: _builtins.float
+    """how long computing the trees took"""
+    replica_state: _builtins.str
+    """as NodeInfo.replica_state"""
+    @_builtins.property
+    def roots(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRoot]:
+        """with VERIFY_DONE"""
+
+    @_builtins.property
+    def trees(self) -> Global___TableTrees:
+        """the requested tables' whole trees"""
+
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        position: _builtins.int = ...,
+        term: _builtins.int = ...,
+        state: Global___VerifyState.ValueType = ...,
+        detail: _builtins.str = ...,
+        roots: _abc.Iterable[Global___TableRoot] | None = ...,
+        salt: _builtins.bytes = ...,
+        leaf_bits: _builtins.int = ...,
+        fanout_bits: _builtins.int = ...,
+        trees: Global___TableTrees | None = ...,
+        compute_s: _builtins.float = ...,
+        replica_state: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["trees", b"trees"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_s", b"compute_s", "detail", b"detail", "fanout_bits", b"fanout_bits", "leaf_bits", b"leaf_bits", "node_id", b"node_id", "position", b"position", "replica_state", b"replica_state", "roots", b"roots", "salt", b"salt", "state", b"state", "term", b"term", "trees", b"trees"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVerifyTreesResponse: _TypeAlias = GetVerifyTreesResponse  # noqa: Y015
+
+@_typing.final
+class RangeRow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    key: _builtins.bytes
+    value: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        key: _builtins.bytes = ...,
+        value: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RangeRow: _TypeAlias = RangeRow  # noqa: Y015
+
+@_typing.final
+class ReadVerifyRangeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """more rows follow: ask again after the last key"""
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeRow]:
+        """in key order"""
+
+    def __init__(
+        self,
+        *,
+        rows: _abc.Iterable[Global___RangeRow] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadVerifyRangeResponse: _TypeAlias = ReadVerifyRangeResponse  # noqa: Y015
+
+@_typing.final
+class MarkDivergedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """where this node's roots differ from the majority's"""
+
+    def __init__(
+        self,
+        *,
+        tables: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MarkDivergedResponse: _TypeAlias = MarkDivergedResponse  # noqa: Y015
+
+@_typing.final
+class AuditViolation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORY_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    category: _builtins.str
+    subject: _builtins.str
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        category: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "detail", b"detail", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditViolation: _TypeAlias = AuditViolation  # noqa: Y015
+
+@_typing.final
+class AuditReplicaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    VIOLATIONS_FIELD_NUMBER: _builtins.int
+    ROWS_CHECKED_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    CLEARED_FIELD_NUMBER: _builtins.int
+    UNSETTLED_FIELD_NUMBER: _builtins.int
+    DURATION_S_FIELD_NUMBER: _builtins.int
+    APPLIED_INDEX_FIELD_NUMBER: _builtins.int
+    COMMIT_INDEX_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    VERIFY_POSITION_FIELD_NUMBER: _builtins.int
+    VERIFY_ROOTS_FIELD_NUMBER: _builtins.int
+    REPLICA_STATE_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    rows_checked: _builtins.int
+    candidates: _builtins.int
+    cleared: _builtins.int
+    """gone on re-check: changes in flight"""
+    unsettled: _builtins.int
+    """still moving after every re-check: not reported"""
+    duration_s: _builtins.float
+    applied_index: _builtins.int
+    """Facts for the cluster checks (om.integrity.auditor.check_cluster)."""
+    commit_index: _builtins.int
+    verify_position: _builtins.int
+    """its last verification with trees; 0: none"""
+    replica_state: _builtins.str
+    @_builtins.property
+    def counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """confirmed violations per category (zeros too)"""
+
+    @_builtins.property
+    def violations(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditViolation]:
+        """up to details_max of them"""
+
+    @_builtins.property
+    def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the node ids its Raft was started with"""
+
+    @_builtins.property
+    def verify_roots(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRoot]: ...
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        violations: _abc.Iterable[Global___AuditViolation] | None = ...,
+        rows_checked: _builtins.int = ...,
+        candidates: _builtins.int = ...,
+        cleared: _builtins.int = ...,
+        unsettled: _builtins.int = ...,
+        duration_s: _builtins.float = ...,
+        applied_index: _builtins.int = ...,
+        commit_index: _builtins.int = ...,
+        members: _abc.Iterable[_builtins.str] | None = ...,
+        verify_position: _builtins.int = ...,
+        verify_roots: _abc.Iterable[Global___TableRoot] | None = ...,
+        replica_state: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "candidates", b"candidates", "cleared", b"cleared", "commit_index", b"commit_index", "counts", b"counts", "duration_s", b"duration_s", "members", b"members", "node_id", b"node_id", "replica_state", b"replica_state", "rows_checked", b"rows_checked", "unsettled", b"unsettled", "verify_position", b"verify_position", "verify_roots", b"verify_roots", "violations", b"violations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditReplicaResponse: _TypeAlias = AuditReplicaResponse  # noqa: Y015
+
+@_typing.final
 class OMResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1400,6 +2340,15 @@ class OMResponse(_message.Message):
     LIST_KEYS_FIELD_NUMBER: _builtins.int
     COMMIT_KEY_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
+    ADD_ACL_FIELD_NUMBER: _builtins.int
+    REMOVE_ACL_FIELD_NUMBER: _builtins.int
+    SET_ACL_FIELD_NUMBER: _builtins.int
+    GET_ACL_FIELD_NUMBER: _builtins.int
+    START_VERIFY_FIELD_NUMBER: _builtins.int
+    GET_VERIFY_TREES_FIELD_NUMBER: _builtins.int
+    READ_VERIFY_RANGE_FIELD_NUMBER: _builtins.int
+    MARK_DIVERGED_FIELD_NUMBER: _builtins.int
+    AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     status: Global___Status.ValueType
     message: _builtins.str
@@ -1443,6 +2392,24 @@ class OMResponse(_message.Message):
     def commit_key(self) -> Global___CommitKeyResponse: ...
     @_builtins.property
     def service_list(self) -> Global___ServiceListResponse: ...
+    @_builtins.property
+    def add_acl(self) -> Global___AddAclResponse: ...
+    @_builtins.property
+    def remove_acl(self) -> Global___RemoveAclResponse: ...
+    @_builtins.property
+    def set_acl(self) -> Global___SetAclResponse: ...
+    @_builtins.property
+    def get_acl(self) -> Global___GetAclResponse: ...
+    @_builtins.property
+    def start_verify(self) -> Global___StartVerifyResponse: ...
+    @_builtins.property
+    def get_verify_trees(self) -> Global___GetVerifyTreesResponse: ...
+    @_builtins.property
+    def read_verify_range(self) -> Global___ReadVerifyRangeResponse: ...
+    @_builtins.property
+    def mark_diverged(self) -> Global___MarkDivergedResponse: ...
+    @_builtins.property
+    def audit_replica(self) -> Global___AuditReplicaResponse: ...
     def __init__(
         self,
         *,
@@ -1469,12 +2436,21 @@ class OMResponse(_message.Message):
         list_keys: Global___ListKeysResponse | None = ...,
         commit_key: Global___CommitKeyResponse | None = ...,
         service_list: Global___ServiceListResponse | None = ...,
+        add_acl: Global___AddAclResponse | None = ...,
+        remove_acl: Global___RemoveAclResponse | None = ...,
+        set_acl: Global___SetAclResponse | None = ...,
+        get_acl: Global___GetAclResponse | None = ...,
+        start_verify: Global___StartVerifyResponse | None = ...,
+        get_verify_trees: Global___GetVerifyTreesResponse | None = ...,
+        read_verify_range: Global___ReadVerifyRangeResponse | None = ...,
+        mark_diverged: Global___MarkDivergedResponse | None = ...,
+        audit_replica: Global___AuditReplicaResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "call_id", b"call_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "message", b"message", "rename_key", b"rename_key", "service_list", b"service_list", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -1603,6 +2579,7 @@ class PersistDbBatch(_message.Message):
     LEADER_ID_FIELD_NUMBER: _builtins.int
     REQUEST_COUNT_FIELD_NUMBER: _builtins.int
     TERM_FIELD_NUMBER: _builtins.int
+    VERIFY_FIELD_NUMBER: _builtins.int
     batch_id: _builtins.int
     """leader-local sequence, for traces"""
     timestamp_ms: _builtins.int
@@ -1627,6 +2604,12 @@ class PersistDbBatch(_message.Message):
     def retry_expiry(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableOp]:
         """retry-cache rows the leader expires"""
 
+    @_builtins.property
+    def verify(self) -> Global___VerifyMarker:
+        """Set only in a verify entry (log tag V, no ops): every replica checkpoints
+        its store at this entry's position and computes its trees from there.
+        """
+
     def __init__(
         self,
         *,
@@ -1640,14 +2623,51 @@ class PersistDbBatch(_message.Message):
         leader_id: _builtins.str = ...,
         request_count: _builtins.int = ...,
         term: _builtins.int = ...,
+        verify: Global___VerifyMarker | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["verify", b"verify"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "leader_id", b"leader_id", "managed_index", b"managed_index", "ops", b"ops", "quota_deltas", b"quota_deltas", "replies", b"replies", "request_count", b"request_count", "retry_expiry", b"retry_expiry", "term", b"term", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "leader_id", b"leader_id", "managed_index", b"managed_index", "ops", b"ops", "quota_deltas", b"quota_deltas", "replies", b"replies", "request_count", b"request_count", "retry_expiry", b"retry_expiry", "term", b"term", "timestamp_ms", b"timestamp_ms", "verify", b"verify"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PersistDbBatch: _TypeAlias = PersistDbBatch  # noqa: Y015
+
+@_typing.final
+class VerifyMarker(_message.Message):
+    """What a verify entry fixes for every replica (om/integrity/verifier.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERIFY_ID_FIELD_NUMBER: _builtins.int
+    ROWS_PER_S_FIELD_NUMBER: _builtins.int
+    HALT_NODE_ID_FIELD_NUMBER: _builtins.int
+    LEAF_BITS_FIELD_NUMBER: _builtins.int
+    FANOUT_BITS_FIELD_NUMBER: _builtins.int
+    verify_id: _builtins.bytes
+    """random, from the proposer: with the position, the salt"""
+    rows_per_s: _builtins.int
+    """the trees' scan pace"""
+    halt_node_id: _builtins.str
+    """repair: that node halts right after this entry"""
+    leaf_bits: _builtins.int
+    fanout_bits: _builtins.int
+    def __init__(
+        self,
+        *,
+        verify_id: _builtins.bytes = ...,
+        rows_per_s: _builtins.int = ...,
+        halt_node_id: _builtins.str = ...,
+        leaf_bits: _builtins.int = ...,
+        fanout_bits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fanout_bits", b"fanout_bits", "halt_node_id", b"halt_node_id", "leaf_bits", b"leaf_bits", "rows_per_s", b"rows_per_s", "verify_id", b"verify_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifyMarker: _TypeAlias = VerifyMarker  # noqa: Y015
 
 @_typing.final
 class TransactionInfo(_message.Message):

@@ -158,3 +158,21 @@ def test_a_restarted_node_rejoins_without_an_election(scenario: Scenario) -> Non
     assert scenario.leader() == leader
     assert scenario.nodes[leader].raftCurrentTerm == term
     assert scenario.nodes[follower].raftCurrentTerm == term, "it follows the leader"
+
+
+def test_a_leader_asked_to_hand_over_is_replaced_at_once(scenario: Scenario) -> None:
+    """``om_transfer_requested`` (a diverged node leaving leadership): the next tick sends
+    TimeoutNow to a caught-up follower, which wins well within an election timeout."""
+    scenario.start()
+    scenario.run_until_leader(10)
+    scenario.run(0.3)
+    leader = scenario.leader()
+    assert leader is not None
+    term = scenario.nodes[leader].raftCurrentTerm
+    scenario.nodes[leader].om_transfer_requested = True
+    took = scenario.run_until_leader(10, not_=leader)
+    assert took < scenario.min_timeout_s, f"{took:.2f} s: it waited for a timeout"
+    assert not scenario.nodes[leader].om_transfer_requested
+    new_leader = scenario.leader()
+    assert new_leader is not None
+    assert scenario.nodes[new_leader].raftCurrentTerm == term + 1

@@ -125,6 +125,8 @@ class Child:
             data = self._channel.recv(1 << 20)
         except BlockingIOError:
             return
+        except ConnectionResetError:   # the parent died: as if it had closed the channel
+            data = b""
         if not data or event & POLL_EVENT_TYPE.ERROR:
             self._closing = True
             return

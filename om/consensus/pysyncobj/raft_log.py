@@ -34,6 +34,11 @@ Subclass overrides, each tested in ``tests/consensus/``:
 * **Peers dialled through another port** (``DialNode``): ``[raft] links``
   maps "a>b" to the port node a dials to reach node b (a proxy of ``om chaos``
   that can cut the link); b is still known by its own address.
+* **Handing leadership away** (``om_transfer_requested``): pysyncobj's
+  ``transferLeadership`` (Raft's TimeoutNow to the most caught-up connected
+  follower) must run on the tick thread; another thread (or the parent
+  process, through the Raft child) sets the flag and the next tick acts on it.
+  pysyncobj refuses when no follower is fully caught up; the caller asks again.
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -43,19 +48,21 @@ Subclass overrides, each tested in ``tests/consensus/``:
 
 from __future__ import annotations
 
+import logging
 import pickle
 import random
 import time
 from collections.abc import Callable
 from typing import Any
 
-from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import TCPNode
 
 from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
 
+logger = logging.getLogger(__name__)
 _REGULAR_COMMAND = 0  # pysyncobj's _COMMAND_TYPE.REGULAR
 _LEADER = 2            # pysyncobj's _RAFT_STATE.LEADER
 LEADER_LOST_DELAY_S = (0.02, 0.15)
@@ -83,6 +90,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._pre_vote_won_term = -1       # the term whose pre-vote this node won
         self._probing: dict[Any, int] = {}  # follower -> next index its last reset asked
         self.om_answering_prev: int | None = None
+        self.om_transfer_requested = False  # set anywhere; acted on by the next tick
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
@@ -102,8 +110,12 @@ class RaftLog(SyncObj):  # type: ignore[misc]
     # -- pre-vote ------------------------------------------------------------------------
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
-        """pysyncobj's tick, with a pre-vote round in place of an election that is due."""
+        """pysyncobj's tick, with a pre-vote round in place of an election that is due,
+        and a requested leadership transfer."""
         self._pre_vote_if_due()
+        if self.om_transfer_requested:
+            self.om_transfer_requested = False
+            self.transferLeadership(callback=_log_transfer)
         super()._onTick(timeToWait)
 
     def _pre_vote_if_due(self) -> None:
@@ -218,6 +230,15 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         probing = self._probing.get(node)
         answering = message.get("for_prev")
         return probing is not None and answering is not None and answering != probing - 1
+
+
+def _log_transfer(result: Any, reason: int) -> None:
+    """pysyncobj's answer to a transfer request (sent, or refused and why)."""
+    if reason == FAIL_REASON.SUCCESS:
+        logger.warning("handing leadership to the most caught-up follower (TimeoutNow sent)")
+    else:
+        logger.warning("leadership transfer refused by pysyncobj (reason %s): asking again "
+                       "later", reason)
 
 
 def known_leader(raft: SyncObj) -> str:

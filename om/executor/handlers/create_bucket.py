@@ -4,11 +4,13 @@ Ozone's rules: VOLUME_NOT_FOUND, BUCKET_ALREADY_EXISTS; a volume with a space
 quota requires a bucket space quota (QUOTA_ERROR) and the bucket quotas must
 fit in it (QUOTA_EXCEEDED); the volume's namespace (bucket count) goes up by
 one, through a quota delta, so concurrent creates under the volume read lock
-never lose an update.
+never lose an update. Its ACLs: the creator's defaults plus the volume's DEFAULT
+entries (om/executor/acl_rows.py).
 """
 
 from __future__ import annotations
 
+from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -59,6 +61,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         object_id=ctx.object_id(),
         update_id=ctx.managed_index,
         layout=LAYOUT,
+        acls=child_acls(request.user, volume, ctx),
     )
     recorder.put(om_pb2.BUCKET, key, encode(info))
     recorder.quota_delta(om_pb2.VOLUME, tables.volume_key(body.volume), volume.object_id, 0, 1)

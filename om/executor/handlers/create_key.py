@@ -4,11 +4,14 @@ Ozone's OBS rules: VOLUME_NOT_FOUND / BUCKET_NOT_FOUND; the bucket's space
 quota is checked against the expected replicated size and its namespace
 against one more key, without consuming either (CommitKey charges). The open
 key is keyed by a session id unique to this request, so CreateKey takes no key
-lock and concurrent writers of one key never collide.
+lock and concurrent writers of one key never collide. Its ACLs: the creator's
+defaults plus the bucket's DEFAULT entries (om/executor/acl_rows.py); CommitKey
+keeps them.
 """
 
 from __future__ import annotations
 
+from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -51,6 +54,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         object_id=ctx.object_id(),
         update_id=ctx.managed_index,
         open_client_id=session_id,
+        acls=child_acls(request.user, bucket, ctx),
     )
     recorder.put(om_pb2.OPEN_KEY,
                  tables.open_key_key(body.volume, body.bucket, body.key, session_id),

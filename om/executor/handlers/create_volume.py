@@ -1,7 +1,9 @@
-"""CreateVolume: VOLUME_ALREADY_EXISTS, name rules, quotas normalised."""
+"""CreateVolume: VOLUME_ALREADY_EXISTS, name rules, quotas normalised; the owner's
+default ACLs (om/executor/acl_rows.py)."""
 
 from __future__ import annotations
 
+from om.executor.acl_rows import volume_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -20,9 +22,10 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     key = tables.volume_key(body.volume)
     if view.get(om_pb2.VOLUME, key) is not None:
         raise OMError(om_pb2.VOLUME_ALREADY_EXISTS, f"Volume '{body.volume}' already exists")
+    owner = body.owner or request.user
     info = om_pb2.VolumeInfo(
         admin_name=request.user,
-        owner_name=body.owner or request.user,
+        owner_name=owner,
         volume=body.volume,
         quota_in_bytes=normalize_quota(body.quota_in_bytes, "space"),
         quota_in_namespace=normalize_quota(body.quota_in_namespace, "namespace"),
@@ -30,6 +33,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         modification_time=ctx.now_ms,
         object_id=ctx.object_id(),
         update_id=ctx.managed_index,
+        acls=volume_acls(owner, ctx),
     )
     recorder.put(om_pb2.VOLUME, key, encode(info))
     return om_pb2.OMResponse(create_volume=om_pb2.CreateVolumeResponse(volume_info=info))

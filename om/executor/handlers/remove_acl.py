@@ -1,0 +1,24 @@
+"""RemoveAcl: clears one entry's rights from the object's ACL (Ozone's OzoneAclUtil.removeAcl).
+
+An entry left with no rights is dropped. The response says whether anything
+changed (false: none of the rights were there). A malformed entry is
+INVALID_REQUEST and writes nothing.
+"""
+
+from __future__ import annotations
+
+from om.executor.acl_rows import load_target, request_acl
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.read_view import ReadView
+from om.protocol import acls, om_pb2
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.remove_acl
+    entry = request_acl(body.acl)
+    target = load_target(view, body.obj)
+    entries, changed = acls.remove(target.acls, entry)
+    target.store(entries, changed, ctx, recorder)
+    return om_pb2.OMResponse(remove_acl=om_pb2.RemoveAclResponse(response=changed))

@@ -1,0 +1,294 @@
+"""The node's side of replica integrity: verify entries, the diverged state, the auditor.
+
+``om.node.Node`` owns one ``NodeIntegrity`` and calls it at four points:
+
+* **start-up**: ``check_startable`` refuses a node whose marker says a repair
+  holds it (``ReplicaHalted``: CockroachDB's prevent-startup file);
+* **apply**: ``after_apply`` checkpoints the store when a verify entry was just
+  applied (``om.integrity.verifier``), and halts this node, by the node's
+  fail-stop, when the entry is a repair's halt aimed at it and it is marked
+  diverged: its database then holds exactly that position;
+* **requests**: ``submit`` answers the integrity requests (StartVerify through
+  Raft, the others in ``om.integrity.service``); ``refusal`` answers every
+  client request of a diverged node with REPLICA_DIVERGED;
+* **leadership**: the request flows see this node through ``GuardedReplicator``,
+  which never reports a diverged node ready, so it executes nothing and
+  answers nothing as leader; and while it leads, ``_step_down_forever`` asks
+  Raft every ``STEP_DOWN_INTERVAL_S`` to hand leadership to a caught-up
+  follower (pysyncobj's TimeoutNow).
+
+Why a diverged node keeps applying and voting rather than stopping: in a
+3-node cluster it is the spare for quorum, and everything it applies is
+committed by the healthy majority; the divergence stays in its own store,
+which nobody reads. Repair stops it (``halt``) only when it is about to be
+repaired, at a position every replica checkpointed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from om.config import ServerConfig
+from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
+from om.executor.registry import error_response
+from om.flows.template import not_leader_response
+from om.integrity import auditor, marker
+from om.integrity.auditor import AuditConfig
+from om.integrity.merkle import DEFAULT_PARAMS
+from om.integrity.service import IntegrityService, Positions
+from om.integrity.verifier import Verifier
+from om.observe.metrics import StateGauge
+from om.protocol import om_pb2
+from om.statemachine import log_entry
+from om.statemachine.apply import ApplyResult
+from om.statemachine.store import Store
+
+logger = logging.getLogger(__name__)
+
+STEP_DOWN_INTERVAL_S = 0.5
+INTEGRITY_TYPES = {om_pb2.StartVerify: "start_verify",
+                   om_pb2.GetVerifyTrees: "get_verify_trees",
+                   om_pb2.ReadVerifyRange: "read_verify_range",
+                   om_pb2.MarkDiverged: "mark_diverged",
+                   om_pb2.AuditReplica: "audit_replica"}
+_PROPOSING = (om_pb2.StartVerify, om_pb2.MarkDiverged)   # change something: admins only
+
+INTEGRITY_GAUGES = (
+    StateGauge("replica_diverged", "om_replica_diverged", "1 while this node is marked "
+               "diverged (it refuses client requests and leadership)"),
+    StateGauge("verify_position", "om_verify_last_position", "Log position of the newest "
+               "verification whose trees this node computed (0: none)"),
+    StateGauge("verify_compute_seconds", "om_verify_trees_compute_seconds",
+               "Time computing the trees of that verification took"),
+    StateGauge("audit_runs", "om_audit_runs", "Auditor runs on this node", counter=True),
+    StateGauge("audit_duration_seconds", "om_audit_last_duration_seconds",
+               "Duration of the last auditor run"),
+    StateGauge("audit_rows_checked", "om_audit_last_rows_checked",
+               "Rows the last auditor run checked"),
+    *(StateGauge(f"audit_{category}", f"om_audit_violations_{category}",
+                 f"Confirmed {category} violations in the last auditor run")
+      for category in auditor.STORE_CATEGORIES),
+)
+
+
+class GuardedReplicator:
+    """The node's replicator as the request flows see it: never ready while diverged."""
+
+    def __init__(self, inner: Replicator, diverged: Callable[[], bool]) -> None:
+        self._inner = inner
+        self._diverged = diverged
+
+    async def replicate(self, entry: bytes) -> ReplicateResult:
+        return await self._inner.replicate(entry)
+
+    def role(self) -> Role:
+        role = self._inner.role()
+        if role.ready and self._diverged():
+            return dataclasses.replace(role, ready=False)
+        return role
+
+
+class NodeIntegrity:
+    """Verify entries, the marker and the integrity requests of one node."""
+
+    def __init__(self, config: ServerConfig, store: Store, quiesce: Callable[[], None],
+                 applied_index: Callable[[], int], fail_stop: Callable[[], None]) -> None:
+        self._config = config
+        self._node_dir = config.node_data_dir
+        self._applied_index = applied_index
+        self._fail_stop = fail_stop
+        found = marker.load(self._node_dir)
+        assert found is None or not found.stops_start, "check_startable first"
+        self.marked: marker.Marker | None = found
+        if found is not None:
+            logger.critical("node %s is marked diverged since position %d (%s): it refuses "
+                            "client requests and leadership until om admin repair",
+                            config.node_id, found.detected_at, marker.marker_path(self._node_dir))
+        self.verifier = Verifier(self._node_dir, store, quiesce)
+        self._replicator: Replicator | None = None
+        self._transfer: Callable[[], None] | None = None
+        self.service = IntegrityService(
+            config.node_id, self._node_dir, store, self.verifier, self._positions, self._marked,
+            AuditConfig(retry_expiry_ms=int(config.limits.retry_cache_expiry_s * 1000)))
+        self._tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
+        self._step_down: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def check_startable(config: ServerConfig) -> None:
+        """ReplicaHalted when a repair holds this node: it must not apply anything."""
+        found = marker.load(config.node_data_dir)
+        if found is not None and found.stops_start:
+            raise marker.ReplicaHalted(marker.halted_message(config.node_id, found,
+                                                             config.node_data_dir))
+
+    @property
+    def diverged(self) -> bool:
+        return self.marked is not None
+
+    def attach(self, replicator: Replicator,
+               transfer_leadership: Callable[[], None] | None) -> GuardedReplicator:
+        """Wires the node's replicator, and Raft's leadership transfer (None: one node)."""
+        self._replicator = replicator
+        self._transfer = transfer_leadership
+        return GuardedReplicator(replicator, lambda: self.diverged)
+
+    # -- apply -------------------------------------------------------------------------
+
+    def after_apply(self, position: int, entry: bytes, result: ApplyResult) -> None:
+        """On the apply path, right after ``entry`` was applied at ``position``."""
+        if not result.applied or not log_entry.is_verify(entry):
+            return  # a replay (the store is past it) or a deposed leader's entry
+        batch = log_entry.decode(entry)
+        assert isinstance(batch, om_pb2.PersistDbBatch)
+        spec = self.verifier.applied(position, batch)
+        if spec.halt_node_id == self._config.node_id:
+            self._halt(position)
+
+    def _halt(self, position: int) -> None:
+        """Stops this node at ``position`` for a repair, if it is marked diverged."""
+        found = marker.load(self._node_dir)
+        verification = self.verifier.get(position)
+        if found is None or found.state != marker.DIVERGED:
+            logger.warning("a repair asked node %s to halt at position %d, but it is not "
+                           "marked diverged: ignored", self._config.node_id, position)
+            return
+        if verification is None or verification.state == om_pb2.VERIFY_FAILED:
+            logger.error("not halting at position %d: no checkpoint flushed the store there",
+                         position)
+            return
+        marker.save(self._node_dir, found.moved(marker.HALTED, position=position))
+        logger.critical("node %s halts at position %d for repair: it will not start again "
+                        "until om admin repair --node-id %s clears %s", self._config.node_id,
+                        position, self._config.node_id, marker.marker_path(self._node_dir))
+        self._fail_stop()
+
+    # -- requests ----------------------------------------------------------------------
+
+    def submit(self, request: om_pb2.OMRequest) -> asyncio.Future[om_pb2.OMResponse]:
+        """Starts answering an integrity request (``INTEGRITY_TYPES``)."""
+        problem = self._problem(request)
+        if problem is not None:
+            return _answered(problem)
+        if request.cmd_type == om_pb2.StartVerify:
+            work = self._start_verify(request)
+        else:
+            work = self.service.handle(request)
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def refusal(self, request: om_pb2.OMRequest, role: Role) -> om_pb2.OMResponse | None:
+        """REPLICA_DIVERGED for a client request to a diverged node; None otherwise."""
+        found = self.marked
+        if found is None:
+            return None
+        response = error_response(
+            request, om_pb2.REPLICA_DIVERGED,
+            f"OM:{self._config.node_id}'s replica differs from the majority's (verified at "
+            f"log position {found.detected_at}, in {', '.join(found.tables)}): it serves no "
+            f"request until om admin repair --node-id {self._config.node_id}; ask another OM")
+        if role.leader_id and role.leader_id != self._config.node_id:
+            response.leader_node_id = role.leader_id
+            response.leader_address = role.leader_address
+        return response
+
+    def _problem(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse | None:
+        body = INTEGRITY_TYPES[request.cmd_type]
+        if request.WhichOneof("body") != body:
+            return error_response(request, om_pb2.INVALID_REQUEST,
+                                  f"{om_pb2.Type.Name(request.cmd_type)} request must carry "
+                                  f"a {body} body")
+        acl_on, admins = self._config.acl_enabled, self._config.admins
+        if acl_on and request.cmd_type in _PROPOSING and request.user not in admins:
+            return error_response(request, om_pb2.PERMISSION_DENIED,
+                                  f"user {request.user!r} is not an OM administrator")
+        if acl_on and request.cmd_type == om_pb2.ReadVerifyRange and request.user not in admins:
+            return error_response(request, om_pb2.PERMISSION_DENIED,
+                                  f"user {request.user!r} may not read raw rows")
+        return None
+
+    async def _start_verify(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """Proposes a verify entry through Raft; answers with its position once it is
+        committed and applied (checkpointed) here."""
+        assert self._replicator is not None
+        role = self._replicator.role()
+        if not role.ready or self.diverged:
+            return not_leader_response(request, self._config.node_id, role)
+        body = request.start_verify
+        verify = om_pb2.VerifyMarker(
+            verify_id=os.urandom(16), rows_per_s=body.rows_per_s,
+            halt_node_id=body.halt_node_id, leaf_bits=DEFAULT_PARAMS.leaf_bits,
+            fanout_bits=DEFAULT_PARAMS.fanout_bits)
+        batch = om_pb2.PersistDbBatch(term=role.term, leader_id=self._config.node_id,
+                                      timestamp_ms=time.time_ns() // 1_000_000, verify=verify)
+        result = await self._replicator.replicate(log_entry.encode_verify(batch))
+        if result.status is ReplicateStatus.QUEUE_FULL:
+            return error_response(request, om_pb2.SERVER_BUSY, "the Raft queue is full")
+        if result.status is not ReplicateStatus.COMMITTED:
+            return not_leader_response(request, self._config.node_id, self._replicator.role())
+        return om_pb2.OMResponse(cmd_type=request.cmd_type, status=om_pb2.OK,
+                                 call_id=request.call_id,
+                                 start_verify=om_pb2.StartVerifyResponse(
+                                     position=result.position, term=role.term))
+
+    # -- the marker and leadership -------------------------------------------------------
+
+    def _marked(self, found: marker.Marker) -> None:
+        self.marked = found
+
+    def _positions(self) -> Positions:
+        role = self._replicator.role() if self._replicator is not None else None
+        return Positions(self._applied_index(), role.commit_index if role else 0,
+                         tuple(n.id for n in self._config.nodes))
+
+    def start(self) -> None:
+        """Starts handing leadership away whenever this diverged node leads."""
+        if self._transfer is not None:
+            self._step_down = asyncio.get_running_loop().create_task(self._step_down_forever())
+
+    async def _step_down_forever(self) -> None:
+        assert self._replicator is not None
+        transfer = self._transfer
+        assert transfer is not None
+        while True:
+            await asyncio.sleep(STEP_DOWN_INTERVAL_S)
+            if self.diverged and self._replicator.role().is_leader:
+                logger.warning("node %s is diverged and leads: handing leadership away",
+                               self._config.node_id)
+                transfer()
+
+    async def close(self) -> None:
+        """Stops the step-down loop and the trees worker; drops unanswered requests."""
+        for task in (self._step_down, *self._tasks):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._step_down, *self._tasks) if t is not None),
+                             return_exceptions=True)
+        self.verifier.close()
+
+    def state(self) -> dict[str, float]:
+        """Gauges (``INTEGRITY_GAUGES``), read at every scrape."""
+        values: dict[str, float] = {"replica_diverged": float(self.diverged),
+                                    "audit_runs": self.service.audits}
+        done = self.verifier.latest_done()
+        if done is not None:
+            values.update(verify_position=done.spec.position,
+                          verify_compute_seconds=done.compute_s)
+        run = self.service.last_audit
+        if run is not None:
+            values.update(audit_duration_seconds=run.duration_s,
+                          audit_rows_checked=run.report.rows_checked)
+            values.update({f"audit_{c}": n for c, n in run.report.counts().items()})
+        return values
+
+
+def _answered(response: om_pb2.OMResponse) -> asyncio.Future[om_pb2.OMResponse]:
+    answer: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
+    answer.set_result(response)
+    return answer

@@ -1,0 +1,245 @@
+"""om admin verify / repair / audit on real 3-node clusters.
+
+A row changed, deleted or added offline on one follower (stopped, its RocksDB
+edited, started again) must be named exactly; that node must refuse clients,
+across a restart too; a repair must bring its roots back to the majority's
+(and only then let it serve), must refuse to pass a range its source cannot
+supply, and must survive a crash in the middle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from om import cluster as om_cluster
+from om.cli import main
+from om.cli.integrity_rpc import NodeLink
+from om.cli.verify import CRASH_ENV, CRASH_EXIT
+from om.client import OMClient
+from om.client import requests as build
+from om.client.retry_policy import RetryPolicy
+from om.config import NodeAddress
+from om.integrity import marker
+from om.protocol import om_pb2
+from om.statemachine import tables
+from om.statemachine.store import Store
+from tests import cluster_harness as harness
+
+pytestmark = pytest.mark.integration
+KEYS = 40
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
+    execution = getattr(request, "param", "leader")
+    started = harness.start(tmp_path / "cluster", execution=execution)
+    with harness.client(started) as om:
+        om.create_volume("vol")
+        om.create_bucket("vol", "bkt")
+        for i in range(KEYS):
+            om.put_key("vol", "bkt", f"key-{i:03d}", 100 + i)
+    harness.wait_converged(started)
+    yield started
+    om_cluster.down(started)
+
+
+def _admin(capsys: pytest.CaptureFixture[str], cluster: om_cluster.Cluster,
+           *args: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    status = main(["admin", *args, "--dir", str(cluster.directory), "--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def _status(address: str) -> tuple[str, str]:
+    """The status a node alone gives a read (no retries elsewhere)."""
+    with OMClient([address], policy=RetryPolicy(deadline_s=2.0)) as om:
+        answer = om.call_raw(build.info_bucket("vol", "bkt"))
+    return om_pb2.Status.Name(answer.status), answer.message
+
+
+def _others(cluster: om_cluster.Cluster, node_id: str) -> OMClient:
+    return OMClient([n.address for n in cluster.nodes if n.id != node_id],
+                    policy=RetryPolicy(deadline_s=30.0, attempt_timeout_s=2.0))
+
+
+def _follower(cluster: om_cluster.Cluster) -> NodeAddress:
+    leader = cluster.wait_for_leader().node_id
+    return next(n for n in cluster.nodes if n.id != leader)
+
+
+def _edit_offline(cluster: om_cluster.Cluster, node_id: str) -> set[tuple[str, str, str, str]]:
+    """Stops the node, changes a bucket row, deletes a key and adds one, starts it again;
+    returns what verify must name: (node, table, key, kind)."""
+    cluster.stop_node(node_id)
+    store = Store(cluster.config.data_dir / node_id / "db")
+    try:
+        bucket = tables.bucket_key("vol", "bkt")
+        info = om_pb2.BucketInfo.FromString(store.get(om_pb2.BUCKET, bucket) or b"")
+        info.used_bytes += 7
+        gone = tables.key_key("vol", "bkt", "key-010")
+        ghost = tables.key_key("vol", "bkt", "ghost")
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.BUCKET, bucket, info.SerializeToString())
+        store.batch_delete(batch, om_pb2.KEY, gone)
+        store.batch_put(batch, om_pb2.KEY, ghost, store.get(om_pb2.KEY, gone) or b"")
+        store.write(batch)
+    finally:
+        store.close()
+    cluster.start_node(node_id)
+    harness.wait_converged(cluster)
+    return {(node_id, "bucketTable", "/vol/bkt", "different"),
+            (node_id, "keyTable", "/vol/bkt/key-010", "missing"),
+            (node_id, "keyTable", "/vol/bkt/ghost", "extra")}
+
+
+def _repair_process(cluster: om_cluster.Cluster, node_id: str, *args: str,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "om", "admin", "repair", "--dir",
+                           str(cluster.directory), "--node-id", node_id, *args],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _wait_exit(cluster: om_cluster.Cluster, node_id: str, process: subprocess.Popen[bytes],
+               timeout_s: float = 30.0) -> int:
+    status = process.wait(timeout=timeout_s)
+    cluster.pid_file(node_id).unlink(missing_ok=True)
+    return status
+
+
+@pytest.mark.parametrize("cluster", ["leader", "replicated"], indirect=True)
+def test_a_healthy_cluster_verifies_and_audits_clean(
+        cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    status, report = _admin(capsys, cluster, "verify")
+    assert status == 0, report
+    assert report["result"] == "clean"
+    assert [n["state"] for n in report["nodes"]] == ["DONE"] * 3
+    assert len({n["rows"] for n in report["nodes"]}) == 1
+    status, audit = _admin(capsys, cluster, "audit")
+    assert status == 0, audit
+    assert audit["cluster"] == []
+    assert all(n["violations_total"] == 0 and n["rows_checked"] > KEYS for n in audit["nodes"])
+
+
+def test_a_diverged_follower_is_named_refused_and_repaired(
+        cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    victim = _follower(cluster)
+    expected = _edit_offline(cluster, victim.id)
+
+    status, report = _admin(capsys, cluster, "verify")
+    assert status == 1
+    assert (report["result"], report["minority"]) == ("minority", [victim.id])
+    assert {(d["node"], d["table"], d["key"], d["kind"])
+            for d in report["differences"]} == expected
+    assert report["marked"] == {victim.id: ["bucketTable", "keyTable"]}
+
+    status, audit = _admin(capsys, cluster, "audit", "--node-id", victim.id)
+    assert status == 1
+    assert {v["category"] for v in audit["cluster"]} == {"verify_disagrees"}
+    (node,) = [n for n in audit["nodes"] if n.get("node_id") == victim.id]
+    assert node["counts"]["bucket_usage"] == 1
+
+    assert _status(victim.address)[0] == "REPLICA_DIVERGED"
+    with _others(cluster, victim.id) as om:
+        om.put_key("vol", "bkt", "while-diverged", 1)         # the others serve
+    cluster.stop_node(victim.id)
+    cluster.start_node(victim.id)
+    cluster.wait_converged(timeout_s=30)
+    assert _status(victim.address)[0] == "REPLICA_DIVERGED", "kept out across a restart"
+
+    crashed = _repair_process(cluster, victim.id, env={CRASH_ENV: "1"})
+    assert crashed.returncode == CRASH_EXIT, crashed.stderr
+    found = marker.load(cluster.config.data_dir / victim.id)
+    assert found is not None
+    assert (found.state, found.repaired) == (marker.REPAIRING, 1)
+    status = _wait_exit(cluster, victim.id, cluster.start_node(victim.id))
+    assert status == 3, "a node stopped for repair refuses to start"
+    assert "stopped for repair" in cluster.log_tail(victim.id, 3)
+
+    # The only allowed source lost the rows of the key range from its checkpoint.
+    source = next(n.id for n in cluster.nodes if n.id != victim.id)
+    checkpoint = Store(cluster.config.data_dir / source / "verify" / f"{found.position:020d}"
+                       / "checkpoint")
+    try:
+        batch = checkpoint.new_batch()
+        checkpoint.batch_delete(batch, om_pb2.KEY, tables.key_key("vol", "bkt", "key-020"))
+        checkpoint.write(batch)
+    finally:
+        checkpoint.close()
+    refused = _repair_process(cluster, victim.id, "--source", source)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "unrepairable: keyTable" in refused.stdout
+    assert f"{source}: its" in refused.stdout
+    kept = marker.load(cluster.config.data_dir / victim.id)
+    assert kept is not None
+    assert kept.stops_start
+    assert any("keyTable" in why for why in kept.unrepairable)
+
+    done = _repair_process(cluster, victim.id, "--json", "--start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
+    assert result["cleared"]
+    assert {r["table"] for r in result["repaired"]} <= {"keyTable"}
+    assert marker.load(cluster.config.data_dir / victim.id) is None
+    harness.wait_converged(cluster)
+    assert _status(victim.address)[0] in ("OK", "NOT_LEADER")
+    status, report = _admin(capsys, cluster, "verify")
+    assert (status, report["result"]) == (0, "clean")
+    digests = harness.digests_after_stop(cluster)
+    assert digests["om1"] == digests["om2"] == digests["om3"]
+
+
+def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
+        cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    status, report = _admin(capsys, cluster, "verify")
+    assert status == 0
+    leader = cluster.wait_for_leader()
+    link = NodeLink(leader.address, None)
+    try:
+        answer = link.call(om_pb2.OMRequest(
+            cmd_type=om_pb2.MarkDiverged, mark_diverged=om_pb2.MarkDivergedRequest(
+                position=report["position"],
+                majority_roots={"keyTable": b"\0" * 32})))
+    finally:
+        link.close()
+    assert list(answer.mark_diverged.tables) == ["keyTable"]
+    started = time.monotonic()
+    while cluster.wait_for_leader().node_id == leader.node_id:
+        assert time.monotonic() - started < 10, "the diverged leader kept leadership"
+        time.sleep(0.05)
+    assert _status(leader.address)[0] == "REPLICA_DIVERGED"
+    repaired = _repair_process(cluster, leader.node_id, "--start")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "0 differing ranges" in repaired.stdout
+    harness.wait_converged(cluster)
+
+    # Two followers changed the same key differently: three roots, no majority.
+    followers = [n.id for n in cluster.nodes if n.id != cluster.wait_for_leader().node_id]
+    for follower, size in zip(followers, (1, 2), strict=True):
+        cluster.stop_node(follower)
+        store = Store(cluster.config.data_dir / follower / "db")
+        key = tables.key_key("vol", "bkt", "key-005")
+        info = om_pb2.KeyInfo.FromString(store.get(om_pb2.KEY, key) or b"")
+        info.data_size = size
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.KEY, key, info.SerializeToString())
+        store.write(batch)
+        store.close()
+    for follower in followers:
+        cluster.start_node(follower)
+    harness.wait_converged(cluster)
+    status, report = _admin(capsys, cluster, "verify")
+    assert status == 1
+    assert (report["result"], report["no_majority"]) == ("no_majority", ["keyTable"])
+    assert report["marked"] == {}
+    assert report["differences"] == []
+    assert all(_status(n.address)[0] != "REPLICA_DIVERGED" for n in cluster.nodes)
