@@ -21,8 +21,14 @@ compaction_min_time_s = 3.0
 """
 
 
-def run_loaded(directory: Path, separate_process: bool) -> tuple[set[int], set[int], int]:
-    """Terms before and after a loaded period, and how many nodes wrote a snapshot."""
+def terms(cluster: om_cluster.Cluster) -> set[int]:
+    return {i.term for i in cluster.node_infos() if i.role != "UNREACHABLE"}
+
+
+def run_loaded(directory: Path, separate_process: bool,
+               load_s: float = LOAD_S) -> tuple[set[int], set[int], int]:
+    """Terms before and after a loaded period (ended early once a term changed), and how
+    many nodes wrote a snapshot."""
     extra = COMPACTING_RAFT + f"separate_process = {str(separate_process).lower()}\n"
     cluster = om_cluster.up(directory, 3, om_cluster.free_port_base(), "leader",
                             harness.FAST_RAFT + extra, timeout_s=60, remember_it=False,
@@ -31,13 +37,15 @@ def run_loaded(directory: Path, separate_process: bool) -> tuple[set[int], set[i
         with harness.client(cluster) as om:
             om.create_volume("vol")
             om.create_bucket("vol", "bkt")
-        before = {i.term for i in cluster.node_infos()}
+        before = terms(cluster)
         load = harness.WriteLoad(cluster)
         load.start()
-        time.sleep(LOAD_S)
+        deadline = time.monotonic() + load_s
+        while time.monotonic() < deadline and max(terms(cluster)) == max(before):
+            time.sleep(0.5)
         load.stop()
-        assert load.count() > 100
-        after = {i.term for i in cluster.node_infos()}
+        assert load.count() > 0
+        after = terms(cluster)
     finally:
         om_cluster.down(cluster)
     data = cluster.config.data_dir
@@ -48,10 +56,11 @@ def run_loaded(directory: Path, separate_process: bool) -> tuple[set[int], set[i
 def test_slow_snapshots_never_stall_raft(tmp_path: Path) -> None:
     before, after, snapshots = run_loaded(tmp_path / "cluster", separate_process=True)
     assert snapshots == 3
-    assert after == before
+    assert max(after) == max(before)
 
 
 def test_the_blocking_hook_of_pysyncobj_stalls_it(tmp_path: Path) -> None:
-    before, after, snapshots = run_loaded(tmp_path / "cluster", separate_process=False)
+    before, after, snapshots = run_loaded(tmp_path / "cluster", separate_process=False,
+                                          load_s=3 * LOAD_S)
     assert snapshots >= 1
     assert max(after) > max(before)

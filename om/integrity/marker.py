@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from om.durable_files import fsync_path
+
 MARKER_FILE = "replica-marker.json"
 State = Literal["diverged", "halted", "repairing"]
 DIVERGED: State = "diverged"
@@ -112,13 +114,13 @@ def save(node_dir: Path, marker: Marker) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
-    _fsync_directory(node_dir)
+    fsync_path(node_dir)
 
 
 def clear(node_dir: Path) -> None:
     """Removes the marker, durably: the node may serve again."""
     marker_path(node_dir).unlink(missing_ok=True)
-    _fsync_directory(node_dir)
+    fsync_path(node_dir)
 
 
 def halted_message(node_id: str, marker: Marker, node_dir: Path) -> str:
@@ -132,9 +134,3 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

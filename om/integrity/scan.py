@@ -33,6 +33,7 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
+from om.durable_files import fsync_path
 from om.executor.read_view import ReadView
 from om.integrity import merkle
 from om.integrity.merkle import DEFAULT_PARAMS, Forest, KeyRange, TreeParams
@@ -196,7 +197,7 @@ def save_trees(path: Path, forest: Forest) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
-    _fsync_directory(path.parent)
+    fsync_path(path.parent)
 
 
 def load_trees(path: Path) -> Forest | None:
@@ -221,9 +222,3 @@ def _sha256(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

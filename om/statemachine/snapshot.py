@@ -30,7 +30,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import pickle
 import shutil
 import tarfile
@@ -40,6 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from om.durable_files import fsync_path
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ class Snapshotter:
     def deserialize(self, file_name: str) -> Any:
         """Installs the snapshot's data when it is ahead; returns pysyncobj's data."""
         if self._durable:  # a received snapshot was written and renamed unsynced
-            _fsync(Path(file_name))
-            _fsync(Path(file_name).parent)
+            fsync_path(Path(file_name))
+            fsync_path(Path(file_name).parent)
         with tarfile.open(file_name, "r") as archive:
             manifest = json.loads(_read(archive, "manifest.json"))
             raft_data = pickle.loads(_read(archive, "raft.pickle"))
@@ -132,7 +132,7 @@ class Snapshotter:
             machine.store.replace_with(incoming / "db")
             machine.reload()
         if self._durable:
-            _fsync(machine.store.path.parent)  # the rename of the database directory
+            fsync_path(machine.store.path.parent)  # the rename of the database directory
         shutil.rmtree(incoming, ignore_errors=True)
         assert machine.applied_index == manifest["applied_index"]
         self.installed += 1
@@ -142,15 +142,9 @@ class Snapshotter:
 def fsync_tree(path: Path) -> None:
     """fsyncs a file, or a directory with everything below it (children first)."""
     for each in ([path] if path.is_file() else [*path.rglob("*"), path]):
-        _fsync(each)
+        fsync_path(each)
 
 
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:

@@ -44,6 +44,7 @@ from om.consensus.pysyncobj.channel import FrameReader, Message, encode
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
+from om.durable_files import fsync_path
 
 logger = logging.getLogger(__name__)
 PARENT_SILENCE_S = 1.5
@@ -212,7 +213,7 @@ class Child:
             return
         os.replace(self._writing_dump, self._dump_file)
         if self._durable:
-            journal.fsync_path(self._dump_file.parent)
+            fsync_path(self._dump_file.parent)
         self._snapshot_state = SERIALIZER_STATE.SUCCESS
 
     def deserialize(self, file_name: str) -> object:

@@ -59,6 +59,7 @@ from typing import Any, NoReturn
 from pysyncobj import journal as pysyncobj_journal
 from pysyncobj import syncobj as pysyncobj_syncobj
 
+from om.durable_files import fsync_path, write_synced
 from om.observe.histogram import CountingHistogram
 
 logger = logging.getLogger(__name__)
@@ -66,28 +67,6 @@ MAGIC = b"OMRAFTJ1"
 IO_ERROR_EXIT = 74  # EX_IOERR
 _HEADER = struct.Struct("<IIQQ")  # length of command, crc32, index, term
 Entry = tuple[bytes, int, int]     # command, index, term: pysyncobj's shape
-
-
-def fsync_path(path: Path) -> None:
-    """fsyncs a file or directory by path."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def write_synced(path: Path, data: bytes, durable: bool) -> None:
-    """Replaces ``path`` by ``data`` atomically; durable: file and directory synced."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as out:
-        out.write(data)
-        out.flush()
-        if durable:
-            os.fsync(out.fileno())
-    os.replace(temporary, path)
-    if durable:
-        fsync_path(path.parent)
 
 
 def encode_record(command: bytes, index: int, term: int) -> bytes:
