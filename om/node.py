@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 
-from om import gc_policy
+from om import gc_policy, node_transfer
 from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
@@ -194,6 +194,9 @@ class Node:
             return _answered(self.service_list(request))
         if request.cmd_type in INTEGRITY_TYPES:
             return self.integrity.submit(request)
+        if request.cmd_type == om_pb2.TransferLeadership:
+            work = node_transfer.answer(request, self.config, self.raft)
+            return asyncio.get_running_loop().create_task(work)
         if self.integrity.diverged:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None
@@ -228,7 +231,15 @@ class Node:
             commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
             execution=self.config.execution, managed_index=self.state_machine.managed_index,
             metrics=self.metrics.flat(), http_address=self.config.node.http_address,
-            replica_state=self.integrity.marked.state if self.integrity.marked else "")
+            replica_state=self.integrity.marked.state if self.integrity.marked else "",
+            membership="VOTER", match_index=self._match_indexes())
+
+    def _match_indexes(self) -> dict[str, int]:
+        """Each follower's match index by node id, as this node sees it when it leads."""
+        if self.raft is None:
+            return {}
+        ids = {n.raft_address: n.id for n in self.config.nodes}
+        return {ids.get(a, a): i for a, i in self.raft.match_indexes().items()}
 
     def state(self) -> dict[str, float]:
         """This node's state gauges, by ``StateGauge.key`` (read at every scrape)."""

@@ -17,7 +17,7 @@ FROZEN_STATUS = {
     "PERMISSION_DENIED": 48, "TIMEOUT": 49, "INVALID_BUCKET_NAME": 58,
     "INVALID_VOLUME_NAME": 61, "NOT_SUPPORTED_OPERATION": 64, "QUOTA_EXCEEDED": 66,
     "QUOTA_ERROR": 67, "TOO_MANY_BUCKETS": 94, "NOT_LEADER": 1001, "LEADER_NOT_READY": 1002,
-    "SERVER_BUSY": 1003, "REPLICA_DIVERGED": 1004,
+    "SERVER_BUSY": 1003, "REPLICA_DIVERGED": 1004, "TRANSFER_REFUSED": 1005,
 }
 FROZEN_TYPE = {
     "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
@@ -25,7 +25,7 @@ FROZEN_TYPE = {
     "DeleteBucket": 24, "ListBuckets": 25, "CreateKey": 31, "LookupKey": 32, "RenameKey": 33,
     "DeleteKey": 34, "ListKeys": 35, "CommitKey": 36, "ServiceList": 51, "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
-    "AuditReplica": 2005,
+    "AuditReplica": 2005, "TransferLeadership": 2006,
 }
 FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
                 "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8}

@@ -14,23 +14,32 @@ from google.protobuf.json_format import MessageToDict
 
 from om import cluster as om_cluster
 from om import config as om_config
-from om.cli import audit, verify
+from om.cli import admin_transfer, audit, verify
 from om.cli.credentials import add_tls_flags, client_tls
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.config import ConfigError
 from om.protocol import om_pb2
 
-_COLUMNS = ("node_id", "address", "role", "term", "commit_index", "applied_index", "execution",
-            "http_address")
+_COLUMNS = ("node_id", "address", "role", "membership", "term", "commit_index", "match_index",
+            "applied_index", "execution", "http_address")
 
 
 def render_table(infos: list[om_pb2.NodeInfo]) -> str:
-    """A fixed-width table of the nodes."""
-    rows = [[str(getattr(info, c)) for c in _COLUMNS] for info in infos]
+    """A fixed-width table of the nodes; MATCH_INDEX is the follower's match index as the
+    leader sees it ("-" for the leader, or with no leader answering)."""
+    leaders = [i for i in infos if i.role == "LEADER"]
+    matches = dict(leaders[0].match_index) if len(leaders) == 1 else {}
+    rows = [[_cell(info, c, matches) for c in _COLUMNS] for info in infos]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLUMNS)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines)
+
+
+def _cell(info: om_pb2.NodeInfo, column: str, matches: dict[str, int]) -> str:
+    if column == "match_index":
+        return str(matches[info.node_id]) if info.node_id in matches else "-"
+    return str(getattr(info, column))
 
 
 def register(commands: Any) -> None:
@@ -49,6 +58,7 @@ def register(commands: Any) -> None:
     metrics.set_defaults(run=run_metrics)
     verify.register(actions, _add_target)
     audit.register(actions, _add_target)
+    admin_transfer.register(actions, _add_target)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:

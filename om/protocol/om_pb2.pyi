@@ -69,6 +69,10 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     in the minority): it serves no client request until om admin repair clears
     it. Another node serves; the leader fields carry the one this node knows.
     """
+    TRANSFER_REFUSED: _Status.ValueType  # 1005
+    """om admin om transfer: the leader will not hand leadership to that node (it
+    is itself, not connected, or did not catch up); the message says which.
+    """
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
 
@@ -106,6 +110,10 @@ REPLICA_DIVERGED: Status.ValueType  # 1004
 """This node's replica differs from the majority's (om admin verify found it
 in the minority): it serves no client request until om admin repair clears
 it. Another node serves; the leader fields carry the one this node knows.
+"""
+TRANSFER_REFUSED: Status.ValueType  # 1005
+"""om admin om transfer: the leader will not hand leadership to that node (it
+is itself, not connected, or did not catch up); the message says which.
 """
 Global___Status: _TypeAlias = Status  # noqa: Y015
 
@@ -152,6 +160,10 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     """a node outvoted at a position marks itself"""
     AuditReplica: _Type.ValueType  # 2005
     """any node: the report-only auditor over its store"""
+    TransferLeadership: _Type.ValueType  # 2006
+    """Not Ozone's request (Ozone's `ozone admin om transfer` goes through Ratis's
+    admin API): the leader hands leadership to a caught-up follower.
+    """
 
 class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
 
@@ -192,6 +204,10 @@ MarkDiverged: Type.ValueType  # 2004
 """a node outvoted at a position marks itself"""
 AuditReplica: Type.ValueType  # 2005
 """any node: the report-only auditor over its store"""
+TransferLeadership: Type.ValueType  # 2006
+"""Not Ozone's request (Ozone's `ozone admin om transfer` goes through Ratis's
+admin API): the leader hands leadership to a caught-up follower.
+"""
 Global___Type: _TypeAlias = Type  # noqa: Y015
 
 class _VerifyState:
@@ -1367,6 +1383,34 @@ class AuditReplicaRequest(_message.Message):
 Global___AuditReplicaRequest: _TypeAlias = AuditReplicaRequest  # noqa: Y015
 
 @_typing.final
+class TransferLeadershipRequest(_message.Message):
+    """The leader answers once TimeoutNow is sent (om/node_transfer.py); the new
+    leader is confirmed by polling ServiceList.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    RANDOM_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """the target; empty with random"""
+    random: _builtins.bool
+    """a random caught-up follower"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        random: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "random", b"random"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferLeadershipRequest: _TypeAlias = TransferLeadershipRequest  # noqa: Y015
+
+@_typing.final
 class OMRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1402,6 +1446,7 @@ class OMRequest(_message.Message):
     READ_VERIFY_RANGE_FIELD_NUMBER: _builtins.int
     MARK_DIVERGED_FIELD_NUMBER: _builtins.int
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
+    TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     client_id: _builtins.str
     """a UUID per client instance"""
@@ -1467,6 +1512,8 @@ class OMRequest(_message.Message):
     def mark_diverged(self) -> Global___MarkDivergedRequest: ...
     @_builtins.property
     def audit_replica(self) -> Global___AuditReplicaRequest: ...
+    @_builtins.property
+    def transfer_leadership(self) -> Global___TransferLeadershipRequest: ...
     def __init__(
         self,
         *,
@@ -1502,12 +1549,13 @@ class OMRequest(_message.Message):
         read_verify_range: Global___ReadVerifyRangeRequest | None = ...,
         mark_diverged: Global___MarkDivergedRequest | None = ...,
         audit_replica: Global___AuditReplicaRequest | None = ...,
+        transfer_leadership: Global___TransferLeadershipRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "trace_id", b"trace_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -1941,6 +1989,26 @@ class NodeInfo(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class MatchIndexEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NODE_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
@@ -1952,6 +2020,8 @@ class NodeInfo(_message.Message):
     METRICS_FIELD_NUMBER: _builtins.int
     HTTP_ADDRESS_FIELD_NUMBER: _builtins.int
     REPLICA_STATE_FIELD_NUMBER: _builtins.int
+    MEMBERSHIP_FIELD_NUMBER: _builtins.int
+    MATCH_INDEX_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     """"host:port" of the client RPC endpoint"""
@@ -1967,9 +2037,15 @@ class NodeInfo(_message.Message):
     """"host:port" of the metrics endpoint (/prom); empty: off"""
     replica_state: _builtins.str
     """empty: healthy; "diverged": refuses clients (marker)"""
+    membership: _builtins.str
+    """VOTER (learner, maintenance, decommissioned: to come)"""
     @_builtins.property
     def metrics(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """every sample of the node's /prom registry, by name{labels}"""
+
+    @_builtins.property
+    def match_index(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """leader only: node_id -> that follower's match index"""
 
     def __init__(
         self,
@@ -1985,10 +2061,12 @@ class NodeInfo(_message.Message):
         metrics: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         http_address: _builtins.str = ...,
         replica_state: _builtins.str = ...,
+        membership: _builtins.str = ...,
+        match_index: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "http_address", b"http_address", "managed_index", b"managed_index", "metrics", b"metrics", "node_id", b"node_id", "replica_state", b"replica_state", "role", b"role", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_index", b"applied_index", "commit_index", b"commit_index", "execution", b"execution", "http_address", b"http_address", "managed_index", b"managed_index", "match_index", b"match_index", "membership", b"membership", "metrics", b"metrics", "node_id", b"node_id", "replica_state", b"replica_state", "role", b"role", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2016,6 +2094,30 @@ class ServiceListResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ServiceListResponse: _TypeAlias = ServiceListResponse  # noqa: Y015
+
+@_typing.final
+class TransferLeadershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """the node TimeoutNow went to"""
+    term: _builtins.int
+    """the old leader's term when it was sent"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferLeadershipResponse: _TypeAlias = TransferLeadershipResponse  # noqa: Y015
 
 @_typing.final
 class StartVerifyResponse(_message.Message):
@@ -2349,6 +2451,7 @@ class OMResponse(_message.Message):
     READ_VERIFY_RANGE_FIELD_NUMBER: _builtins.int
     MARK_DIVERGED_FIELD_NUMBER: _builtins.int
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
+    TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     status: Global___Status.ValueType
     message: _builtins.str
@@ -2410,6 +2513,8 @@ class OMResponse(_message.Message):
     def mark_diverged(self) -> Global___MarkDivergedResponse: ...
     @_builtins.property
     def audit_replica(self) -> Global___AuditReplicaResponse: ...
+    @_builtins.property
+    def transfer_leadership(self) -> Global___TransferLeadershipResponse: ...
     def __init__(
         self,
         *,
@@ -2445,12 +2550,13 @@ class OMResponse(_message.Message):
         read_verify_range: Global___ReadVerifyRangeResponse | None = ...,
         mark_diverged: Global___MarkDivergedResponse | None = ...,
         audit_replica: Global___AuditReplicaResponse | None = ...,
+        transfer_leadership: Global___TransferLeadershipResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

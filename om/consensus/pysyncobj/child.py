@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 PARENT_SILENCE_S = 1.5
 TICK_S = 0.05
 JOURNAL_REPORT_S = 1.0     # how often the parent hears of journal sync times
+MATCH_REPORT_S = 0.25      # how often the parent hears of the followers' match indexes
 _CANDIDATE = 1
 _LEADER = 2
 
@@ -74,6 +75,8 @@ class Child:
         self._last_state: tuple[Any, ...] = ()
         self._journal_reported_s = 0.0
         self._journal_syncs_reported = 0
+        self._matches_reported_s = 0.0
+        self._matches: dict[str, int] = {}
         self._closing = False
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
@@ -112,6 +115,7 @@ class Child:
             self._handle_backlog()
             self._report_state()
             self._report_journal()
+            self._report_matches()
         self.raft._destroy()
 
     def _wait_for_parent(self) -> None:
@@ -147,6 +151,8 @@ class Child:
                 self._closing = True
             elif kind == "transfer_leadership":
                 self.raft.om_transfer_requested = True
+            elif kind == "transfer_to":
+                self._transfer_to(message[1], message[2])
             else:
                 assert kind == "keepalive", f"unexpected message {kind}"
 
@@ -164,6 +170,26 @@ class Child:
         if state != self._last_state:
             self._last_state = state
             self._send(("state", *state))
+
+    def _transfer_to(self, request_id: int, target: str) -> None:
+        """Starts an aimed transfer (``transfer.py``; "" = a random caught-up follower);
+        its outcome goes back as ("transfer_result", request_id, code, target, message)."""
+        def reply(code: str, chosen: str, text: str) -> None:
+            self._send(("transfer_result", request_id, code, chosen, text))
+
+        self.raft.om_transfers.request(target or None, reply)
+
+    def _report_matches(self) -> None:
+        """Sends the followers' match indexes (leader only; {} otherwise) at most once
+        per MATCH_REPORT_S, when changed."""
+        now = time.monotonic()
+        if now - self._matches_reported_s < MATCH_REPORT_S:
+            return
+        self._matches_reported_s = now
+        matches = self.raft.om_transfers.match_indexes()
+        if matches != self._matches:
+            self._matches = matches
+            self._send(("matches", matches))
 
     def _report_journal(self) -> None:
         """Sends the journal's sync times at most once per JOURNAL_REPORT_S, when changed."""

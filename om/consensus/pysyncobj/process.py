@@ -101,6 +101,8 @@ class RaftProcessReplicator:
         self._was_leader = False
         self.leader_changes = LeaderChanges()
         self._journal_syncs: Snapshot | None = None
+        self._matches: dict[str, int] = {}
+        self._transfers: dict[int, asyncio.Future[tuple[str, str, str]]] = {}
         self._closing = False
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -162,6 +164,27 @@ class RaftProcessReplicator:
         pysyncobj refuses while none is caught up; ask again)."""
         self._send(("transfer_leadership",))
 
+    async def transfer_leadership_to(self, target: str,
+                                     timeout_s: float = 10.0) -> tuple[str, str, str]:
+        """Asks the Raft process to hand leadership to the Raft address ``target`` ("": a
+        random caught-up follower); (code, target, message) once TimeoutNow is sent or
+        refused (``transfer.py``): OK, REFUSED, NOT_UP_TO_DATE, NOT_LEADER, TIMEOUT."""
+        request = self._next_request
+        self._next_request += 1
+        future: asyncio.Future[tuple[str, str, str]] = self._loop.create_future()
+        self._transfers[request] = future
+        self._send(("transfer_to", request, target))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return "TIMEOUT", target, f"the Raft process did not answer within {timeout_s} s"
+        finally:
+            self._transfers.pop(request, None)
+
+    def match_indexes(self) -> dict[str, int]:
+        """Each follower's match index by Raft address, as this leader last reported it."""
+        return dict(self._matches) if self._state[0] else {}
+
     def role(self) -> Role:
         """This node's view, as the child last reported it."""
         return self._role
@@ -193,6 +216,12 @@ class RaftProcessReplicator:
             self._leadership_changed()
         elif kind == "journal":
             self._journal_syncs = message[1]
+        elif kind == "matches":
+            self._matches = message[1]
+        elif kind == "transfer_result":
+            waiting = self._transfers.get(message[1])
+            if waiting is not None and not waiting.done():
+                waiting.set_result((message[2], message[3], message[4]))
         elif kind == "snapshot_write":
             self._answer_snapshot_write(message[1], message[2])
         else:

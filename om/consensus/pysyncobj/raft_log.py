@@ -39,6 +39,8 @@ Subclass overrides, each tested in ``tests/consensus/``:
   follower) must run on the tick thread; another thread (or the parent
   process, through the Raft child) sets the flag and the next tick acts on it.
   pysyncobj refuses when no follower is fully caught up; the caller asks again.
+  ``om_transfers`` (``transfer.py``) aims a transfer at a named follower, with
+  reasons for a refusal, and holds new entries until the target has caught up.
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -61,6 +63,7 @@ from pysyncobj.node import TCPNode
 
 from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
+from om.consensus.pysyncobj.transfer import Transfers
 
 logger = logging.getLogger(__name__)
 _REGULAR_COMMAND = 0  # pysyncobj's _COMMAND_TYPE.REGULAR
@@ -91,6 +94,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._probing: dict[Any, int] = {}  # follower -> next index its last reset asked
         self.om_answering_prev: int | None = None
         self.om_transfer_requested = False  # set anywhere; acted on by the next tick
+        self.om_transfers = Transfers(self, self._append)
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
@@ -103,7 +107,12 @@ class RaftLog(SyncObj):  # type: ignore[misc]
 
     def submit(self, entry: bytes, callback: Callback) -> None:
         """Queues ``entry`` for replication; ``callback(result, reason)`` runs on the
-        tick thread once it is applied here or failed."""
+        tick thread once it is applied here or failed. While a leadership transfer is
+        pending the entry is held (``transfer.py``)."""
+        if not self.om_transfers.hold(entry, callback):
+            self._append(entry, callback)
+
+    def _append(self, entry: bytes, callback: Callback) -> None:
         command = pickle.dumps((self._persist_id, (entry,)), protocol=5)
         self._applyCommand(command, callback, _REGULAR_COMMAND)
 
@@ -116,6 +125,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         if self.om_transfer_requested:
             self.om_transfer_requested = False
             self.transferLeadership(callback=_log_transfer)
+        self.om_transfers.tick()
         super()._onTick(timeToWait)
 
     def _pre_vote_if_due(self) -> None:

@@ -186,6 +186,24 @@ class RaftReplicator:
         pysyncobj refuses while none is caught up; ask again)."""
         self._raft.om_transfer_requested = True
 
+    async def transfer_leadership_to(self, target: str,
+                                     timeout_s: float = 10.0) -> tuple[str, str, str]:
+        """As ``RaftProcessReplicator.transfer_leadership_to``; the tick thread answers."""
+        future: asyncio.Future[tuple[str, str, str]] = self._loop.create_future()
+
+        def reply(code: str, chosen: str, text: str) -> None:  # on the Raft thread
+            self._loop.call_soon_threadsafe(_settle, future, (code, chosen, text))
+
+        self._raft.om_transfers.request(target or None, reply)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return "TIMEOUT", target, f"Raft did not answer within {timeout_s} s"
+
+    def match_indexes(self) -> dict[str, int]:
+        """Each follower's match index by Raft address, as this leader sees it."""
+        return self._raft.om_transfers.match_indexes()
+
     def role(self) -> Role:
         """This node's view: leader or not, ready or not, who leads, term, commit."""
         raft = self._raft
@@ -254,3 +272,8 @@ class RaftReplicator:
 def _resolve(future: asyncio.Future[tuple[Any, int]], result: Any, reason: int) -> None:
     if not future.done():
         future.set_result((result, reason))
+
+
+def _settle(future: asyncio.Future[tuple[str, str, str]], outcome: tuple[str, str, str]) -> None:
+    if not future.done():
+        future.set_result(outcome)
