@@ -86,6 +86,7 @@ class Child:
         self._dump_file = Path(conf.fullDumpFile)
         self._writing_dump = self._dump_file.with_name(self._dump_file.name + ".writing")
         self._snapshot_state: int = SERIALIZER_STATE.NOT_SERIALIZING
+        self._write_superseded = False   # a snapshot was installed while one was written
         self._durable = settings.fsync
         conf.autoTick = False
         spec = journal.JournalSpec(durable=settings.fsync,
@@ -225,14 +226,36 @@ class Child:
         """pysyncobj's ``serializeChecker``: SERIALIZING until the parent answered, then
         SUCCESS or FAILED once, then NOT_SERIALIZING."""
         state = self._snapshot_state
+        if state == SERIALIZER_STATE.SUCCESS:
+            self._restart_transmissions()
         if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
             self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         return state
+
+    def _restart_transmissions(self) -> None:
+        """Drops snapshot transmissions to followers that began with the previous dump.
+
+        pysyncobj's own serializers do this on success; its serializeChecker path does
+        not. A follower would then get the old file's state while the leader moves its
+        next index past the new dump's position: the entries in between never reach
+        it (tests/test_crash_restart.py caught the divergence). Restarted, they send
+        the new file from its start."""
+        serializer = self.raft._SyncObj__serializer
+        transmissions: dict[Any, dict[str, Any]] = serializer._Serializer__transmissions
+        for transmission in transmissions.values():
+            if "file" in transmission:
+                transmission["file"].close()
+        serializer._Serializer__transmissions = {}
 
     def _snapshot_written(self, error: str) -> None:
         """The parent's answer: the snapshot is in ``_writing_dump`` (synced when durable);
         renaming it into place (and syncing the directory) completes it."""
         assert self._snapshot_state == SERIALIZER_STATE.SERIALIZING
+        if self._write_superseded:
+            self._write_superseded = False
+            self._writing_dump.unlink(missing_ok=True)
+            self._snapshot_state = SERIALIZER_STATE.FAILED
+            return
         if error:
             logger.warning("the parent could not write the snapshot: %s", error)
             self._snapshot_state = SERIALIZER_STATE.FAILED
@@ -243,7 +266,13 @@ class Child:
         self._snapshot_state = SERIALIZER_STATE.SUCCESS
 
     def deserialize(self, file_name: str) -> object:
-        """pysyncobj's deserializer hook: the parent installs the snapshot."""
+        """pysyncobj's deserializer hook: the parent installs the snapshot.
+
+        A snapshot this node was still writing is older than the one installed
+        now: its answer must neither replace the installed file nor compact the
+        log pysyncobj has just rebuilt, so it is discarded (FAILED)."""
+        if self._snapshot_state == SERIALIZER_STATE.SERIALIZING:
+            self._write_superseded = True
         self._send(("snapshot_install", file_name))
         _, raft_data, error = self._await_reply("snapshot_installed")
         if error:
