@@ -19,10 +19,11 @@ from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
-from om.executor.registry import KINDS, error_response
+from om.executor.registry import error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.template import audit_request
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node_integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
@@ -205,13 +206,8 @@ class Node:
 
     def audit_refused(self, request: om_pb2.OMRequest, peer: str, message: str) -> None:
         """Audits a request the server refused before it reached the flow (a forged user)."""
-        if self.audit is None:
-            return
-        kind = KINDS.get(request.cmd_type)
-        body = request.WhichOneof("body")
-        self.audit.record(request.user, peer, kind.name if kind else "UNKNOWN",
-                          getattr(request, body) if body else None,
-                          kind.write if kind else True, "PERMISSION_DENIED", message)
+        if self.audit is not None:
+            audit_request(self.audit, request, peer, "PERMISSION_DENIED", message)
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one client request; the caller's cancellation does not stop it."""

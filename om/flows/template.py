@@ -96,6 +96,17 @@ def not_leader_response(request: om_pb2.OMRequest, node_id: str,
     return response
 
 
+def audit_request(audit: AuditSink, request: om_pb2.OMRequest, peer: str, status: str,
+                  message: str) -> None:
+    """Records one answered (or refused) request in the audit log, as the flow and the
+    server (a forged user, refused before any flow) both do."""
+    kind = KINDS.get(request.cmd_type)
+    body = request.WhichOneof("body")
+    audit.record(request.user, peer, kind.name if kind else "UNKNOWN",
+                 getattr(request, body) if body else None, kind.write if kind else True,
+                 status, message)
+
+
 def reused_call_id(request: om_pb2.OMRequest,
                    original_type: om_pb2.Type.ValueType) -> om_pb2.OMResponse:
     """INVALID_REQUEST for a request that reuses the call id of a different one.
@@ -235,11 +246,8 @@ class RequestService(abc.ABC):
                                       f"internal error while running {trace.op}")
         self._count(trace, response)
         if not trace.replayed:
-            body = request.WhichOneof("body")
-            self._audit.record(request.user, peer, trace.op,
-                               getattr(request, body) if body else None,
-                               KINDS[request.cmd_type].write,
-                               om_pb2.Status.Name(response.status), response.message)
+            audit_request(self._audit, request, peer, om_pb2.Status.Name(response.status),
+                          response.message)
         self._emit(trace, response)
         return response
 
