@@ -74,17 +74,12 @@ def test_a_lagging_target_is_refused_and_held_entries_go_through(
     assert scenario.nodes[leader].om_transfers.pending is None
 
 
-@pytest.mark.parametrize("whom", ["self", "stranger", "killed"])
+@pytest.mark.parametrize("whom", ["self", "stranger"])
 def test_refusals(scenario: Scenario, whom: str) -> None:
     leader = _started(scenario)
     nodes: Any = scenario.nodes
     term = nodes[leader].raftCurrentTerm
-    if whom == "killed":
-        target = next(n for n in scenario.nodes if n != leader)
-        scenario.kill(target)
-        scenario.run(0.3)
-        replies = _ask(scenario, leader, target)
-    elif whom == "self":
+    if whom == "self":
         replies = _ask(scenario, leader, leader)
     else:
         scenario.addresses["n9"] = "127.0.0.1:1"
@@ -93,3 +88,36 @@ def test_refusals(scenario: Scenario, whom: str) -> None:
     assert [r[0] for r in replies] == ["REFUSED"]
     assert scenario.leader() == leader
     assert nodes[leader].raftCurrentTerm == term
+
+
+def test_an_unreachable_target_is_refused_after_the_window_without_holding_writes(
+        scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "CATCH_UP_S", 0.5)
+    leader = _started(scenario)
+    term = scenario.nodes[leader].raftCurrentTerm
+    target = next(n for n in scenario.nodes if n != leader)
+    scenario.kill(target)
+    scenario.run(0.3)
+    replies = _ask(scenario, leader, target)
+    written = _results(scenario, leader)
+    scenario.run(0.2)
+    assert replies == [], "still waiting for the link"
+    assert written == [FAIL_REASON.SUCCESS], "writes flow meanwhile"
+    scenario.run(0.5)
+    assert [r[0] for r in replies] == ["REFUSED"]
+    assert "not connected" in replies[0][2]
+    assert scenario.leader() == leader
+    assert scenario.nodes[leader].raftCurrentTerm == term
+
+
+def test_a_target_that_connects_within_the_window_takes_over(scenario: Scenario) -> None:
+    """Just after an election the leader's link to a follower may not be up yet."""
+    leader = _started(scenario)
+    target = next(n for n in scenario.nodes if n != leader)
+    scenario.kill(target)
+    scenario.run(0.3)
+    replies = _ask(scenario, leader, target)
+    scenario.boot(target)
+    scenario.run_until_leader(5, not_=leader)
+    assert scenario.leader() == target
+    assert [r[0] for r in replies] == ["OK"]

@@ -10,17 +10,20 @@ target is almost never caught up at the instant it is asked.
 ``Transfers`` adds, on the tick thread of the leader:
 
 * refusals with a reason: not leader, unknown target, the leader itself, a
-  target not connected, or one still behind after ``CATCH_UP_S``;
-* a pause: from the moment a transfer is accepted, entries submitted to Raft
-  are held (not appended), so the target's match index can reach the leader's
-  last index; the TimeoutNow goes, through pysyncobj, only to the chosen node;
+  target still not connected after ``CATCH_UP_S`` (just after an election the
+  leader's link to a follower may not be up yet: that is waited for, with
+  writes flowing), or one still behind after another ``CATCH_UP_S``;
+* a pause: from the moment the leader is connected to the target, entries
+  submitted to Raft are held (not appended), so the target's match index can
+  reach the leader's last index; the TimeoutNow goes, through pysyncobj, only
+  to the chosen node;
 * after the hand-over, held entries fail with NOT_LEADER once this node has
   stepped down (they never entered the log: nothing acknowledged is lost and
   nothing is applied twice; clients retry at the new leader), or are appended
   after all if this node still leads ``HANDOVER_S`` later (the target lost its
   election).
 
-Invariant: entries are held only while ``pending`` is set, and every held entry
+Invariant: entries are held only while ``pending.holding`` is set, and every held entry
 is either appended or failed when it is cleared (``_lock``: in-process, entries
 are submitted from the event loop's thread while the tick thread clears).
 """
@@ -47,6 +50,7 @@ class _Pending:
     target: Any
     reply: Reply
     deadline: float
+    holding: bool = False
     sent: bool = False
     held: list[tuple[bytes, Callback]] = field(default_factory=list)
 
@@ -72,7 +76,7 @@ class Transfers:
     def hold(self, entry: bytes, callback: Callback) -> bool:
         """True when a transfer holds ``entry`` instead of Raft appending it."""
         with self._lock:
-            if self.pending is None:
+            if self.pending is None or not self.pending.holding:
                 return False
             self.pending.held.append((entry, callback))
             return True
@@ -95,6 +99,8 @@ class Transfers:
             return
         if not self._raft._isLeader():
             self._finish(fail=True)
+        elif not pending.holding:
+            self._try_hold(pending)
         elif not pending.sent:
             self._try_send(pending)
         elif monotonic_time() > pending.deadline:
@@ -108,14 +114,14 @@ class Transfers:
         if self.pending is not None:
             reply("REFUSED", target or "", "a leadership transfer is already in progress")
             return
-        connected = [n for n in raft.otherNodes if raft.isNodeConnected(n)]
         if target is None:
+            connected = [n for n in raft.otherNodes if raft.isNodeConnected(n)]
             node = self._random_target(connected)
             if node is None:
                 reply("REFUSED", "", "no follower is connected")
                 return
         else:
-            problem, node = self._named_target(target, connected)
+            problem, node = self._named_target(target)
             if problem:
                 reply("REFUSED", target, problem)
                 return
@@ -129,16 +135,26 @@ class Transfers:
         best = max(match.get(n, 0) for n in connected)
         return random.choice([n for n in connected if match.get(n, 0) == best])
 
-    def _named_target(self, target: str, connected: list[Any]) -> tuple[str, Any]:
+    def _named_target(self, target: str) -> tuple[str, Any]:
         raft = self._raft
         if target == raft.selfNode.id:
             return "the target is the leader itself", None
         found = [n for n in raft.otherNodes if n.id == target]
         if not found:
             return "the target is not a member of the ring", None
-        if found[0] not in connected:
-            return "the leader is not connected to the target", None
         return "", found[0]
+
+    def _try_hold(self, pending: _Pending) -> None:
+        """Starts holding entries once the leader is connected to the target; refuses
+        when it still is not at the deadline."""
+        if self._raft.isNodeConnected(pending.target):
+            with self._lock:
+                pending.holding = True
+            pending.deadline = monotonic_time() + CATCH_UP_S
+        elif monotonic_time() > pending.deadline:
+            pending.reply("REFUSED", str(pending.target.id),
+                          f"the leader is not connected to the target (waited {CATCH_UP_S} s)")
+            self._finish(fail=False)
 
     def _try_send(self, pending: _Pending) -> None:
         """TimeoutNow once the target holds every entry the leader has or will append:
