@@ -165,6 +165,7 @@ class Audit:
     path: str = ""             # default: audit.log in the node's data directory
     max_bytes: int = 100 * 1024 * 1024
     backups: int = 10
+    flush_interval_s: float = 0.2   # lines are buffered this long at most
 
 
 @dataclass(frozen=True)

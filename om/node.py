@@ -100,7 +100,8 @@ class Node:
         self.audit: AuditLog | None = None
         if config.audit.enabled:
             self.audit = AuditLog(AuditSettings(config.audit_path, config.audit.reads,
-                                                config.audit.max_bytes, config.audit.backups),
+                                                config.audit.max_bytes, config.audit.backups,
+                                                config.audit.flush_interval_s),
                                   config.node_id)
         audit: AuditSink = self.audit or NoAudit()
         self.state_machine: StateMachine | ReplicatedStateMachine

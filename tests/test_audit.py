@@ -4,6 +4,7 @@ it, denials included, retries of a committed write not repeated, nothing on foll
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,45 @@ def test_reads_can_be_left_out_and_the_file_rotates(tmp_path: Path) -> None:
     assert [f.name for f in files] == ["audit.log", "audit.log.1", "audit.log.2"]
     assert all(f.stat().st_size <= 2000 for f in files)
     assert all(m["op"] == "CREATE_VOLUME" for f in files for m in lines(f))
+
+
+def test_lines_reach_the_file_within_the_flush_interval_without_close(tmp_path: Path) -> None:
+    audit = AuditLog(AuditSettings(tmp_path / "audit.log", flush_interval_s=0.05), "t3")
+    try:
+        audit.record("bob", "-", "CreateVolume", None, True, "OK", "")
+        deadline = time.monotonic() + 5
+        while not lines(tmp_path / "audit.log") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [m["op"] for m in lines(tmp_path / "audit.log")] == ["CREATE_VOLUME"]
+    finally:
+        audit.close()
+
+
+def test_a_full_buffer_is_written_by_the_caller_in_order(tmp_path: Path) -> None:
+    """Back-pressure, never a dropped line: the writer thread is too slow here."""
+    audit = AuditLog(AuditSettings(tmp_path / "audit.log", flush_interval_s=3600,
+                                   buffer_bytes=500), "t4")
+    try:
+        for i in range(20):
+            audit.record("bob", "-", "CreateVolume", om_pb2.CreateVolumeRequest(volume=f"v{i}"),
+                         True, "OK", "")
+        written = [m["params"] for m in lines(tmp_path / "audit.log")]
+        assert len(written) >= 15, "written without waiting for the thread"
+        assert written == [f"volume=v{i}" for i in range(len(written))]
+    finally:
+        audit.close()
+    assert len(lines(tmp_path / "audit.log")) == 20
+
+
+def test_a_failed_write_is_logged_and_the_server_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    audit = AuditLog(AuditSettings(Path("/dev/full"), flush_interval_s=3600), "t5")
+    audit.record("bob", "-", "CreateVolume", None, True, "OK", "")
+    audit.flush()
+    audit.record("bob", "-", "CreateVolume", None, True, "OK", "")
+    audit.close()
+    assert "lines lost" in caplog.text
+    assert "No space left on device" in caplog.text
 
 
 @pytest.mark.integration

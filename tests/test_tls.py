@@ -8,6 +8,7 @@ import getpass
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,6 +89,7 @@ def test_the_user_is_the_certificates_and_cannot_be_forged(secure: om_cluster.Cl
         assert "mallory" in as_herself.message
     # the leader audits what it ran; a forged user is refused (and audited) by the
     # node the client reached, before any flow runs
+    time.sleep(2 * secure.config.audit.flush_interval_s)   # the writer's interval
     audit = "".join((secure.config.data_dir / node.id / "audit.log").read_text()
                     for node in secure.nodes)
     assert re.search(r"user=admin \| ip=127\.0\.0\.1 \| op=CREATE_VOLUME \{volume=adminvol", audit)
