@@ -20,6 +20,9 @@ Example ``cluster.toml``::
 
     [batch]
     inflight_batches_max = 1
+
+    [auditor]
+    periodic_interval_s = 86400.0   # the report-only auditor, daily, on followers; 0: off
 """
 
 from __future__ import annotations
@@ -169,6 +172,20 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class Auditor:
+    """The periodic report-only auditor (``om.integrity.periodic``), on followers only.
+
+    Off by default (``periodic_interval_s = 0``); ``om admin audit`` runs it on demand.
+    Each interval is drawn from ``periodic_interval_s * (1 +- jitter_fraction)``, the
+    first one from ``[0, periodic_interval_s)``, so followers started together drift
+    apart. ``rows_per_s`` paces the scan, as ``om admin audit --rows-per-s`` does."""
+
+    periodic_interval_s: float = 0.0
+    jitter_fraction: float = 0.1
+    rows_per_s: int = 50_000
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Everything one OM process needs."""
 
@@ -218,6 +235,7 @@ class ServerConfig:
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)
     audit: Audit = field(default_factory=Audit)
+    auditor: Auditor = field(default_factory=Auditor)
     tls: Tls = field(default_factory=Tls)
 
     def tls_path(self, template: str) -> Path:
@@ -272,6 +290,13 @@ class ServerConfig:
                 value = getattr(section, item.name)
                 if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                     raise ConfigError(f"{item.name} must be positive, not {value}")
+        auditor = self.auditor
+        if auditor.periodic_interval_s < 0 or auditor.rows_per_s <= 0:
+            raise ConfigError("[auditor] periodic_interval_s must be >= 0 (0: off) and "
+                              "rows_per_s positive")
+        if not 0 <= auditor.jitter_fraction < 1:
+            raise ConfigError("[auditor] jitter_fraction must be in [0, 1), not "
+                              f"{auditor.jitter_fraction}")
         return self
 
 
@@ -348,7 +373,7 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         if "nodes" in values:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
-                          ("tls", Tls)):
+                          ("auditor", Auditor), ("tls", Tls)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

@@ -11,6 +11,8 @@
 * **requests**: ``submit`` answers the integrity requests (StartVerify through
   Raft, the others in ``om.integrity.service``); ``refusal`` answers every
   client request of a diverged node with REPLICA_DIVERGED;
+* **the periodic auditor**: ``start`` starts it (``om.integrity.periodic``, off
+  unless ``[auditor] periodic_interval_s`` is set), on followers only;
 * **leadership**: the request flows see this node through ``GuardedReplicator``,
   which never reports a diverged node ready, so it executes nothing and
   answers nothing as leader; and while it leads, ``_step_down_forever`` asks
@@ -40,6 +42,7 @@ from om.flows.template import not_leader_response
 from om.integrity import auditor, marker
 from om.integrity.auditor import AuditConfig
 from om.integrity.merkle import DEFAULT_PARAMS
+from om.integrity.periodic import PeriodicAuditor, Schedule
 from om.integrity.service import IntegrityService, Positions
 from om.integrity.verifier import Verifier
 from om.observe.metrics import StateGauge
@@ -68,10 +71,37 @@ INTEGRITY_GAUGES = (
     StateGauge("audit_runs", "om_audit_runs", "Auditor runs on this node", counter=True),
     StateGauge("audit_duration_seconds", "om_audit_last_duration_seconds",
                "Duration of the last auditor run"),
+    StateGauge("audit_last_run_timestamp", "om_audit_last_run_timestamp_seconds",
+               "Unix time the last auditor run (on demand or periodic) ended"),
     StateGauge("audit_rows_checked", "om_audit_last_rows_checked",
                "Rows the last auditor run checked"),
     *(StateGauge(f"audit_{category}", f"om_audit_violations_{category}",
                  f"Confirmed {category} violations in the last auditor run")
+      for category in auditor.STORE_CATEGORIES),
+    StateGauge("audit_periodic_interval", "om_audit_periodic_interval_seconds",
+               "[auditor] periodic_interval_s: the periodic audit's interval (0: off)"),
+    StateGauge("audit_periodic_running", "om_audit_periodic_running",
+               "1 while a periodic audit runs on this node"),
+    StateGauge("audit_periodic_runs", "om_audit_periodic_runs",
+               "Periodic audits this node ran to the end", counter=True),
+    StateGauge("audit_periodic_skipped", "om_audit_periodic_skipped",
+               "Periodic audits skipped: due while an audit was still running", counter=True),
+    StateGauge("audit_periodic_not_follower", "om_audit_periodic_not_follower",
+               "Periodic audits not started: due while this node led or knew no leader",
+               counter=True),
+    StateGauge("audit_periodic_stopped", "om_audit_periodic_stopped",
+               "Periodic audits stopped half-way: this node became leader", counter=True),
+    StateGauge("audit_periodic_failed", "om_audit_periodic_failures",
+               "Periodic audits that could not run (logged)", counter=True),
+    StateGauge("audit_periodic_last_run_timestamp",
+               "om_audit_periodic_last_run_timestamp_seconds",
+               "Unix time the last periodic audit ended (persisted across restarts)"),
+    StateGauge("audit_periodic_last_duration", "om_audit_periodic_last_duration_seconds",
+               "Duration of the last periodic audit"),
+    StateGauge("audit_periodic_last_rows_checked", "om_audit_periodic_last_rows_checked",
+               "Rows the last periodic audit checked"),
+    *(StateGauge(f"audit_periodic_{category}", f"om_audit_periodic_violations_{category}",
+                 f"Confirmed {category} violations in the last periodic audit")
       for category in auditor.STORE_CATEGORIES),
 )
 
@@ -115,6 +145,11 @@ class NodeIntegrity:
         self.service = IntegrityService(
             config.node_id, self._node_dir, store, self.verifier, self._positions, self._marked,
             AuditConfig(retry_expiry_ms=int(config.limits.retry_cache_expiry_s * 1000)))
+        auditor_config = config.auditor
+        self.periodic = PeriodicAuditor(
+            self.service, Schedule(auditor_config.periodic_interval_s,
+                                   auditor_config.jitter_fraction, auditor_config.rows_per_s),
+            self._node_dir, self._follows, self._leads)
         self._tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
         self._step_down: asyncio.Task[None] | None = None
 
@@ -247,10 +282,23 @@ class NodeIntegrity:
         return Positions(self._applied_index(), role.commit_index if role else 0,
                          tuple(n.id for n in self._config.nodes))
 
+    def _follows(self) -> bool:
+        """Whether this node follows a leader it knows (a periodic audit may start)."""
+        if self._replicator is None:
+            return False
+        role = self._replicator.role()
+        return not role.is_leader and not role.candidate and role.leader_id not in (
+            "", self._config.node_id)
+
+    def _leads(self) -> bool:
+        return self._replicator is not None and self._replicator.role().is_leader
+
     def start(self) -> None:
-        """Starts handing leadership away whenever this diverged node leads."""
+        """Starts the periodic auditor, and handing leadership away whenever this diverged
+        node leads."""
         if self._transfer is not None:
             self._step_down = asyncio.get_running_loop().create_task(self._step_down_forever())
+        self.periodic.start()
 
     async def _step_down_forever(self) -> None:
         assert self._replicator is not None
@@ -270,6 +318,7 @@ class NodeIntegrity:
                 task.cancel()
         await asyncio.gather(*(t for t in (self._step_down, *self._tasks) if t is not None),
                              return_exceptions=True)
+        await self.periodic.close()
         self.verifier.close()
 
     def state(self) -> dict[str, float]:
@@ -283,8 +332,10 @@ class NodeIntegrity:
         run = self.service.last_audit
         if run is not None:
             values.update(audit_duration_seconds=run.duration_s,
+                          audit_last_run_timestamp=run.finished_at_s,
                           audit_rows_checked=run.report.rows_checked)
             values.update({f"audit_{c}": n for c, n in run.report.counts().items()})
+        values.update(self.periodic.state())
         return values
 
 

@@ -8,6 +8,13 @@ node's positions, Raft membership and last verification twice and keeps the
 cluster violations both rounds found (``auditor.check_cluster``, ``stable``).
 It fixes nothing. Exit status 0 when clean, 1 with any violation or a node
 that did not answer.
+
+``--last`` runs nothing: it shows each node's periodic audit (``[auditor]
+periodic_interval_s``, ``om.integrity.periodic``) from the metrics the node
+returns with ServiceList: its interval, its counters, and its last run's time,
+duration and violations by category (each violation is in that node's log).
+Exit status 1 when a node did not answer or its last periodic run found
+violations.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from om import cluster as om_cluster
 from om.cli import integrity_rpc as rpc
 from om.cli.credentials import client_tls
 from om.cli.verify import targets
@@ -42,6 +52,10 @@ def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]
                        help="a follower further behind the highest commit is a violation")
     audit.add_argument("--details-max", type=int, default=100)
     audit.add_argument("--json", action="store_true")
+    audit.add_argument("--last", action="store_true",
+                       help="run nothing: show each node's last periodic audit")
+    audit.add_argument("--timeout", type=float, default=3.0,
+                       help="with --last: seconds to wait for each node")
     audit.set_defaults(run=run_audit)
 
 
@@ -53,6 +67,11 @@ def run_audit(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"om admin audit: {error}", file=sys.stderr)
         return 2
+    if args.last:
+        infos = om_cluster.node_infos(addresses, args.timeout, tls)
+        last = last_periodic(infos, time.time())
+        print(json.dumps(last, indent=2) if args.json else _last_text(last))
+        return 0 if last["clean"] else 1
     links = {address: rpc.NodeLink(address, tls, AUDIT_TIMEOUT_S) for address in addresses}
     try:
         stores = {a: _ask(link, args, facts_only=False) for a, link in links.items()}
@@ -152,4 +171,74 @@ def _text(report: dict[str, Any]) -> str:
     cluster = report["cluster"]
     lines.append("cluster: clean" if not cluster else f"cluster: {len(cluster)} violations")
     lines += [f"  {v['category']} {v['subject']}: {v['detail']}" for v in cluster]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------- --last ---
+
+_PERIODIC = "om_audit_periodic_"
+_COUNTERS = ("runs", "skipped", "not_follower", "stopped", "failures")
+
+
+def last_periodic(infos: list[om_pb2.NodeInfo], now_s: float) -> dict[str, Any]:
+    """Each node's periodic audit, from the metrics in its NodeInfo (``om.node_integrity``'s
+    ``om_audit_periodic_*``): clean unless a node did not answer or its last run found
+    violations."""
+    nodes = [_periodic_node(info, now_s) for info in infos]
+    clean = all("error" not in n and (n["last"] or {}).get("violations_total", 0) == 0
+                for n in nodes)
+    return {"clean": clean, "nodes": nodes}
+
+
+def _periodic_node(info: om_pb2.NodeInfo, now_s: float) -> dict[str, Any]:
+    entry: dict[str, Any] = {"node_id": info.node_id, "address": info.address,
+                             "role": info.role}
+    if not info.node_id:
+        return {**entry, "error": info.role}
+    metrics: Mapping[str, float] = info.metrics
+    interval = metrics.get(_PERIODIC + "interval_seconds", 0.0)
+    entry["periodic"] = {"interval_s": interval,
+                         "running": bool(metrics.get(_PERIODIC + "running", 0.0)),
+                         **{name: int(metrics.get(f"{_PERIODIC}{name}_total", 0.0))
+                            for name in _COUNTERS}}
+    finished = metrics.get(_PERIODIC + "last_run_timestamp_seconds")
+    if finished is None:
+        return {**entry, "last": None}
+    counts = {c: int(metrics.get(f"{_PERIODIC}violations_{c}", 0.0))
+              for c in auditor.STORE_CATEGORIES}
+    return {**entry, "last": {
+        "finished_at": datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
+        "finished_at_s": finished, "age_s": round(max(0.0, now_s - finished), 1),
+        "duration_s": round(metrics.get(_PERIODIC + "last_duration_seconds", 0.0), 3),
+        "rows_checked": int(metrics.get(_PERIODIC + "last_rows_checked", 0.0)),
+        "counts": counts, "violations_total": sum(counts.values())}}
+
+
+def _last_text(report: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for node in report["nodes"]:
+        name = node["node_id"] or node["address"]
+        if "error" in node:
+            lines.append(f"{name}: did not answer: {node['error']}")
+            continue
+        periodic, last = node["periodic"], node["last"]
+        head = f"{name} ({node['role']}): periodic audit "
+        head += (f"every {periodic['interval_s']:g} s" if periodic["interval_s"]
+                 else "off")
+        if last is None:
+            head += ": no run yet"
+        else:
+            total = last["violations_total"]
+            head += (f": last ended {last['finished_at']} ({last['age_s']:g} s ago), "
+                     f"{last['rows_checked']} rows in {last['duration_s']:g} s: "
+                     + ("clean" if not total else f"{total} violations"))
+        lines.append(head + ("; one running now" if periodic["running"] else ""))
+        lines.append("  runs {runs}, skipped {skipped}, not started (not a follower) "
+                     "{not_follower}, stopped (became leader) {stopped}, failed "
+                     "{failures}".format(**periodic))
+        if last is not None and last["violations_total"]:
+            lines += [f"  {category}: {count}" for category, count in last["counts"].items()
+                      if count]
+            lines.append(f"  (each violation in full: {name}'s log, "
+                         "'periodic audit violation ...')")
     return "\n".join(lines)

@@ -21,5 +21,7 @@ auditor"):
   copied from peers' checkpoints, each verified against the majority's tree;
   the marker is cleared only when every root matches again;
 * ``service``: a node's answers to the integrity requests; ``audit_scan``: the
-  auditor's scan over a checkpoint, in a process of its own.
+  auditor's scan over a checkpoint, in a process of its own;
+* ``periodic``: the auditor run now and then on a follower (``[auditor]``), its
+  last result persisted and exported as metrics.
 """

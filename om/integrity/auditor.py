@@ -211,12 +211,13 @@ def _recheck(candidate: Violation, view: ReadView, config: AuditConfig) -> _Outc
     return "unsettled"
 
 
-def log_report(report: AuditReport, log: logging.Logger = logger) -> None:
-    """Logs each violation in full, then the counts per category."""
+def log_report(report: AuditReport, log: logging.Logger = logger,
+               label: str = "audit") -> None:
+    """Logs each violation in full, then the counts per category (``label``: which run)."""
     for violation in report.violations:
-        log.warning("audit violation %s: %s: %s", violation.category, violation.subject,
+        log.warning("%s violation %s: %s: %s", label, violation.category, violation.subject,
                     violation.detail)
-    log.info("audit: %d rows, %d candidates, %d cleared in flight, %d unsettled; %s",
+    log.info("%s: %d rows, %d candidates, %d cleared in flight, %d unsettled; %s", label,
              report.rows_checked, report.candidates, report.cleared, report.unsettled,
              ", ".join(f"{name}={count}" for name, count in report.counts().items()))
 

@@ -8,7 +8,9 @@ must see what it holds). StartVerify needs Raft and stays in the node.
 Reads of a checkpoint run in a worker thread, so the event loop keeps serving.
 The auditor's scan runs in a process of its own over a checkpoint
 (``om.integrity.audit_scan``), paced by a ``RateLimit``; its candidates are
-confirmed here against the live store, in a worker thread.
+confirmed here against the live store, in a worker thread. One audit runs at a
+time on a node: on demand (AuditReplica) or periodic (``om.integrity.periodic``,
+which may stop its run half-way: ``audit_store``'s ``stop``).
 """
 
 from __future__ import annotations
@@ -57,10 +59,15 @@ class AuditRun:
 
     report: AuditReport
     duration_s: float
+    finished_at_s: float = 0.0      # wall clock (Unix time) when it ended
 
 
 class AuditFailed(Exception):
     """The audit could not run (its scan process failed): the message says why."""
+
+
+class AuditStopped(Exception):
+    """The audit was asked to stop before it ended (its scan killed, nothing reported)."""
 
 
 class IntegrityService:
@@ -79,6 +86,11 @@ class IntegrityService:
         self.last_audit: AuditRun | None = None
         self.audits = 0
         self._audit_lock = asyncio.Lock()
+
+    @property
+    def auditing(self) -> bool:
+        """Whether an audit runs now (or is queued behind one)."""
+        return self._audit_lock.locked()
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """The answer to one integrity request (never raises for a client's mistake)."""
@@ -162,49 +174,69 @@ class IntegrityService:
         answer = self._facts()
         if not body.facts_only:
             try:
-                run = await self._run_audit(body.rows_per_s or DEFAULT_AUDIT_ROWS_PER_S)
+                run = await self.audit_store(body.rows_per_s or DEFAULT_AUDIT_ROWS_PER_S)
             except AuditFailed as error:
                 return error_response(request, om_pb2.INTERNAL_ERROR, str(error))
-            auditor.log_report(run.report)
-            self.last_audit = run
-            self.audits += 1
             _fill_report(answer, run, body.details_max or DEFAULT_DETAILS_MAX)
         return _ok(request, "audit_replica", answer)
 
-    async def _run_audit(self, rows_per_s: int) -> AuditRun:
+    async def audit_store(self, rows_per_s: int, stop: asyncio.Event | None = None,
+                          label: str = "audit") -> AuditRun:
+        """Audits this node's store (after any audit running now), logs each violation in
+        full and keeps the run as ``last_audit`` (the metrics). AuditStopped when ``stop``
+        is set before the scan ended: nothing is reported then."""
+        async with self._audit_lock:
+            run = await self._run_audit(rows_per_s, stop)
+        auditor.log_report(run.report, label=label)
+        self.last_audit = run
+        self.audits += 1
+        return run
+
+    async def _run_audit(self, rows_per_s: int, stop: asyncio.Event | None) -> AuditRun:
         """The first pass over a checkpoint in a process of its own
         (``om.integrity.audit_scan``), each candidate confirmed on the live store."""
         started = time.perf_counter()
-        async with self._audit_lock:
-            work = self._node_dir / AUDIT_DIR
+        work = self._node_dir / AUDIT_DIR
+        await asyncio.to_thread(shutil.rmtree, work, True)
+        work.mkdir(parents=True)
+        try:
+            _check_stop(stop)
+            await asyncio.to_thread(self._store.checkpoint, work / "checkpoint")
+            _check_stop(stop)
+            await self._scan(work, rows_per_s, stop)
+            candidates, rows = audit_scan.load_candidates(work / "candidates.json")
+            _check_stop(stop)
+            view = ThrottledView(self._store, RateLimit(rows_per_s=rows_per_s))
+            confirmed = await asyncio.to_thread(auditor.confirm, candidates, view,
+                                                self._audit_config)
+        finally:
             await asyncio.to_thread(shutil.rmtree, work, True)
-            work.mkdir(parents=True)
-            try:
-                await asyncio.to_thread(self._store.checkpoint, work / "checkpoint")
-                await self._scan(work, rows_per_s)
-                candidates, rows = audit_scan.load_candidates(work / "candidates.json")
-                view = ThrottledView(self._store, RateLimit(rows_per_s=rows_per_s))
-                confirmed = await asyncio.to_thread(auditor.confirm, candidates, view,
-                                                    self._audit_config)
-            finally:
-                await asyncio.to_thread(shutil.rmtree, work, True)
         report = AuditReport(confirmed.violations, rows, confirmed.candidates,
                              confirmed.cleared, confirmed.unsettled)
-        return AuditRun(report, time.perf_counter() - started)
+        return AuditRun(report, time.perf_counter() - started, time.time())
 
-    async def _scan(self, work: Path, rows_per_s: int) -> None:
+    async def _scan(self, work: Path, rows_per_s: int, stop: asyncio.Event | None) -> None:
         config = self._audit_config
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "om.integrity.audit_scan", str(work / "checkpoint"),
             str(work / "candidates.json"), str(rows_per_s), str(config.retry_expiry_ms),
             str(config.retry_grace_ms), stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE)
+        reading = asyncio.ensure_future(process.communicate())
+        stopping = None if stop is None else asyncio.ensure_future(stop.wait())
         try:
-            _, errors = await process.communicate()
+            await asyncio.wait([t for t in (reading, stopping) if t is not None],
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if process.returncode is None:
+            if stopping is not None:
+                stopping.cancel()
+            if process.returncode is None:   # stopped, or this task was cancelled
                 process.kill()
-                await process.wait()
+            await asyncio.gather(reading, return_exceptions=True)  # ends with the process
+        if reading.cancelled() or (stop is not None and stop.is_set()
+                                   and process.returncode != 0):
+            raise AuditStopped("the audit scan was stopped before it ended")
+        _, errors = reading.result()
         if process.returncode != 0:
             tail = " | ".join(errors.decode(errors="replace").strip().splitlines()[-3:])
             raise AuditFailed(f"the audit scan failed (status {process.returncode}): {tail}")
@@ -220,6 +252,11 @@ class IntegrityService:
             answer.verify_position = done.spec.position
             answer.verify_roots.extend(_roots(done.forest))
         return answer
+
+
+def _check_stop(stop: asyncio.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise AuditStopped("the audit was stopped before it ended")
 
 
 def _describe(answer: om_pb2.GetVerifyTreesResponse, verification: Verification,
