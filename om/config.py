@@ -43,6 +43,7 @@ EXECUTIONS = ("leader", "replicated")
 READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
 READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)
+LIFETIME_PER_ROTATION_MAX = 1000   # om.security.tokens keeps at most ~this many secret keys
 
 
 class ConfigError(Exception):
@@ -160,6 +161,20 @@ class Tls:
 
 
 @dataclass(frozen=True)
+class Tokens:
+    """Delegation tokens (om/security/tokens.py), with TLS on: Ozone's defaults
+    (ozone.manager.delegation.token.renew-interval 1 d, .max-lifetime 7 d; a new
+    secret key a day, as hdds.secret.key.rotate.duration). ``enabled = false``
+    refuses token requests and again requires a certificate of every client."""
+
+    enabled: bool = True
+    renew_interval_s: float = 86_400.0
+    max_lifetime_s: float = 7 * 86_400.0
+    key_rotation_s: float = 86_400.0
+    tokens_max: int = 1_000_000
+
+
+@dataclass(frozen=True)
 class Audit:
     """The audit log (Ozone's OMAudit lines): on by default, reads included."""
 
@@ -237,6 +252,7 @@ class ServerConfig:
     audit: Audit = field(default_factory=Audit)
     auditor: Auditor = field(default_factory=Auditor)
     tls: Tls = field(default_factory=Tls)
+    tokens: Tokens = field(default_factory=Tokens)
 
     def tls_path(self, template: str) -> Path:
         """A [tls] path with this node's id filled in."""
@@ -285,7 +301,11 @@ class ServerConfig:
         server_files = (self.tls.cert_file, self.tls.key_file, self.tls.ca_file)
         if any(server_files) and not all(server_files):
             raise ConfigError("[tls] needs cert_file, key_file and ca_file together")
-        for section in (self.limits, self.batch, self.raft, self.audit):
+        if self.tokens.max_lifetime_s > LIFETIME_PER_ROTATION_MAX * self.tokens.key_rotation_s:
+            raise ConfigError(f"[tokens] max_lifetime_s / key_rotation_s must be at most "
+                              f"{LIFETIME_PER_ROTATION_MAX}: every key is kept until the "
+                              "tokens it signed pass their max date")
+        for section in (self.limits, self.batch, self.raft, self.audit, self.tokens):
             for item in dataclasses.fields(section):
                 value = getattr(section, item.name)
                 if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
@@ -373,7 +393,7 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         if "nodes" in values:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
-                          ("auditor", Auditor), ("tls", Tls)):
+                          ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable
 
@@ -19,18 +20,21 @@ from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
+from om.executor.errors import OMError
+from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
-from om.flows.template import audit_request
+from om.flows.template import audit_request, not_leader_response
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node_integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.protocol import om_pb2
-from om.statemachine import log_entry
+from om.security import tokens
+from om.statemachine import log_entry, tables
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
@@ -39,6 +43,9 @@ from om.tracing import NullTracer, Tracer, TraceSink
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
+TOKEN_TYPES = frozenset({om_pb2.GetDelegationToken, om_pb2.RenewDelegationToken,
+                         om_pb2.CancelDelegationToken})
+CERTIFICATE_ONLY = frozenset({om_pb2.GetDelegationToken, om_pb2.RenewDelegationToken})
 
 
 def _answered(response: om_pb2.OMResponse) -> asyncio.Future[om_pb2.OMResponse]:
@@ -49,6 +56,28 @@ def _answered(response: om_pb2.OMResponse) -> asyncio.Future[om_pb2.OMResponse]:
 
 def _exit_now() -> None:
     os._exit(FAIL_STOP_EXIT)
+
+
+SECRET_TABLE = tables.TABLE_NAMES[om_pb2.SECRET_KEY]
+
+
+def secret_rows_refused(request: om_pb2.OMRequest, config: ServerConfig) -> bool:
+    """Whether ``request`` reads raw secretKeyTable rows (om admin repair's
+    ReadVerifyRange) for a user who is not an administrator: whoever holds a secret
+    key can forge any user's delegation token, ACLs on or off."""
+    return (request.cmd_type == om_pb2.ReadVerifyRange
+            and request.read_verify_range.table == SECRET_TABLE
+            and request.user not in config.admins and "*" not in config.admins)
+
+
+def handler_limits(config: ServerConfig) -> HandlerLimits:
+    """What the handlers enforce, from the server configuration."""
+    tokens_ = config.tokens
+    return HandlerLimits(list_max_keys=config.limits.list_max_keys,
+                         token_renew_interval_ms=int(tokens_.renew_interval_s * 1000),
+                         token_max_lifetime_ms=int(tokens_.max_lifetime_s * 1000),
+                         token_key_rotation_ms=int(tokens_.key_rotation_s * 1000),
+                         tokens_max=tokens_.tokens_max)
 
 
 def leader_config(config: ServerConfig) -> LeaderConfig:
@@ -65,7 +94,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
                           inflight_batches_max=batch.inflight_batches_max,
                           queue_max=batch.queue_max),
         acl=acl_policy(config),
-        limits=HandlerLimits(list_max_keys=limits.list_max_keys),
+        limits=handler_limits(config),
         retry_cache_enabled=not config.unsafe_disable_retry_cache,
         read_mode=config.read_mode,
     )
@@ -195,6 +224,11 @@ class Node:
         if request.cmd_type == om_pb2.ServiceList:
             return _answered(self.service_list(request))
         if request.cmd_type in INTEGRITY_TYPES:
+            if secret_rows_refused(request, self.config):
+                return _answered(error_response(
+                    request, om_pb2.PERMISSION_DENIED, f"user {request.user!r} may not read "
+                    f"raw rows of {SECRET_TABLE}: they hold the keys that sign delegation "
+                    "tokens; only an OM administrator (admins) may"))
             return self.integrity.submit(request)
         if request.cmd_type == om_pb2.TransferLeadership:
             work = node_transfer.answer(request, self.config, self.raft)
@@ -203,12 +237,64 @@ class Node:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None
             return _answered(refusal)
+        if request.cmd_type in TOKEN_TYPES and not self.tokens_enabled:
+            return _answered(error_response(
+                request, om_pb2.NOT_SUPPORTED_OPERATION, "delegation tokens need a secure "
+                "cluster: TLS with client certificates (om cluster up --tls) and [tokens] "
+                "enabled"))
+        if request.cmd_type == om_pb2.GetDelegationToken:
+            # the next secret key, should one be due (om/security/tokens.py); a client's
+            # own bytes never get this far
+            request.secret_key_candidate = secrets.token_bytes(tokens.SECRET_BYTES)
+        elif request.secret_key_candidate:
+            request.ClearField("secret_key_candidate")
         return self.leader.submit(request, peer)
 
-    def audit_refused(self, request: om_pb2.OMRequest, peer: str, message: str) -> None:
-        """Audits a request the server refused before it reached the flow (a forged user)."""
+    @property
+    def tokens_enabled(self) -> bool:
+        """Whether this node issues and accepts delegation tokens (TLS and [tokens] on)."""
+        return self.config.tls.enabled and self.config.tokens.enabled
+
+    def _read_view(self) -> ReadView:
+        """What this node's readers see (the old flow's write cache over the store)."""
+        if isinstance(self.state_machine, ReplicatedStateMachine):
+            return self.state_machine.view
+        return self.store
+
+    def token_user(self, request: om_pb2.OMRequest) -> str | om_pb2.OMResponse:
+        """The user a request without a client certificate acts as: its delegation
+        token's owner; or the answer that refuses it. A token this node cannot
+        validate while it is not the ready leader (it may lag) sends the client to the
+        leader instead. Getting or renewing a token needs a certificate."""
+        if not request.HasField("token"):
+            return error_response(
+                request, om_pb2.PERMISSION_DENIED, "no client certificate and no delegation "
+                "token: present a certificate signed by the cluster CA, or a token from "
+                "`om sh token get` (--token FILE)")
+        try:
+            identifier = tokens.authenticate(request.token, self._read_view(),
+                                             time.time_ns() // 1_000_000)
+        except OMError as error:
+            role = self.replicator.role()
+            if not role.ready:
+                return not_leader_response(request, self.config.node_id, role)
+            return error_response(request, error.status, error.message)
+        except Exception:
+            logger.exception("validating a delegation token failed")
+            return error_response(request, om_pb2.INTERNAL_ERROR,
+                                  "internal error while validating the delegation token")
+        if request.cmd_type in CERTIFICATE_ONLY:
+            return error_response(
+                request, om_pb2.INVALID_AUTH_METHOD, "Delegation Token can be issued or "
+                "renewed only with a client certificate, not with a delegation token")
+        return identifier.owner
+
+    def audit_refused(self, request: om_pb2.OMRequest, peer: str, message: str,
+                      status: str = "PERMISSION_DENIED") -> None:
+        """Audits a request the server refused before it reached the flow (a forged user,
+        a bad delegation token)."""
         if self.audit is not None:
-            audit_request(self.audit, request, peer, "PERMISSION_DENIED", message)
+            audit_request(self.audit, request, peer, status, message)
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one client request; the caller's cancellation does not stop it."""

@@ -22,6 +22,7 @@ import functools
 import logging
 import math
 import resource
+import ssl
 import time
 from typing import cast
 
@@ -125,6 +126,8 @@ class OMProtocol(asyncio.Protocol):
         self._eof = False
         self._peer = ""
         self._user: str | None = None    # the client certificate's CN, with TLS
+        # TLS admits clients without a certificate: each request must carry a token
+        self._token_auth = node.tokens_enabled
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -180,12 +183,36 @@ class OMProtocol(asyncio.Protocol):
                     self._node.audit_refused(request, self._peer, problem)
                     continue
                 request.user = self._user
+            elif self._token_auth and not self._token_user(request):
+                continue
+            if request.HasField("token"):
+                request.ClearField("token")   # authenticated: the flows never see it
             self._in_flight += 1
             self._node.submit(request, self._peer).add_done_callback(
                 functools.partial(self._reply, request.call_id))
         if self._in_flight >= self._in_flight_max and not self._paused:
             self._paused = True
             self._transport.pause_reading()
+
+    def _token_user(self, request: om_pb2.OMRequest) -> bool:
+        """Sets the user of a request on a connection without a certificate from its
+        delegation token; False (answered, and audited unless sent to the leader) when
+        the token does not stand."""
+        verdict = self._node.token_user(request)
+        if isinstance(verdict, str) and request.user not in ("", verdict):
+            verdict = om_pb2.OMResponse(
+                cmd_type=request.cmd_type, status=om_pb2.PERMISSION_DENIED,
+                call_id=request.call_id, message=f"User '{request.user}' is not the owner "
+                f"'{verdict}' of the delegation token: a request may not act for another user")
+        if isinstance(verdict, str):
+            request.user = verdict
+            return True
+        assert self._transport is not None
+        self._transport.write(self._frame(request.call_id, verdict))
+        if verdict.status not in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY):
+            self._node.audit_refused(request, self._peer, verdict.message,
+                                     om_pb2.Status.Name(verdict.status))
+        return False
 
     def _reply(self, call_id: int, answer: asyncio.Future[om_pb2.OMResponse]) -> None:
         """Sends the answer of one request (nothing when shutdown cancelled it)."""
@@ -227,6 +254,14 @@ def raft_security(node: Node) -> str:
     return ", raft=UNAUTHENTICATED: no raft_secret_file"
 
 
+def client_security(node: Node, context: ssl.SSLContext | None) -> str:
+    """What the start line says of the client port."""
+    if context is None:
+        return "PLAIN"
+    tokens = " (or a delegation token)" if node.tokens_enabled else ""
+    return f"TLS, certificate required{tokens}"
+
+
 def start_metrics_endpoint(node: Node) -> MetricsEndpoint | None:
     """Serves the node's registry at http://host:http_port/prom (None when off)."""
     address = node.config.node
@@ -250,6 +285,10 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
     context = server_context(node.config.tls_path(tls.cert_file),
                              node.config.tls_path(tls.key_file),
                              node.config.tls_path(tls.ca_file)) if tls.enabled else None
+    if context is not None and node.tokens_enabled:
+        # a client without a certificate may connect; every request of it needs a
+        # delegation token (OMProtocol._token_user)
+        context.verify_mode = ssl.CERT_OPTIONAL
     try:
         server = await asyncio.get_running_loop().create_server(
             lambda: OMProtocol(node, connections), address.host, address.port,
@@ -265,7 +304,7 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
     print(f"OM {node.config.node_id} listening on {address.address} "
           f"(execution={node.config.execution}, data={node.config.node_data_dir}, "
           f"durable={'yes' if node.config.raft.fsync else 'NO: fsync = false'}"
-          f"{raft_security(node)}, clients={'TLS, certificate required' if context else 'PLAIN'}"
+          f"{raft_security(node)}, clients={client_security(node, context)}"
           f"{metrics})",
           flush=True)
     try:

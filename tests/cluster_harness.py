@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from om import cluster as om_cluster
 from om.client import OMClient, OMClientError
@@ -25,7 +26,7 @@ def start(directory: Path, extra_toml: str = "", execution: str = "leader") -> o
                          FAST_RAFT + extra_toml, timeout_s=60, remember_it=False)
 
 
-def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, **kwargs: str) -> OMClient:
+def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, **kwargs: Any) -> OMClient:
     """A client knowing every node (with the cluster's certificate when it has TLS), with an
     overall retry deadline."""
     return OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=deadline_s,

@@ -13,7 +13,9 @@ FROZEN_STATUS = {
     "OK": 1, "VOLUME_NOT_FOUND": 3, "VOLUME_NOT_EMPTY": 4, "VOLUME_ALREADY_EXISTS": 5,
     "USER_TOO_MANY_VOLUMES": 7, "BUCKET_NOT_FOUND": 8, "BUCKET_NOT_EMPTY": 9,
     "BUCKET_ALREADY_EXISTS": 10, "KEY_ALREADY_EXISTS": 11, "KEY_NOT_FOUND": 12,
-    "INVALID_KEY_NAME": 13, "INTERNAL_ERROR": 15, "METADATA_ERROR": 19, "INVALID_REQUEST": 39,
+    "INVALID_KEY_NAME": 13, "INTERNAL_ERROR": 15, "METADATA_ERROR": 19,
+    "INVALID_AUTH_METHOD": 33, "INVALID_TOKEN": 34, "TOKEN_EXPIRED": 35, "INVALID_REQUEST": 39,
+    "TOKEN_CREATION_ERROR": 43,
     "PERMISSION_DENIED": 48, "TIMEOUT": 49, "INVALID_BUCKET_NAME": 58,
     "INVALID_VOLUME_NAME": 61, "NOT_SUPPORTED_OPERATION": 64, "QUOTA_EXCEEDED": 66,
     "QUOTA_ERROR": 67, "TOO_MANY_BUCKETS": 94, "NOT_LEADER": 1001, "LEADER_NOT_READY": 1002,
@@ -23,12 +25,15 @@ FROZEN_TYPE = {
     "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
     "ListVolume": 16, "CreateBucket": 21, "InfoBucket": 22, "SetBucketProperty": 23,
     "DeleteBucket": 24, "ListBuckets": 25, "CreateKey": 31, "LookupKey": 32, "RenameKey": 33,
-    "DeleteKey": 34, "ListKeys": 35, "CommitKey": 36, "ServiceList": 51, "PersistDb": 138,
+    "DeleteKey": 34, "ListKeys": 35, "CommitKey": 36, "ServiceList": 51,
+    "GetDelegationToken": 61, "RenewDelegationToken": 62, "CancelDelegationToken": 63,
+    "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
     "AuditReplica": 2005, "TransferLeadership": 2006,
 }
 FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
-                "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8}
+                "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8,
+                "SECRET_KEY": 9, "DELEGATION_TOKEN": 10}
 
 
 def test_generated_module_matches_proto(tmp_path: Path) -> None:

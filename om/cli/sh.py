@@ -7,6 +7,8 @@
     om sh volume|bucket|key addacl|removeacl|setacl ADDRESS -a type:name:rights[SCOPE][,...]
     om sh volume|bucket|key getacl ADDRESS [--json|--no-json]
     om sh prefix addacl|removeacl|setacl|getacl ...   -> not supported: no prefix ACLs
+    om sh token get [-r RENEWER] -t FILE | renew -t FILE | cancel -t FILE | print -t FILE
+    om sh --token FILE ...   act as a delegation token's owner, without a certificate
 
 Addresses, flags, output and exit codes follow Ozone's shell (see
 docs/ozone-shell-compat.md): ``[o3://host:port]/vol/bucket/key``, leading and
@@ -28,7 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 from om.cli import sh_commands as do
-from om.cli.credentials import add_tls_flags, client_tls
+from om.cli import sh_token
+from om.cli.credentials import (
+    add_tls_flags,
+    add_token_flag,
+    client_credentials,
+    token_credentials,
+)
 from om.cli.sh_address import parse_address
 from om.cli.sh_options import ShellError, UsageError
 from om.client import OMClient, OMConnectionError, OMStatusError
@@ -58,6 +66,7 @@ def register(commands: Any) -> None:
     p.add_argument("--user", help="the user to act as (default: the login name)")
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
     add_tls_flags(p)
+    add_token_flag(p)
     p.add_argument("--read-mode", choices=("linearizable", "local"), default="linearizable",
                    help="local: any node answers reads from its own state, maybe stale "
                         "(default: linearizable, confirmed by the leader)")
@@ -67,6 +76,7 @@ def register(commands: Any) -> None:
     _bucket_commands(objects.add_parser("bucket", help="bucket commands"))
     _key_commands(objects.add_parser("key", help="key commands"))
     _prefix_commands(objects.add_parser("prefix", help="prefix ACLs (not supported)"))
+    sh_token.register(objects, _command)
     p.set_defaults(run=run)
 
 
@@ -267,13 +277,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
+    if getattr(args, "offline", None) is not None:   # token print: reads a file only
+        args.offline(args)
+        return
     if hasattr(args, "acl_lists"):
         args.acls = _flatten(args.acl_lists)
     kind = args.kind(args) if callable(args.kind) else args.kind
     at = parse_address(args.uri).require(kind)
     addresses = [at.om_address] if at.om_address else split_addresses(args.om)
     policy = RetryPolicy(deadline_s=args.timeout)
-    tls = client_tls(args, addresses)
+    tls, token = client_credentials(args, addresses)
+    if tls is None and args.object == "token" and args.verb in ("renew", "cancel"):
+        # no certificate found: act with the token itself, as Ozone's TokenHandler does
+        tls, token = token_credentials(args, addresses, sh_token.read_token(args.token_path))
     with OMClient(addresses, user=args.user, policy=policy, read_mode=args.read_mode,
-                  tls=tls) as client:
+                  tls=tls, token=token) as client:
         args.command(client, args, at)

@@ -12,11 +12,10 @@ import ssl
 from collections.abc import Sequence
 
 from om.client.errors import OMConnectionError, error_for
-from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, split_address
+from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, Tls, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
-from om.security.tls import ClientTls
 
 
 class _Connection:
@@ -80,8 +79,9 @@ class AsyncOMClient(ClientIdentity):
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None,
-                 read_mode: str = "linearizable", tls: ClientTls | None = None) -> None:
-        super().__init__(addresses, user, policy, client_id, read_mode, tls)
+                 read_mode: str = "linearizable", tls: Tls | None = None,
+                 token: om_pb2.TokenProto | None = None) -> None:
+        super().__init__(addresses, user, policy, client_id, read_mode, tls, token)
         self._connections: dict[str, _Connection] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 

@@ -12,11 +12,10 @@ from collections.abc import Sequence
 
 from om.client import requests as build
 from om.client.errors import OMConnectionError, error_for
-from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, split_address
+from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, Tls, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
-from om.security.tls import ClientTls
 
 
 class OMClient(ClientIdentity):
@@ -24,8 +23,9 @@ class OMClient(ClientIdentity):
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None,
-                 read_mode: str = "linearizable", tls: ClientTls | None = None) -> None:
-        super().__init__(addresses, user, policy, client_id, read_mode, tls)
+                 read_mode: str = "linearizable", tls: Tls | None = None,
+                 token: om_pb2.TokenProto | None = None) -> None:
+        super().__init__(addresses, user, policy, client_id, read_mode, tls, token)
         self._socket: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
         self.last_retries = 0
@@ -187,3 +187,19 @@ class OMClient(ClientIdentity):
     def get_acl(self, obj: om_pb2.OzoneObj) -> list[om_pb2.OzoneAcl]:
         """The object's ACL entries, in their stored order."""
         return list(self.call(build.get_acl(obj)).get_acl.acls)
+
+    def get_delegation_token(self, renewer: str = "") -> om_pb2.GetDelegationTokenResponse:
+        """A delegation token for this client's user (renewer: the owner unless given);
+        its service names the addresses it came from."""
+        issued = self.call(build.get_delegation_token(renewer)).get_delegation_token
+        issued.token.service = ",".join(self.addresses)
+        return issued
+
+    def renew_delegation_token(self, token: om_pb2.TokenProto) -> int:
+        """Renews ``token`` (this client's user must be its renewer); its new expiry, ms."""
+        response = self.call(build.renew_delegation_token(token))
+        return response.renew_delegation_token.new_expiry_time
+
+    def cancel_delegation_token(self, token: om_pb2.TokenProto) -> None:
+        """Cancels ``token`` (this client's user must be its owner or renewer)."""
+        self.call(build.cancel_delegation_token(token))

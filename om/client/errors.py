@@ -76,6 +76,11 @@ class InvalidRequest(OMStatusError):
     """INVALID_REQUEST"""
 
 
+class TokenError(OMStatusError):
+    """INVALID_TOKEN, TOKEN_EXPIRED, INVALID_AUTH_METHOD or TOKEN_CREATION_ERROR: a
+    delegation token that does not stand, or one asked for the wrong way"""
+
+
 class LockTimeout(OMStatusError):
     """TIMEOUT: a lock or an in-flight original took too long"""
 
@@ -104,6 +109,10 @@ _BY_STATUS: dict[int, type[OMStatusError]] = {
     om_pb2.QUOTA_ERROR: QuotaError,
     om_pb2.PERMISSION_DENIED: PermissionDenied,
     om_pb2.INVALID_REQUEST: InvalidRequest,
+    om_pb2.INVALID_TOKEN: TokenError,
+    om_pb2.TOKEN_EXPIRED: TokenError,
+    om_pb2.INVALID_AUTH_METHOD: TokenError,
+    om_pb2.TOKEN_CREATION_ERROR: TokenError,
     om_pb2.TIMEOUT: LockTimeout,
     om_pb2.NOT_LEADER: NotLeader,
     om_pb2.LEADER_NOT_READY: NotLeader,

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
 from om.security.tls import ClientTls
+from om.security.token_client import ServerTrust
+
+Tls = ClientTls | ServerTrust   # a certificate, or only the CA (with a delegation token)
 
 DEFAULT_ADDRESS = "127.0.0.1:9862"
 
@@ -38,11 +41,17 @@ class ClientIdentity:
     With ``tls`` the client presents a certificate and the server takes the user
     from it: the user field is then left empty unless given (a given user that
     is not the certificate's is refused).
+
+    With ``token`` (a delegation token, ``om sh token get``) every request carries
+    it, and a server that got no certificate takes the token's owner as the user:
+    pair it with ``tls=ServerTrust(ca_file)``, which verifies the server and
+    presents no certificate.
     """
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
                  policy: RetryPolicy | None = None, client_id: str | None = None,
-                 read_mode: str = "linearizable", tls: ClientTls | None = None) -> None:
+                 read_mode: str = "linearizable", tls: Tls | None = None,
+                 token: om_pb2.TokenProto | None = None) -> None:
         assert addresses, "a client needs at least one address"
         if read_mode not in READ_MODES:
             raise ValueError(f"read_mode must be one of {READ_MODES}, not {read_mode!r}")
@@ -50,7 +59,8 @@ class ClientIdentity:
         self.addresses = list(addresses)
         self.tls = tls
         self.ssl_context = tls.context() if tls is not None else None
-        self.user = user if user is not None else ("" if tls else getpass.getuser())
+        self.user = user if user is not None else ("" if tls or token else getpass.getuser())
+        self.token = token
         self.policy = policy or RetryPolicy()
         self.client_id = client_id or str(uuid.uuid4())
         self._call_ids = itertools.count(1)
@@ -66,5 +76,7 @@ class ClientIdentity:
         request.client_id = self.client_id
         request.user = request.user or self.user
         request.local_read = request.local_read or self.local_reads
+        if self.token is not None and not request.HasField("token"):
+            request.token.CopyFrom(self.token)
         if not request.call_id:
             request.call_id = self.next_call_id()

@@ -132,3 +132,19 @@ def set_acl(obj: om_pb2.OzoneObj, acls: list[om_pb2.OzoneAcl]) -> om_pb2.OMReque
 
 def get_acl(obj: om_pb2.OzoneObj) -> om_pb2.OMRequest:
     return om_pb2.OMRequest(cmd_type=om_pb2.GetAcl, get_acl=om_pb2.GetAclRequest(obj=obj))
+
+
+def get_delegation_token(renewer: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.GetDelegationToken,
+                            get_delegation_token=om_pb2.GetDelegationTokenRequest(renewer=renewer))
+
+
+def renew_delegation_token(token: om_pb2.TokenProto) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.RenewDelegationToken,
+                            renew_delegation_token=om_pb2.RenewDelegationTokenRequest(token=token))
+
+
+def cancel_delegation_token(token: om_pb2.TokenProto) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.CancelDelegationToken,
+        cancel_delegation_token=om_pb2.CancelDelegationTokenRequest(token=token))

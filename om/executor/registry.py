@@ -15,6 +15,7 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.handlers import (
     add_acl,
+    cancel_delegation_token,
     commit_key,
     create_bucket,
     create_key,
@@ -23,6 +24,7 @@ from om.executor.handlers import (
     delete_key,
     delete_volume,
     get_acl,
+    get_delegation_token,
     info_bucket,
     info_volume,
     list_buckets,
@@ -31,6 +33,7 @@ from om.executor.handlers import (
     lookup_key,
     remove_acl,
     rename_key,
+    renew_delegation_token,
     set_acl,
     set_bucket_property,
     set_volume_property,
@@ -76,6 +79,11 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.RemoveAcl, "remove_acl", True, remove_acl.execute),
     _kind(om_pb2.SetAcl, "set_acl", True, set_acl.execute),
     _kind(om_pb2.GetAcl, "get_acl", False, get_acl.execute),
+    _kind(om_pb2.GetDelegationToken, "get_delegation_token", True, get_delegation_token.execute),
+    _kind(om_pb2.RenewDelegationToken, "renew_delegation_token", True,
+          renew_delegation_token.execute),
+    _kind(om_pb2.CancelDelegationToken, "cancel_delegation_token", True,
+          cancel_delegation_token.execute),
 ])
 
 

@@ -23,6 +23,8 @@ RenameKey              DELETE on the key, CREATE on the new name
 ListKeys               LIST on the bucket
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
+*DelegationToken       none: authentication only (om/security/tokens.py
+                       checks who may renew or cancel)
 =====================  ==========================================
 
 Each (object, right) is decided as Ozone's ``OzoneAclUtils.checkAllAcls`` and
@@ -215,6 +217,9 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.RemoveAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.SetAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.GetAcl: _acl_request(acls.READ_ACL),
+    om_pb2.GetDelegationToken: lambda body: (),
+    om_pb2.RenewDelegationToken: lambda body: (),
+    om_pb2.CancelDelegationToken: lambda body: (),
 }
 
 

@@ -11,6 +11,9 @@
 * Add/Remove/SetAcl: the locks a property change of the object takes (volume
   write; volume read + bucket write; bucket read + key write), so the row they
   rewrite has no quota delta or other change in flight.
+* Get/Renew/CancelDelegationToken: one write lock shared by every token write
+  (``TOKENS``, a name no volume can have), so a secret-key rotation, a token's
+  row and the purge of dead rows each have one writer at a time.
 * Reads take no locks: they see applied state only.
 """
 
@@ -100,6 +103,13 @@ def _acl_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     return ()   # malformed or a prefix: the handler refuses it and writes nothing
 
 
+TOKENS = "#delegation-tokens"   # '#' is not allowed in a volume name
+
+
+def _token_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    return (_volume(TOKENS, Mode.WRITE),)
+
+
 _PLANNERS = {
     om_pb2.CreateVolume: _volume_plan,
     om_pb2.DeleteVolume: _volume_plan,
@@ -114,6 +124,9 @@ _PLANNERS = {
     om_pb2.AddAcl: _acl_plan,
     om_pb2.RemoveAcl: _acl_plan,
     om_pb2.SetAcl: _acl_plan,
+    om_pb2.GetDelegationToken: _token_plan,
+    om_pb2.RenewDelegationToken: _token_plan,
+    om_pb2.CancelDelegationToken: _token_plan,
 }
 
 

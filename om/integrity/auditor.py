@@ -355,6 +355,24 @@ def _check_transaction_info(view: ReadView, key: bytes, value: bytes,
     return {}
 
 
+def _check_secret_key(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Problems:
+    row = _parse(om_pb2.SecretKey, value)
+    if row is None or key != tables.secret_key_key(row.key_id) or len(row.secret) != 32:
+        return {ROW_MALFORMED: "not a SecretKey of 32 bytes under its own id (not printed: "
+                               "it holds a secret)"}
+    return {}
+
+
+def _check_delegation_token(view: ReadView, key: bytes, value: bytes,
+                            facts: _Facts) -> Problems:
+    row = _parse(om_pb2.DelegationTokenInfo, value)
+    ident = None if row is None else _parse(om_pb2.OMTokenProto, row.identifier)
+    if ident is None or key != tables.delegation_token_key(ident.max_date,
+                                                           ident.sequence_number):
+        return {ROW_MALFORMED: _malformed("DelegationTokenInfo", ident)}
+    return {}
+
+
 _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.VOLUME: _check_volume,
     om_pb2.BUCKET: _check_bucket,
@@ -364,6 +382,8 @@ _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.CLIENT_REQUEST_REPLY: _check_reply,
     om_pb2.CLIENT_REQUEST_EXPIRY: _check_expiry,
     om_pb2.TRANSACTION_INFO: _check_transaction_info,
+    om_pb2.SECRET_KEY: _check_secret_key,
+    om_pb2.DELEGATION_TOKEN: _check_delegation_token,
 }
 assert set(_ROW_CHECKS) == set(tables.TABLE_NAMES), "every table has a row check"
 

@@ -36,6 +36,9 @@ OM_ACTIONS = {
     "CreateKey": "ALLOCATE_KEY", "LookupKey": "READ_KEY", "RenameKey": "RENAME_KEY",
     "DeleteKey": "DELETE_KEY", "ListKeys": "LIST_KEYS", "CommitKey": "COMMIT_KEY",
     "AddAcl": "ADD_ACL", "RemoveAcl": "REMOVE_ACL", "SetAcl": "SET_ACL", "GetAcl": "GET_ACL",
+    "GetDelegationToken": "GET_DELEGATION_TOKEN",
+    "RenewDelegationToken": "RENEW_DELEGATION_TOKEN",
+    "CancelDelegationToken": "CANCEL_DELEGATION_TOKEN",
 }
 NOT_RUN_HERE = frozenset({"NOT_LEADER", "LEADER_NOT_READY"})
 _LOG = logging.getLogger(__name__)

@@ -48,7 +48,15 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     INVALID_KEY_NAME: _Status.ValueType  # 13
     INTERNAL_ERROR: _Status.ValueType  # 15
     METADATA_ERROR: _Status.ValueType  # 19
+    INVALID_AUTH_METHOD: _Status.ValueType  # 33
+    """Delegation tokens (om/security/tokens.py): a token got or renewed with the wrong
+    credential, a forged, cancelled or unknown one, one past its expiry or max date,
+    and the cap on live tokens (tokens.tokens_max).
+    """
+    INVALID_TOKEN: _Status.ValueType  # 34
+    TOKEN_EXPIRED: _Status.ValueType  # 35
     INVALID_REQUEST: _Status.ValueType  # 39
+    TOKEN_CREATION_ERROR: _Status.ValueType  # 43
     PERMISSION_DENIED: _Status.ValueType  # 48
     TIMEOUT: _Status.ValueType  # 49
     INVALID_BUCKET_NAME: _Status.ValueType  # 58
@@ -90,7 +98,15 @@ KEY_NOT_FOUND: Status.ValueType  # 12
 INVALID_KEY_NAME: Status.ValueType  # 13
 INTERNAL_ERROR: Status.ValueType  # 15
 METADATA_ERROR: Status.ValueType  # 19
+INVALID_AUTH_METHOD: Status.ValueType  # 33
+"""Delegation tokens (om/security/tokens.py): a token got or renewed with the wrong
+credential, a forged, cancelled or unknown one, one past its expiry or max date,
+and the cap on live tokens (tokens.tokens_max).
+"""
+INVALID_TOKEN: Status.ValueType  # 34
+TOKEN_EXPIRED: Status.ValueType  # 35
 INVALID_REQUEST: Status.ValueType  # 39
+TOKEN_CREATION_ERROR: Status.ValueType  # 43
 PERMISSION_DENIED: Status.ValueType  # 48
 TIMEOUT: Status.ValueType  # 49
 INVALID_BUCKET_NAME: Status.ValueType  # 58
@@ -141,6 +157,10 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     ListKeys: _Type.ValueType  # 35
     CommitKey: _Type.ValueType  # 36
     ServiceList: _Type.ValueType  # 51
+    GetDelegationToken: _Type.ValueType  # 61
+    """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
+    RenewDelegationToken: _Type.ValueType  # 62
+    CancelDelegationToken: _Type.ValueType  # 63
     AddAcl: _Type.ValueType  # 75
     """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
     RemoveAcl: _Type.ValueType  # 76
@@ -185,6 +205,10 @@ DeleteKey: Type.ValueType  # 34
 ListKeys: Type.ValueType  # 35
 CommitKey: Type.ValueType  # 36
 ServiceList: Type.ValueType  # 51
+GetDelegationToken: Type.ValueType  # 61
+"""Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
+RenewDelegationToken: Type.ValueType  # 62
+CancelDelegationToken: Type.ValueType  # 63
 AddAcl: Type.ValueType  # 75
 """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
 RemoveAcl: Type.ValueType  # 76
@@ -258,6 +282,10 @@ class _TableEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Table.ValueType
     """clientRequestReplyTable"""
     CLIENT_REQUEST_EXPIRY: _Table.ValueType  # 8
     """clientRequestExpiryTable (expiry index)"""
+    SECRET_KEY: _Table.ValueType  # 9
+    """secretKeyTable: the keys that sign delegation tokens"""
+    DELEGATION_TOKEN: _Table.ValueType  # 10
+    """delegationTokenTable (Ozone's dTokenTable)"""
 
 class Table(_Table, metaclass=_TableEnumTypeWrapper):
     """------------------------------------------------- replication (PersistDb) ---
@@ -282,6 +310,10 @@ CLIENT_REQUEST_REPLY: Table.ValueType  # 7
 """clientRequestReplyTable"""
 CLIENT_REQUEST_EXPIRY: Table.ValueType  # 8
 """clientRequestExpiryTable (expiry index)"""
+SECRET_KEY: Table.ValueType  # 9
+"""secretKeyTable: the keys that sign delegation tokens"""
+DELEGATION_TOKEN: Table.ValueType  # 10
+"""delegationTokenTable (Ozone's dTokenTable)"""
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
@@ -656,6 +688,184 @@ class RepeatedKeyInfo(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RepeatedKeyInfo: _TypeAlias = RepeatedKeyInfo  # noqa: Y015
+
+@_typing.final
+class OMTokenProto(_message.Message):
+    """------------------------------------------------------- delegation tokens ---
+    om/security/tokens.py has the rules: issue, renew, cancel, validate.
+
+    What a delegation token says (Ozone's OMTokenProto, its DELEGATION_TOKEN
+    fields), signed byte for byte by the secret key master_key_id.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Type:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OMTokenProto._Type.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        TYPE_UNSPECIFIED: OMTokenProto._Type.ValueType  # 0
+        DELEGATION_TOKEN: OMTokenProto._Type.ValueType  # 1
+
+    class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+    TYPE_UNSPECIFIED: OMTokenProto.Type.ValueType  # 0
+    DELEGATION_TOKEN: OMTokenProto.Type.ValueType  # 1
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    RENEWER_FIELD_NUMBER: _builtins.int
+    REAL_USER_FIELD_NUMBER: _builtins.int
+    ISSUE_DATE_FIELD_NUMBER: _builtins.int
+    MAX_DATE_FIELD_NUMBER: _builtins.int
+    SEQUENCE_NUMBER_FIELD_NUMBER: _builtins.int
+    MASTER_KEY_ID_FIELD_NUMBER: _builtins.int
+    type: Global___OMTokenProto.Type.ValueType
+    version: _builtins.int
+    owner: _builtins.str
+    """the user a client holding the token acts as"""
+    renewer: _builtins.str
+    """the one user who may renew it"""
+    real_user: _builtins.str
+    """empty: no proxy users here"""
+    issue_date: _builtins.int
+    """ms since the epoch, leader clock"""
+    max_date: _builtins.int
+    """never valid after this, however often renewed"""
+    sequence_number: _builtins.int
+    """unique: the managed index of the GetDelegationToken"""
+    master_key_id: _builtins.int
+    """the secretKeyTable row that signed it"""
+    def __init__(
+        self,
+        *,
+        type: Global___OMTokenProto.Type.ValueType = ...,
+        version: _builtins.int = ...,
+        owner: _builtins.str = ...,
+        renewer: _builtins.str = ...,
+        real_user: _builtins.str = ...,
+        issue_date: _builtins.int = ...,
+        max_date: _builtins.int = ...,
+        sequence_number: _builtins.int = ...,
+        master_key_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["issue_date", b"issue_date", "master_key_id", b"master_key_id", "max_date", b"max_date", "owner", b"owner", "real_user", b"real_user", "renewer", b"renewer", "sequence_number", b"sequence_number", "type", b"type", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OMTokenProto: _TypeAlias = OMTokenProto  # noqa: Y015
+
+@_typing.final
+class TokenProto(_message.Message):
+    """Hadoop's TokenProto: what a client holds (`om sh token get -t FILE` writes it,
+    base64url-encoded) and sends back (OMRequest.token, or the body of a renew or
+    cancel).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDENTIFIER_FIELD_NUMBER: _builtins.int
+    PASSWORD_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    SERVICE_FIELD_NUMBER: _builtins.int
+    identifier: _builtins.bytes
+    """a serialized OMTokenProto"""
+    password: _builtins.bytes
+    """HMAC-SHA256 of identifier under the secret key"""
+    kind: _builtins.str
+    """"OzoneToken" """
+    service: _builtins.str
+    """the OM addresses it came from (not signed)"""
+    def __init__(
+        self,
+        *,
+        identifier: _builtins.bytes = ...,
+        password: _builtins.bytes = ...,
+        kind: _builtins.str = ...,
+        service: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identifier", b"identifier", "kind", b"kind", "password", b"password", "service", b"service"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenProto: _TypeAlias = TokenProto  # noqa: Y015
+
+@_typing.final
+class SecretKey(_message.Message):
+    """A row of secretKeyTable, key: the key id, 4 bytes big-endian. Generated on the
+    leader (the random bytes come with the GetDelegationToken request that rotates
+    it) and replicated like any row, so every node validates tokens.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    CREATION_DATE_FIELD_NUMBER: _builtins.int
+    EXPIRY_DATE_FIELD_NUMBER: _builtins.int
+    TOKENS_ISSUED_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.int
+    secret: _builtins.bytes
+    """32 random bytes: the HMAC-SHA256 key"""
+    creation_date: _builtins.int
+    """ms; signs new tokens until creation + rotation"""
+    expiry_date: _builtins.int
+    """ms; dropped after: every token it signed is past max"""
+    tokens_issued: _builtins.int
+    """how many tokens it signed (bounds the token table)"""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.int = ...,
+        secret: _builtins.bytes = ...,
+        creation_date: _builtins.int = ...,
+        expiry_date: _builtins.int = ...,
+        tokens_issued: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creation_date", b"creation_date", "expiry_date", b"expiry_date", "key_id", b"key_id", "secret", b"secret", "tokens_issued", b"tokens_issued"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SecretKey: _TypeAlias = SecretKey  # noqa: Y015
+
+@_typing.final
+class DelegationTokenInfo(_message.Message):
+    """A row of delegationTokenTable (Ozone's dTokenTable), key: the token's max date
+    then its sequence number, 8 bytes big-endian each (so the dead rows come first).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDENTIFIER_FIELD_NUMBER: _builtins.int
+    EXPIRY_DATE_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    identifier: _builtins.bytes
+    """the OMTokenProto exactly as signed"""
+    expiry_date: _builtins.int
+    """ms; refused after this unless renewed before it"""
+    cancelled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        identifier: _builtins.bytes = ...,
+        expiry_date: _builtins.int = ...,
+        cancelled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "expiry_date", b"expiry_date", "identifier", b"identifier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DelegationTokenInfo: _TypeAlias = DelegationTokenInfo  # noqa: Y015
 
 @_typing.final
 class CreateVolumeRequest(_message.Message):
@@ -1114,6 +1324,65 @@ class ServiceListRequest(_message.Message):
 Global___ServiceListRequest: _TypeAlias = ServiceListRequest  # noqa: Y015
 
 @_typing.final
+class GetDelegationTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RENEWER_FIELD_NUMBER: _builtins.int
+    renewer: _builtins.str
+    def __init__(
+        self,
+        *,
+        renewer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["renewer", b"renewer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDelegationTokenRequest: _TypeAlias = GetDelegationTokenRequest  # noqa: Y015
+
+@_typing.final
+class RenewDelegationTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def token(self) -> Global___TokenProto: ...
+    def __init__(
+        self,
+        *,
+        token: Global___TokenProto | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewDelegationTokenRequest: _TypeAlias = RenewDelegationTokenRequest  # noqa: Y015
+
+@_typing.final
+class CancelDelegationTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def token(self) -> Global___TokenProto: ...
+    def __init__(
+        self,
+        *,
+        token: Global___TokenProto | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelDelegationTokenRequest: _TypeAlias = CancelDelegationTokenRequest  # noqa: Y015
+
+@_typing.final
 class AddAclRequest(_message.Message):
     """ACL changes need WRITE_ACL on the object, GetAcl needs READ_ACL."""
 
@@ -1420,6 +1689,8 @@ class OMRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     LOCAL_READ_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    SECRET_KEY_CANDIDATE_FIELD_NUMBER: _builtins.int
     CREATE_VOLUME_FIELD_NUMBER: _builtins.int
     SET_VOLUME_PROPERTY_FIELD_NUMBER: _builtins.int
     INFO_VOLUME_FIELD_NUMBER: _builtins.int
@@ -1437,6 +1708,9 @@ class OMRequest(_message.Message):
     LIST_KEYS_FIELD_NUMBER: _builtins.int
     COMMIT_KEY_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
+    GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
+    RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
+    CANCEL_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -1460,6 +1734,18 @@ class OMRequest(_message.Message):
     it still leads (any node answers; the value may be stale). Off by default:
     reads are linearizable.
     """
+    secret_key_candidate: _builtins.bytes
+    """Set by the node that takes a GetDelegationToken, never by a client (the node
+    overwrites it): fresh random bytes that become the next secret key if one is
+    due. Not part of the retry fingerprint, which covers the body.
+    """
+    @_builtins.property
+    def token(self) -> Global___TokenProto:
+        """A delegation token (om sh token get): a client without a certificate proves its
+        user with it, on every request (Ozone carries it in the RPC's SASL handshake).
+        With a certificate, the certificate decides and this is not consulted.
+        """
+
     @_builtins.property
     def create_volume(self) -> Global___CreateVolumeRequest: ...
     @_builtins.property
@@ -1495,6 +1781,12 @@ class OMRequest(_message.Message):
     @_builtins.property
     def service_list(self) -> Global___ServiceListRequest: ...
     @_builtins.property
+    def get_delegation_token(self) -> Global___GetDelegationTokenRequest: ...
+    @_builtins.property
+    def renew_delegation_token(self) -> Global___RenewDelegationTokenRequest: ...
+    @_builtins.property
+    def cancel_delegation_token(self) -> Global___CancelDelegationTokenRequest: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclRequest: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclRequest: ...
@@ -1523,6 +1815,8 @@ class OMRequest(_message.Message):
         user: _builtins.str = ...,
         trace_id: _builtins.int = ...,
         local_read: _builtins.bool = ...,
+        token: Global___TokenProto | None = ...,
+        secret_key_candidate: _builtins.bytes = ...,
         create_volume: Global___CreateVolumeRequest | None = ...,
         set_volume_property: Global___SetVolumePropertyRequest | None = ...,
         info_volume: Global___InfoVolumeRequest | None = ...,
@@ -1540,6 +1834,9 @@ class OMRequest(_message.Message):
         list_keys: Global___ListKeysRequest | None = ...,
         commit_key: Global___CommitKeyRequest | None = ...,
         service_list: Global___ServiceListRequest | None = ...,
+        get_delegation_token: Global___GetDelegationTokenRequest | None = ...,
+        renew_delegation_token: Global___RenewDelegationTokenRequest | None = ...,
+        cancel_delegation_token: Global___CancelDelegationTokenRequest | None = ...,
         add_acl: Global___AddAclRequest | None = ...,
         remove_acl: Global___RemoveAclRequest | None = ...,
         set_acl: Global___SetAclRequest | None = ...,
@@ -1551,11 +1848,11 @@ class OMRequest(_message.Message):
         audit_replica: Global___AuditReplicaRequest | None = ...,
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -1962,6 +2259,64 @@ class GetAclResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetAclResponse: _TypeAlias = GetAclResponse  # noqa: Y015
+
+@_typing.final
+class GetDelegationTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    EXPIRY_DATE_FIELD_NUMBER: _builtins.int
+    expiry_date: _builtins.int
+    """ms: renew it before this"""
+    @_builtins.property
+    def token(self) -> Global___TokenProto: ...
+    def __init__(
+        self,
+        *,
+        token: Global___TokenProto | None = ...,
+        expiry_date: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expiry_date", b"expiry_date", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDelegationTokenResponse: _TypeAlias = GetDelegationTokenResponse  # noqa: Y015
+
+@_typing.final
+class RenewDelegationTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NEW_EXPIRY_TIME_FIELD_NUMBER: _builtins.int
+    new_expiry_time: _builtins.int
+    def __init__(
+        self,
+        *,
+        new_expiry_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_expiry_time", b"new_expiry_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewDelegationTokenResponse: _TypeAlias = RenewDelegationTokenResponse  # noqa: Y015
+
+@_typing.final
+class CancelDelegationTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelDelegationTokenResponse: _TypeAlias = CancelDelegationTokenResponse  # noqa: Y015
 
 @_typing.final
 class NodeInfo(_message.Message):
@@ -2442,6 +2797,9 @@ class OMResponse(_message.Message):
     LIST_KEYS_FIELD_NUMBER: _builtins.int
     COMMIT_KEY_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
+    GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
+    RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
+    CANCEL_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -2496,6 +2854,12 @@ class OMResponse(_message.Message):
     @_builtins.property
     def service_list(self) -> Global___ServiceListResponse: ...
     @_builtins.property
+    def get_delegation_token(self) -> Global___GetDelegationTokenResponse: ...
+    @_builtins.property
+    def renew_delegation_token(self) -> Global___RenewDelegationTokenResponse: ...
+    @_builtins.property
+    def cancel_delegation_token(self) -> Global___CancelDelegationTokenResponse: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclResponse: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclResponse: ...
@@ -2541,6 +2905,9 @@ class OMResponse(_message.Message):
         list_keys: Global___ListKeysResponse | None = ...,
         commit_key: Global___CommitKeyResponse | None = ...,
         service_list: Global___ServiceListResponse | None = ...,
+        get_delegation_token: Global___GetDelegationTokenResponse | None = ...,
+        renew_delegation_token: Global___RenewDelegationTokenResponse | None = ...,
+        cancel_delegation_token: Global___CancelDelegationTokenResponse | None = ...,
         add_acl: Global___AddAclResponse | None = ...,
         remove_acl: Global___RemoveAclResponse | None = ...,
         set_acl: Global___SetAclResponse | None = ...,
@@ -2552,11 +2919,11 @@ class OMResponse(_message.Message):
         audit_replica: Global___AuditReplicaResponse | None = ...,
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -1,1 +1,1 @@
-"""Security: TLS certificates and contexts for the client RPC port."""
+"""Security: TLS certificates and contexts for the client RPC port, and delegation tokens."""

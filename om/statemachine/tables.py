@@ -11,6 +11,9 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 * clientRequestReplyTable  ``<client id>#<call id>``
 * clientRequestExpiryTable ``<8-byte big-endian ms><client id>#<call id>``: an index
   by time, so expired retry-cache rows are found without scanning the replies.
+* secretKeyTable       ``<4-byte big-endian key id>``: the keys that sign delegation tokens
+* delegationTokenTable ``<8-byte big-endian max date ms><8-byte big-endian sequence number>``:
+  dead tokens (past their max date) first, so they are purged without a scan.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.TRANSACTION_INFO: "transactionInfoTable",
     om_pb2.CLIENT_REQUEST_REPLY: "clientRequestReplyTable",
     om_pb2.CLIENT_REQUEST_EXPIRY: "clientRequestExpiryTable",
+    om_pb2.SECRET_KEY: "secretKeyTable",
+    om_pb2.DELEGATION_TOKEN: "delegationTokenTable",
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
 _MS = struct.Struct(">Q")
+_KEY_ID = struct.Struct(">I")
+_TOKEN = struct.Struct(">QQ")
 
 
 def volume_key(volume: str) -> bytes:
@@ -98,3 +105,19 @@ def expiry_key_reply_key(key: bytes) -> bytes:
 def expiry_upper_bound(timestamp_ms: int) -> bytes:
     """The first expiry-index key at or after ``timestamp_ms``."""
     return _MS.pack(timestamp_ms)
+
+
+def secret_key_key(key_id: int) -> bytes:
+    """The secretKeyTable key of a secret key: ids ascend with age."""
+    return _KEY_ID.pack(key_id)
+
+
+def delegation_token_key(max_date_ms: int, sequence_number: int) -> bytes:
+    """The delegationTokenTable key of a token: by max date, then sequence number."""
+    return _TOKEN.pack(max_date_ms, sequence_number)
+
+
+def delegation_token_key_max_date_ms(key: bytes) -> int:
+    """The max date a delegationTokenTable key starts with."""
+    assert len(key) == _TOKEN.size
+    return int(_TOKEN.unpack(key)[0])

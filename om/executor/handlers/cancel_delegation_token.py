@@ -1,0 +1,16 @@
+"""CancelDelegationToken: by the token's owner or renewer; its row is marked cancelled
+and every later use is refused (om/security/tokens.py)."""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.read_view import ReadView
+from om.protocol import om_pb2
+from om.security import tokens
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    tokens.cancel(request.user, request.cancel_delegation_token.token, view, recorder)
+    return om_pb2.OMResponse(cancel_delegation_token=om_pb2.CancelDelegationTokenResponse())
