@@ -59,6 +59,12 @@ class NodeAddress:
     port: int = DEFAULT_PORT
     raft_port: int = DEFAULT_RAFT_PORT
     http_port: int = DEFAULT_HTTP_PORT   # 0: no HTTP endpoint
+    # Membership (om admin om add|maintenance): a learner receives the log but never
+    # votes or leads (a new node catching up); a node in maintenance stays a voter
+    # while it is stopped for servicing, until ``maintenance_until`` (epoch s, 0: none).
+    learner: bool = False
+    maintenance: bool = False
+    maintenance_until: float = 0.0
 
     @cached_property
     def address(self) -> str:
@@ -208,6 +214,8 @@ class ServerConfig:
     data_dir: Path = Path("om-data")
     execution: str = "leader"
     nodes: tuple[NodeAddress, ...] = (NodeAddress("om1"),)
+    # Node ids removed by ``om admin om decommission``: never again a member.
+    decommissioned: tuple[str, ...] = ()
     acl_enabled: bool = False
     admins: tuple[str, ...] = ()
     # Ozone's native ACLs (om/gatekeeper/authorize.py), with Ozone's key names:
@@ -286,6 +294,12 @@ class ServerConfig:
         ids = [n.id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"node ids must be unique: {ids}")
+        if self.node_id in self.decommissioned:
+            raise ConfigError(f"OM:{self.node_id} was decommissioned; a decommissioned node "
+                              "never rejoins under its id (add a new node instead)")
+        if set(ids) & set(self.decommissioned):
+            raise ConfigError(f"nodes {sorted(set(ids) & set(self.decommissioned))} are both "
+                              "members and decommissioned")
         _ = self.node
         for node in self.nodes:
             if not all(0 < p < 65536 for p in node.ports) or node.http_port < 0:
@@ -340,7 +354,7 @@ def read_secret(path: Path) -> str:
 
 _NAME_LISTS = ("admins", "admin_groups", "readonly_admins", "readonly_admin_groups",
                "blacklist_users", "blacklist_groups", "read_blacklist_users",
-               "read_blacklist_groups")
+               "read_blacklist_groups", "decommissioned")
 
 
 def _names(value: Any, key: str) -> tuple[str, ...]:

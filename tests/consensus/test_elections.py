@@ -38,6 +38,9 @@ class Scenario:
     nodes: dict[str, RaftLog] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
     paused: set[str] = field(default_factory=set)
+    learners: set[str] = field(default_factory=set)   # booted without an address
+    compaction_min_entries: int = 5000
+    applied: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
 
     def start(self, *names: str) -> None:
         base = om_cluster.free_port_base(3)
@@ -53,11 +56,19 @@ class Scenario:
                            raftMaxTimeout=self.min_timeout_s * 2,
                            connectionRetryTime=0.05,
                            connectionTimeout=self.min_timeout_s * 4,
-                           leaderFallbackTimeout=self.min_timeout_s * 2)
-        others = [a for n, a in self.addresses.items() if n != name]
+                           leaderFallbackTimeout=self.min_timeout_s * 2,
+                           dynamicMembershipChange=True,
+                           logCompactionMinEntries=self.compaction_min_entries,
+                           logCompactionSplit=True)
+        others = [a for n, a in self.addresses.items() if n != name and n not in self.learners]
+        own = None if name in self.learners else self.addresses[name]
         self.nodes[name] = self.node_class(
-            self.addresses[name], others, conf, lambda position, entry: Applied(position),
+            own, others, conf, lambda position, entry: self._applied(name, position, entry),
             lambda: None, False, GroupCommitTransport)
+
+    def _applied(self, name: str, position: int, entry: bytes) -> Applied:
+        self.applied.setdefault(name, []).append((position, entry))
+        return Applied(position)
 
     def run(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

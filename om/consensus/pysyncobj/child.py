@@ -41,7 +41,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.consensus.pysyncobj import journal
 from om.consensus.pysyncobj.channel import FrameReader, Message, encode
-from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, peers
+from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 from om.durable_files import fsync_path
@@ -77,6 +77,7 @@ class Child:
         self._journal_syncs_reported = 0
         self._matches_reported_s = 0.0
         self._matches: dict[str, int] = {}
+        self._members: list[str] = []
         self._closing = False
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
@@ -94,7 +95,7 @@ class Child:
         journal.register(Path(conf.journalFile), spec)
         self._spec = spec
         others = peers(node, nodes, settings.links)
-        self.raft = RaftLog(node.raft_address, others, conf, self._forward_apply,
+        self.raft = RaftLog(own_address(node), others, conf, self._forward_apply,
                             self._sync_journal, settings.compress_transport,
                             GroupCommitTransport)
         self.raft._poller.subscribe(channel.fileno(), self._on_channel,
@@ -154,6 +155,8 @@ class Child:
                 self.raft.om_transfer_requested = True
             elif kind == "transfer_to":
                 self._transfer_to(message[1], message[2])
+            elif kind == "membership":
+                self._change_membership(message[1], message[2], message[3])
             else:
                 assert kind == "keepalive", f"unexpected message {kind}"
 
@@ -180,6 +183,14 @@ class Child:
 
         self.raft.om_transfers.request(target or None, reply)
 
+    def _change_membership(self, request_id: int, op: str, address: str) -> None:
+        """Starts a membership change (``membership.py``); its outcome goes back as
+        ("membership_result", request_id, code, message)."""
+        def reply(code: str, text: str) -> None:
+            self._send(("membership_result", request_id, code, text))
+
+        self.raft.om_membership.request(op, address, reply)
+
     def _report_matches(self) -> None:
         """Sends the followers' match indexes (leader only; {} otherwise) at most once
         per MATCH_REPORT_S, when changed."""
@@ -191,6 +202,10 @@ class Child:
         if matches != self._matches:
             self._matches = matches
             self._send(("matches", matches))
+        members = self.raft.om_membership.members()
+        if members != self._members:
+            self._members = members
+            self._send(("members", members))
 
     def _report_journal(self) -> None:
         """Sends the journal's sync times at most once per JOURNAL_REPORT_S, when changed."""

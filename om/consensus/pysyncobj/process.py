@@ -103,6 +103,8 @@ class RaftProcessReplicator:
         self._journal_syncs: Snapshot | None = None
         self._matches: dict[str, int] = {}
         self._transfers: dict[int, asyncio.Future[tuple[str, str, str]]] = {}
+        self._membership_changes: dict[int, asyncio.Future[tuple[str, str]]] = {}
+        self._members: list[str] = []
         self._closing = False
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -181,6 +183,26 @@ class RaftProcessReplicator:
         finally:
             self._transfers.pop(request, None)
 
+    async def change_membership(self, op: str, address: str,
+                                timeout_s: float = 30.0) -> tuple[str, str]:
+        """Asks the Raft process to add or remove the voter at ``address``
+        (``membership.py``); (code, message) once committed or refused."""
+        request = self._next_request
+        self._next_request += 1
+        future: asyncio.Future[tuple[str, str]] = self._loop.create_future()
+        self._membership_changes[request] = future
+        self._send(("membership", request, op, address))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return "TIMEOUT", f"the Raft process did not answer within {timeout_s} s"
+        finally:
+            self._membership_changes.pop(request, None)
+
+    def members(self) -> list[str]:
+        """The Raft addresses of the voters, as the Raft process last reported them."""
+        return list(self._members)
+
     def match_indexes(self) -> dict[str, int]:
         """Each follower's match index by Raft address, as this leader last reported it."""
         return dict(self._matches) if self._state[0] else {}
@@ -218,6 +240,12 @@ class RaftProcessReplicator:
             self._journal_syncs = message[1]
         elif kind == "matches":
             self._matches = message[1]
+        elif kind == "membership_result":
+            changing = self._membership_changes.get(message[1])
+            if changing is not None and not changing.done():
+                changing.set_result((message[2], message[3]))
+        elif kind == "members":
+            self._members = message[1]
         elif kind == "transfer_result":
             waiting = self._transfers.get(message[1])
             if waiting is not None and not waiting.done():

@@ -33,7 +33,8 @@ Subclass overrides, each tested in ``tests/consensus/``:
   only slow or cut off by the network still gets the full timeout.
 * **Peers dialled through another port** (``DialNode``): ``[raft] links``
   maps "a>b" to the port node a dials to reach node b (a proxy of ``om chaos``
-  that can cut the link); b is still known by its own address.
+  that can cut the link); b is still known by its own address. A snapshot's
+  ring (which pysyncobj adopts with dynamic membership) keeps them.
 * **Handing leadership away** (``om_transfer_requested``): pysyncobj's
   ``transferLeadership`` (Raft's TimeoutNow to the most caught-up connected
   follower) must run on the tick thread; another thread (or the parent
@@ -41,6 +42,11 @@ Subclass overrides, each tested in ``tests/consensus/``:
   pysyncobj refuses when no follower is fully caught up; the caller asks again.
   ``om_transfers`` (``transfer.py``) aims a transfer at a named follower, with
   reasons for a refusal, and holds new entries until the target has caught up.
+* **Membership** (``om_membership``, ``membership.py``): voters added and
+  removed one at a time with etcd's strict checks, on the tick thread. Built
+  with ``self_address=None`` the node is a learner (pysyncobj's read-only
+  node): it receives the log and never campaigns (no pre-votes either), and
+  compacts without pysyncobj's rank-staggering (which needs an own id).
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -63,6 +69,7 @@ from pysyncobj.node import TCPNode
 
 from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
+from om.consensus.pysyncobj.membership import MembershipChanges
 from om.consensus.pysyncobj.transfer import Transfers
 
 logger = logging.getLogger(__name__)
@@ -82,7 +89,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
     _SyncObj__raftElectionDeadline: float  # pysyncobj's attributes used here
     _SyncObj__raftState: int
 
-    def __init__(self, self_address: str, others: list[Any], conf: SyncObjConf,
+    def __init__(self, self_address: str | None, others: list[Any], conf: SyncObjConf,
                  apply_entry: ApplyEntry, sync_journal: Callable[[], None], compress: bool,
                  transport_class: type) -> None:
         self._apply_entry = apply_entry
@@ -95,6 +102,13 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self.om_answering_prev: int | None = None
         self.om_transfer_requested = False  # set anywhere; acted on by the next tick
         self.om_transfers = Transfers(self, self._append)
+        self.om_membership = MembershipChanges(self)
+        self._dialled = {str(n.id): n for n in others if isinstance(n, DialNode)}
+        if self_address is None:
+            # pysyncobj staggers compactions by the node's rank among the member ids,
+            # and a read-only node has none (AttributeError on its None): a learner
+            # compacts on its own schedule.
+            conf.logCompactionSplit = False
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
@@ -126,11 +140,14 @@ class RaftLog(SyncObj):  # type: ignore[misc]
             self.om_transfer_requested = False
             self.transferLeadership(callback=_log_transfer)
         self.om_transfers.tick()
+        self.om_membership.tick()
         super()._onTick(timeToWait)
 
     def _pre_vote_if_due(self) -> None:
         now = monotonic_time()
-        if (self._SyncObj__raftState == _LEADER or self._SyncObj__raftElectionDeadline >= now
+        if (self.selfNode is None     # a learner (read-only node) never campaigns
+                or self._SyncObj__raftState == _LEADER
+                or self._SyncObj__raftElectionDeadline >= now
                 or self._SyncObj__transferInProgress
                 or not self._SyncObj__connectedToAnyone()):
             return
@@ -183,6 +200,14 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._leader_heard_s = 0.0
         soon = monotonic_time() + random.uniform(*LEADER_LOST_DELAY_S)
         self._SyncObj__raftElectionDeadline = min(self._SyncObj__raftElectionDeadline, soon)
+
+    def _SyncObj__updateClusterConfiguration(self, newNodes: list[Any]) -> None:
+        """pysyncobj's, keeping each peer this node dials through a link as configured:
+        a snapshot carries the ring as its maker saw it (with the maker's own links),
+        and with dynamic membership pysyncobj replaces the ring with it."""
+        ids = [str(n.id) if isinstance(n, TCPNode) else str(n) for n in newNodes]
+        SyncObj._SyncObj__updateClusterConfiguration(
+            self, [self._dialled.get(i, node) for i, node in zip(ids, newNodes, strict=True)])
 
     # -- message handling ------------------------------------------------------------------
 
@@ -276,12 +301,17 @@ class DialNode(TCPNode):  # type: ignore[misc]
 
 
 def peers(node: NodeAddress, nodes: tuple[NodeAddress, ...], links: dict[str, int]) -> list[Any]:
-    """The other nodes, as pysyncobj wants them: a DialNode where ``links`` names a
+    """The other voters, as pysyncobj wants them: a DialNode where ``links`` names a
     port to dial ("a>b"), else the Raft address."""
     found: list[Any] = []
     for other in nodes:
-        if other.id == node.id:
+        if other.id == node.id or other.learner:   # a learner is no one's peer
             continue
         dial = links.get(f"{node.id}>{other.id}")
         found.append(other.raft_address if dial is None else DialNode(other.raft_address, dial))
     return found
+
+
+def own_address(node: NodeAddress) -> str | None:
+    """The address a RaftLog is built with: none for a learner (a read-only node)."""
+    return None if node.learner else node.raft_address

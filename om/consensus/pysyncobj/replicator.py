@@ -53,7 +53,7 @@ from om.consensus.port import (
     SnapshotHooks,
 )
 from om.consensus.pysyncobj import journal
-from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, peers
+from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 from om.observe.histogram import Snapshot
 
@@ -98,20 +98,31 @@ def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
         journalFile=str(data_dir / "raft.wal"),
         fullDumpFile=str(data_dir / "raft.snapshot"),
         serializer=snapshots.serialize,
-        deserializer=snapshots.deserialize,
+        deserializer=lambda file_name: voters_only(snapshots.deserialize(file_name)),
         serializeChecker=serialize_checker,
         logCompactionMinEntries=settings.compaction_min_entries,
         logCompactionMinTime=settings.compaction_min_time_s,
         logCompactionSplit=True,
         commandsQueueSize=settings.commands_queue_max,
         connectionRetryTime=0.5,
-        dynamicMembershipChange=False,
+        # Voters added and removed at run time (membership.py); the configuration
+        # travels in the log and in snapshots.
+        dynamicMembershipChange=True,
         onStateChanged=on_state_changed,
         # Fernet (AES-128-CBC + HMAC-SHA256) on every frame with a key derived from the
         # cluster secret, after a random-key exchange per connection: a process
         # without the secret can neither read, forge nor replay Raft messages.
         password=settings.secret or None,
     )
+
+
+def voters_only(raft_data: Any) -> Any:
+    """pysyncobj's snapshot state with the learner's own place (``None``) left out of
+    its member list: a learner's snapshot records the ring as ``others | {None}``,
+    and a node promoted from it would fail to load it (``TCPNode(None)``)."""
+    if isinstance(raft_data, tuple) and len(raft_data) == 4 and raft_data[3] is not None:
+        return (*raft_data[:3], [node for node in raft_data[3] if node is not None])
+    return raft_data
 
 
 class RaftReplicator:
@@ -143,7 +154,7 @@ class RaftReplicator:
                                                 snapshot_file=Path(conf.fullDumpFile))
         journal.register(Path(conf.journalFile), self.journal_spec)
         others = peers(node, nodes, settings.links)
-        self._raft = RaftLog(node.raft_address, others, conf, apply_entry, self._sync_journal,
+        self._raft = RaftLog(own_address(node), others, conf, apply_entry, self._sync_journal,
                              settings.compress_transport, GroupCommitTransport)
         assert self.journal_spec.journal is not None, "pysyncobj built its own journal"
 
@@ -199,6 +210,25 @@ class RaftReplicator:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             return "TIMEOUT", target, f"Raft did not answer within {timeout_s} s"
+
+    async def change_membership(self, op: str, address: str,
+                                timeout_s: float = 30.0) -> tuple[str, str]:
+        """Adds or removes the voter at ``address`` (``membership.py``); (code, message)
+        once the change is committed or refused."""
+        future: asyncio.Future[tuple[str, str]] = self._loop.create_future()
+
+        def reply(code: str, text: str) -> None:  # on the Raft thread
+            self._loop.call_soon_threadsafe(_settle, future, (code, text))
+
+        self._raft.om_membership.request(op, address, reply)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return "TIMEOUT", f"Raft did not answer within {timeout_s} s"
+
+    def members(self) -> list[str]:
+        """The Raft addresses of the voters as this node knows them."""
+        return self._raft.om_membership.members()
 
     def match_indexes(self) -> dict[str, int]:
         """Each follower's match index by Raft address, as this leader sees it."""
@@ -274,6 +304,6 @@ def _resolve(future: asyncio.Future[tuple[Any, int]], result: Any, reason: int) 
         future.set_result((result, reason))
 
 
-def _settle(future: asyncio.Future[tuple[str, str, str]], outcome: tuple[str, str, str]) -> None:
+def _settle(future: asyncio.Future[Any], outcome: tuple[str, ...]) -> None:
     if not future.done():
         future.set_result(outcome)
