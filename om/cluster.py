@@ -241,7 +241,7 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         infos: list[om_pb2.NodeInfo] = []
         while time.monotonic() < deadline:
-            self._raise_if_exited()
+            self.raise_if_exited()
             infos = self.node_infos()
             leaders = [i for i in infos if i.role == "LEADER"]
             if len(leaders) == 1 and all(i.role != "UNREACHABLE" for i in infos):
@@ -254,7 +254,7 @@ class Cluster:
             f"{ {n.id: i.role for n, i in zip(self.nodes, infos, strict=True)} }; "
             f"last lines of {self.directory / culprit}.log:\n{self.log_tail(culprit)}")
 
-    def _raise_if_exited(self) -> None:
+    def raise_if_exited(self) -> None:
         for node in self.nodes:
             pid = self.pid(node.id)
             if pid is not None and not _alive(pid):

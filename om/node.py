@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from om import gc_policy, node_transfer
+from om import gc_policy, node_membership, node_transfer
 from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
@@ -233,6 +233,9 @@ class Node:
         if request.cmd_type == om_pb2.TransferLeadership:
             work = node_transfer.answer(request, self.config, self.raft)
             return asyncio.get_running_loop().create_task(work)
+        if request.cmd_type == om_pb2.ChangeMembership:
+            change = node_membership.answer(request, self.config, self.raft)
+            return asyncio.get_running_loop().create_task(change)
         if self.integrity.diverged:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None
@@ -315,7 +318,14 @@ class Node:
             execution=self.config.execution, managed_index=self.state_machine.managed_index,
             metrics=self.metrics.flat(), http_address=self.config.node.http_address,
             replica_state=self.integrity.marked.state if self.integrity.marked else "",
-            membership="VOTER", match_index=self._match_indexes())
+            membership=self._membership(), match_index=self._match_indexes())
+
+    def _membership(self) -> str:
+        """LEARNER, MAINTENANCE or VOTER, as this node was started."""
+        node = self.config.node
+        if node.learner:
+            return "LEARNER"
+        return "MAINTENANCE" if node.maintenance else "VOTER"
 
     def _match_indexes(self) -> dict[str, int]:
         """Each follower's match index by node id, as this node sees it when it leads."""

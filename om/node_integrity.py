@@ -280,7 +280,18 @@ class NodeIntegrity:
     def _positions(self) -> Positions:
         role = self._replicator.role() if self._replicator is not None else None
         return Positions(self._applied_index(), role.commit_index if role else 0,
-                         tuple(n.id for n in self._config.nodes))
+                         self._raft_members())
+
+    def _raft_members(self) -> tuple[str, ...]:
+        """The voters in this node's Raft configuration, by node id (by Raft address when
+        this node's configuration predates them); the configured voters until Raft has
+        reported its own."""
+        members = getattr(self._replicator, "members", None)
+        addresses: list[str] = members() if callable(members) else []
+        if not addresses:
+            return tuple(sorted(n.id for n in self._config.nodes if not n.learner))
+        ids = {n.raft_address: n.id for n in self._config.nodes}
+        return tuple(sorted(ids.get(a, a) for a in addresses))
 
     def _follows(self) -> bool:
         """Whether this node follows a leader it knows (a periodic audit may start)."""

@@ -20,6 +20,7 @@ FROZEN_STATUS = {
     "INVALID_VOLUME_NAME": 61, "NOT_SUPPORTED_OPERATION": 64, "QUOTA_EXCEEDED": 66,
     "QUOTA_ERROR": 67, "TOO_MANY_BUCKETS": 94, "NOT_LEADER": 1001, "LEADER_NOT_READY": 1002,
     "SERVER_BUSY": 1003, "REPLICA_DIVERGED": 1004, "TRANSFER_REFUSED": 1005,
+    "MEMBERSHIP_REFUSED": 1006,
 }
 FROZEN_TYPE = {
     "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
@@ -29,7 +30,7 @@ FROZEN_TYPE = {
     "GetDelegationToken": 61, "RenewDelegationToken": 62, "CancelDelegationToken": 63,
     "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
-    "AuditReplica": 2005, "TransferLeadership": 2006,
+    "AuditReplica": 2005, "TransferLeadership": 2006, "ChangeMembership": 2007,
 }
 FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
                 "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8,

@@ -95,9 +95,52 @@ def _addresses(args: argparse.Namespace) -> list[str]:
         return [DEFAULT_ADDRESS]
 
 
+def ring_infos(cluster: om_cluster.Cluster, timeout_s: float = 3.0) -> list[om_pb2.NodeInfo]:
+    """Every node of the ring as ``cluster.toml`` records it: each running node's own
+    view; a stopped one in maintenance as MAINTENANCE; each decommissioned id last."""
+    config = cluster.config
+    infos = om_cluster.node_infos([n.address for n in config.nodes], timeout_s,
+                                  cluster.client_tls())
+    by_raft = {n.raft_address: n.id for n in config.nodes}
+    for node, info in zip(config.nodes, infos, strict=True):
+        info.node_id = info.node_id or node.id
+        matches = {by_raft.get(key, key): index for key, index in info.match_index.items()}
+        info.ClearField("match_index")
+        info.match_index.update(matches)   # a node started before a change knows addresses
+        if node.maintenance:
+            info.membership = "MAINTENANCE"
+        elif not info.membership:
+            info.membership = "LEARNER" if node.learner else "VOTER"
+    infos += [om_pb2.NodeInfo(node_id=gone, role="STOPPED", membership="DECOMMISSIONED")
+              for gone in config.decommissioned]
+    return infos
+
+
+def _ring(args: argparse.Namespace) -> om_cluster.Cluster | None:
+    """The cluster directory the target names (--dir, --config DIR/cluster.toml, or the
+    last cluster when nothing else is named), whose ring ``cluster.toml`` records."""
+    if args.dir or (args.config and args.config.name == "cluster.toml"):
+        return om_cluster.Cluster(args.dir or args.config.parent)
+    if args.om or args.config or "OM_ADDRESS" in os.environ:
+        return None
+    try:
+        last = om_cluster.last()
+    except om_cluster.ClusterError:
+        return None
+    return last if last.config_path.exists() else None
+
+
 def run_roles(args: argparse.Namespace) -> int:
     """Prints the roles; exit status 1 when no node answered."""
-    infos = _nodes(args, "roles")
+    cluster = _ring(args)
+    if cluster is not None:
+        try:
+            infos: list[om_pb2.NodeInfo] | None = ring_infos(cluster, args.timeout)
+        except ConfigError as error:
+            print(f"om admin roles: {error}", file=sys.stderr)
+            return 2
+    else:
+        infos = _nodes(args, "roles")
     if infos is None:
         return 2
     if args.json:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from om import cluster as om_cluster
+from om.cli import admin_membership
 from om.cli.credentials import client_tls
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
@@ -27,8 +28,8 @@ ANSWER_S = 8.0   # the leader answers once the target caught up (transfer.CATCH_
 
 
 def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Adds ``om admin om transfer``."""
-    om = actions.add_parser("om", help="the OM ring: leadership transfer")
+    """Adds ``om admin om transfer`` (and the membership commands)."""
+    om = actions.add_parser("om", help="the OM ring: leadership transfer, membership")
     commands = om.add_subparsers(dest="om_action", required=True)
     transfer = commands.add_parser("transfer", help="hand leadership to a caught-up follower")
     add_target(transfer)
@@ -40,6 +41,7 @@ def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]
                           help="seconds to wait for the new leader to report itself")
     transfer.add_argument("--timeout", type=float, default=3.0)
     transfer.set_defaults(run=run_transfer)
+    admin_membership.register(commands, add_target)
 
 
 def run_transfer(args: argparse.Namespace) -> int:

@@ -81,6 +81,8 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     """om admin om transfer: the leader will not hand leadership to that node (it
     is itself, not connected, or did not catch up); the message says which.
     """
+    MEMBERSHIP_REFUSED: _Status.ValueType  # 1006
+    """a membership change that is unsafe now (om/node_membership.py)"""
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
 
@@ -131,6 +133,8 @@ TRANSFER_REFUSED: Status.ValueType  # 1005
 """om admin om transfer: the leader will not hand leadership to that node (it
 is itself, not connected, or did not catch up); the message says which.
 """
+MEMBERSHIP_REFUSED: Status.ValueType  # 1006
+"""a membership change that is unsafe now (om/node_membership.py)"""
 Global___Status: _TypeAlias = Status  # noqa: Y015
 
 class _Type:
@@ -184,6 +188,7 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     """Not Ozone's request (Ozone's `ozone admin om transfer` goes through Ratis's
     admin API): the leader hands leadership to a caught-up follower.
     """
+    ChangeMembership: _Type.ValueType  # 2007
 
 class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
 
@@ -232,6 +237,7 @@ TransferLeadership: Type.ValueType  # 2006
 """Not Ozone's request (Ozone's `ozone admin om transfer` goes through Ratis's
 admin API): the leader hands leadership to a caught-up follower.
 """
+ChangeMembership: Type.ValueType  # 2007
 Global___Type: _TypeAlias = Type  # noqa: Y015
 
 class _VerifyState:
@@ -1680,6 +1686,51 @@ class TransferLeadershipRequest(_message.Message):
 Global___TransferLeadershipRequest: _TypeAlias = TransferLeadershipRequest  # noqa: Y015
 
 @_typing.final
+class ChangeMembershipRequest(_message.Message):
+    """Adds a Raft voter or removes one (om/node_membership.py), one change at a time;
+    the leader answers once the configuration entry is committed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Op:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _OpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChangeMembershipRequest._Op.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        OP_UNSPECIFIED: ChangeMembershipRequest._Op.ValueType  # 0
+        ADD: ChangeMembershipRequest._Op.ValueType  # 1
+        REMOVE: ChangeMembershipRequest._Op.ValueType  # 2
+
+    class Op(_Op, metaclass=_OpEnumTypeWrapper): ...
+    OP_UNSPECIFIED: ChangeMembershipRequest.Op.ValueType  # 0
+    ADD: ChangeMembershipRequest.Op.ValueType  # 1
+    REMOVE: ChangeMembershipRequest.Op.ValueType  # 2
+
+    OP_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
+    op: Global___ChangeMembershipRequest.Op.ValueType
+    node_id: _builtins.str
+    raft_address: _builtins.str
+    """host:port of the node's Raft endpoint"""
+    def __init__(
+        self,
+        *,
+        op: Global___ChangeMembershipRequest.Op.ValueType = ...,
+        node_id: _builtins.str = ...,
+        raft_address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "op", b"op", "raft_address", b"raft_address"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeMembershipRequest: _TypeAlias = ChangeMembershipRequest  # noqa: Y015
+
+@_typing.final
 class OMRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1721,6 +1772,7 @@ class OMRequest(_message.Message):
     MARK_DIVERGED_FIELD_NUMBER: _builtins.int
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
+    CHANGE_MEMBERSHIP_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     client_id: _builtins.str
     """a UUID per client instance"""
@@ -1806,6 +1858,8 @@ class OMRequest(_message.Message):
     def audit_replica(self) -> Global___AuditReplicaRequest: ...
     @_builtins.property
     def transfer_leadership(self) -> Global___TransferLeadershipRequest: ...
+    @_builtins.property
+    def change_membership(self) -> Global___ChangeMembershipRequest: ...
     def __init__(
         self,
         *,
@@ -1847,12 +1901,13 @@ class OMRequest(_message.Message):
         mark_diverged: Global___MarkDivergedRequest | None = ...,
         audit_replica: Global___AuditReplicaRequest | None = ...,
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
+        change_membership: Global___ChangeMembershipRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -2475,6 +2530,31 @@ class TransferLeadershipResponse(_message.Message):
 Global___TransferLeadershipResponse: _TypeAlias = TransferLeadershipResponse  # noqa: Y015
 
 @_typing.final
+class ChangeMembershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    term: _builtins.int
+    @_builtins.property
+    def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the Raft addresses of the voters after the change"""
+
+    def __init__(
+        self,
+        *,
+        members: _abc.Iterable[_builtins.str] | None = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeMembershipResponse: _TypeAlias = ChangeMembershipResponse  # noqa: Y015
+
+@_typing.final
 class StartVerifyResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2810,6 +2890,7 @@ class OMResponse(_message.Message):
     MARK_DIVERGED_FIELD_NUMBER: _builtins.int
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
+    CHANGE_MEMBERSHIP_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     status: Global___Status.ValueType
     message: _builtins.str
@@ -2879,6 +2960,8 @@ class OMResponse(_message.Message):
     def audit_replica(self) -> Global___AuditReplicaResponse: ...
     @_builtins.property
     def transfer_leadership(self) -> Global___TransferLeadershipResponse: ...
+    @_builtins.property
+    def change_membership(self) -> Global___ChangeMembershipResponse: ...
     def __init__(
         self,
         *,
@@ -2918,12 +3001,13 @@ class OMResponse(_message.Message):
         mark_diverged: Global___MarkDivergedResponse | None = ...,
         audit_replica: Global___AuditReplicaResponse | None = ...,
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
+        change_membership: Global___ChangeMembershipResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -1,0 +1,113 @@
+"""``om admin om add | decommission | maintenance start|end``: the ring's membership, for a
+cluster that ``om cluster up`` started (``om/cluster_membership.py`` does the work and
+says what each refuses).
+
+Exit status: 0 done, 1 refused or failed (nothing changed, except a learner that did
+not catch up, which is stopped and dropped), 2 a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from om import cluster as om_cluster
+from om import cluster_membership as membership
+from om.cluster_membership import Refused
+from om.config import ConfigError, NodeAddress
+
+
+def register(commands: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Adds ``add``, ``decommission`` and ``maintenance`` under ``om admin om``."""
+    add = commands.add_parser("add", help="add a node: a learner first, then a voter")
+    add_target(add)
+    add.add_argument("--node-id", required=True)
+    add.add_argument("--address", required=True, help="HOST:PORT of its client port")
+    add.add_argument("--raft-address", required=True, help="HOST:PORT of its Raft port")
+    add.add_argument("--http-port", type=int, default=0, help="its metrics port (0: none)")
+    add.add_argument("--catch-up-timeout", type=float, default=120.0)
+    add.set_defaults(run=_runner(_add))
+    gone = commands.add_parser("decommission", help="remove a node for good")
+    add_target(gone)
+    gone.add_argument("--node-id", required=True)
+    gone.add_argument("--catch-up-timeout", type=float, default=120.0)
+    gone.set_defaults(run=_runner(lambda c, a: membership.decommission(c, a.node_id)))
+    service = commands.add_parser("maintenance", help="stop a voter for servicing, or end it")
+    add_target(service)
+    service.add_argument("phase", choices=("start", "end"))
+    service.add_argument("--node-id", required=True)
+    service.add_argument("--for", dest="duration", type=_duration, default=0.0,
+                         help="how long (e.g. 90s, 30m, 2h); the next membership command "
+                              "after it ends the maintenance")
+    service.add_argument("--catch-up-timeout", type=float, default=120.0)
+    service.set_defaults(run=_runner(_maintenance))
+
+
+def _add(cluster: om_cluster.Cluster, args: argparse.Namespace) -> None:
+    host, port = _host_port(args.address, "--address")
+    raft_host, raft_port = _host_port(args.raft_address, "--raft-address")
+    if raft_host != host:
+        raise ConfigError("--address and --raft-address must be on the same host")
+    node = NodeAddress(args.node_id, host, port, raft_port, args.http_port)
+    membership.add(cluster, node, args.catch_up_timeout)
+
+
+def _maintenance(cluster: om_cluster.Cluster, args: argparse.Namespace) -> None:
+    if args.phase == "start":
+        membership.maintenance_start(cluster, args.node_id, args.duration)
+    else:
+        membership.maintenance_end(cluster, args.node_id, args.catch_up_timeout)
+
+
+def _runner(command: Callable[[om_cluster.Cluster, argparse.Namespace], None]
+            ) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from om.cli import admin  # admin registers this module
+        name = f"om admin om {args.om_action}"
+        try:
+            cluster = _cluster(args)
+            membership.end_expired(cluster, args.catch_up_timeout)
+            command(cluster, args)
+            print(admin.render_table(admin.ring_infos(cluster)))
+        except (ConfigError, om_cluster.ClusterError) as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            return 2
+        except Refused as refusal:
+            print(f"{name}: {refusal}", file=sys.stderr)
+            return 1
+        return 0
+    return run
+
+
+def _cluster(args: argparse.Namespace) -> om_cluster.Cluster:
+    if args.dir:
+        return om_cluster.Cluster(args.dir)
+    if args.config and args.config.name == "cluster.toml":
+        return om_cluster.Cluster(args.config.parent)
+    if args.om or args.config:
+        raise ConfigError("needs the cluster directory (--dir or --config DIR/cluster.toml): "
+                          "it starts and stops the node's processes and keeps cluster.toml "
+                          "true")
+    return om_cluster.last()
+
+
+def _host_port(text: str, flag: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{flag} must be HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("a duration must be positive")
+    return seconds
