@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from om.chaos import checkers
 from om.chaos.history import F, History, Op, Outcome
+from om.chaos.nemesis import MEMBERSHIP
 from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
 from om.cli.chaos import PROFILES, ops_budget
@@ -57,3 +59,22 @@ def test_red_checkers_fail_when_they_must(tmp_path: Path) -> None:
     lost = History((*history.ops, ghost))
     final = {op.key: None for op in lost if op.f is F.PUT}
     assert checkers.check_no_lost_writes(lost, final), "an acknowledged write went missing"
+
+
+def test_membership_nemesis_finds_no_violation(tmp_path: Path) -> None:
+    """Transfers, maintenance and a node added then decommissioned, during the workload:
+    nothing acknowledged lost, nothing applied twice, every voter's digest equal."""
+    duration = 35.0
+    result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, faults=MEMBERSHIP,
+                             fault_interval_s=2.0,
+                             workload=WorkloadConfig(ops_per_worker_max=ops_budget(duration))))
+    assert result["violations"] == []
+    done = {e["action"] for e in _events(tmp_path) if e.get("outcome") == "done"}
+    assert {"member_transfer", "member_maintenance", "member_maintenance_end", "member_add",
+            "member_decommission"} <= done
+    assert result["ops"]["ok"] > 500
+
+
+def _events(tmp_path: Path) -> list[dict[str, str]]:
+    faults = tmp_path / "chaos" / "leader" / "traces" / "faults.jsonl"
+    return [json.loads(line) for line in faults.read_text().splitlines()]

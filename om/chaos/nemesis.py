@@ -11,7 +11,14 @@ Faults (round robin, so a short run still sees every kind):
   ways: a minority leader), ``partition_follower`` (one follower cut off),
   ``bridge`` (the leader and one follower cut from each other; the other
   follower still reaches both) and ``oneway_leader`` (what the leader sends is
-  lost, what it receives arrives).
+  lost, what it receives arrives);
+* the membership nemesis, through the same commands an operator runs
+  (``om admin om ...``, ``om/cli/admin_membership.py``): ``member_transfer``
+  (leadership to a random follower), ``member_maintenance`` (a node, the
+  leader every other time, into maintenance for the hold, then back) and
+  ``member_add_remove`` (a new node added through its learner phase, then
+  decommissioned after the hold). A refused change is recorded with its reason,
+  not a violation; what the checkers judge is the data.
 
 Every injection is recorded (``docs/TRACES.md`` ``fault`` records) and healed
 before the next one, and ``heal`` undoes anything left over, so a run always
@@ -20,6 +27,8 @@ ends with every node running.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import signal
 import threading
 import time
@@ -27,12 +36,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from om import cluster as om_cluster
+from om import cluster_membership as membership
 from om.chaos.links import LinkProxies
 from om.cluster import Cluster
+from om.cluster_membership import Refused
+from om.config import NodeAddress
 
 PARTITIONS = ("partition_leader", "partition_follower", "bridge", "oneway_leader")
 FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers", "restart_all",
           *PARTITIONS)
+MEMBERSHIP = ("member_transfer", "member_maintenance", "member_add_remove")
+ALL_FAULTS = (*FAULTS, *MEMBERSHIP)
+MEMBER_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -48,7 +64,7 @@ class Nemesis:
     _paused: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        assert all(f in FAULTS for f in self.faults), self.faults
+        assert all(f in ALL_FAULTS for f in self.faults), self.faults
         assert self.links is not None or not set(self.faults) & set(PARTITIONS), \
             "partitions need the link proxies"
         assert self.interval_s > 0
@@ -76,6 +92,9 @@ class Nemesis:
                                                             both_ways=True),
             "bridge": lambda s: self._bridge(s),
             "oneway_leader": lambda s: self._partition(action, s, "leader", both_ways=False),
+            "member_transfer": lambda s: self._member_transfer(),
+            "member_maintenance": self._member_maintenance,
+            "member_add_remove": self._member_add_remove,
         }
         handlers[action](stop)
 
@@ -90,8 +109,9 @@ class Nemesis:
             if self.cluster.pid(node.id) is None:
                 self.cluster.start_node(node.id)
 
-    def _record(self, action: str, node: str) -> None:
-        self.events.append({"t_ns": time.time_ns(), "action": action, "node": node})
+    def _record(self, action: str, node: str, **outcome: str) -> None:
+        self.events.append({"t_ns": time.time_ns(), "action": action, "node": node,
+                            **outcome})
 
     def _leader(self) -> str:
         leaders = [i.node_id for i in self.cluster.node_infos(timeout_s=0.5)
@@ -150,3 +170,45 @@ class Nemesis:
         stop.wait(min(self.hold_s, 1.0))
         for node in self.cluster.nodes:
             self.cluster.start_node(node.id)
+
+    # -- membership ----------------------------------------------------------------------
+
+    def _member(self, action: str, subject: str, change: Callable[[], None]) -> bool:
+        """Runs one membership change as ``om admin om`` would; records its outcome."""
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                change()
+        except Refused as refusal:
+            self._record(action, subject, outcome="refused", detail=str(refusal))
+            return False
+        self._record(action, subject, outcome="done")
+        return True
+
+    def _member_transfer(self) -> None:
+        follower = self._follower()
+        self._member("member_transfer", follower,
+                     lambda: membership.transfer_to(self.cluster, follower))
+
+    def _member_maintenance(self, stop: threading.Event) -> None:
+        node_id = self._leader() if len(self.events) % 2 else self._follower()
+        if self._member("member_maintenance", node_id,
+                        lambda: membership.maintenance_start(self.cluster, node_id, 0.0)):
+            stop.wait(self.hold_s)
+            self._member("member_maintenance_end", node_id, lambda: membership.maintenance_end(
+                self.cluster, node_id, MEMBER_TIMEOUT_S))
+
+    def _member_add_remove(self, stop: threading.Event) -> None:
+        config = self.cluster.config
+        node_id = f"om{len(config.nodes) + len(config.decommissioned) + 1}"
+        base = om_cluster.free_port_base(1)
+        node = NodeAddress(node_id, "127.0.0.1", base, base + om_cluster.RAFT_PORT_OFFSET, 0)
+        if not self._member("member_add", node_id,
+                            lambda: membership.add(self.cluster, node, MEMBER_TIMEOUT_S)):
+            return
+        stop.wait(self.hold_s)
+        for _ in range(3):   # the ring goes back to its size (the link proxies know three)
+            if self._member("member_decommission", node_id,
+                            lambda: membership.decommission(self.cluster, node_id)):
+                return
+            time.sleep(self.hold_s)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from om.chaos.nemesis import FAULTS
+from om.chaos.nemesis import ALL_FAULTS
 from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
 from om.cluster import ClusterError
@@ -29,8 +29,8 @@ def register(commands: Any) -> None:
     p.add_argument("--duration", type=float, help="seconds of load and faults (overrides)")
     p.add_argument("--out", type=Path, help="output directory (default chaos-out/<time>)")
     p.add_argument("--execution", choices=EXECUTIONS, default="leader")
-    p.add_argument("--faults", default=",".join(FAULTS),
-                   help=f"comma-separated faults, from {', '.join(FAULTS)}; 'none' for none")
+    p.add_argument("--faults", default=",".join(ALL_FAULTS),
+                   help=f"comma-separated faults, from {', '.join(ALL_FAULTS)}; 'none' for none")
     p.add_argument("--fault-interval", type=float, default=4.0)
     p.add_argument("--duplicate-send", type=float, default=0.05,
                    help="share of acknowledged adds re-sent with the same call id")
@@ -50,9 +50,9 @@ def _faults(text: str) -> tuple[str, ...]:
     if text == "none":
         return ()
     faults = tuple(f.strip() for f in text.split(",") if f.strip())
-    unknown = [f for f in faults if f not in FAULTS]
+    unknown = [f for f in faults if f not in ALL_FAULTS]
     if unknown:
-        raise ValueError(f"unknown faults {unknown}; choose from {list(FAULTS)}")
+        raise ValueError(f"unknown faults {unknown}; choose from {list(ALL_FAULTS)}")
     return faults
 
 
