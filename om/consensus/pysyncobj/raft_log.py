@@ -47,6 +47,9 @@ Subclass overrides, each tested in ``tests/consensus/``:
   with ``self_address=None`` the node is a learner (pysyncobj's read-only
   node): it receives the log and never campaigns (no pre-votes either), and
   compacts without pysyncobj's rank-staggering (which needs an own id).
+* **Frames sealed with AES-GCM** (``frame_cipher.py``): with a cluster secret,
+  pysyncobj's Fernet encryptor is replaced right after it is built by one with
+  the same three methods, 25 to 50 times cheaper per frame.
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -69,6 +72,7 @@ from pysyncobj.node import TCPNode
 
 from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
+from om.consensus.pysyncobj.frame_cipher import AeadFrames
 from om.consensus.pysyncobj.membership import MembershipChanges
 from om.consensus.pysyncobj.transfer import Transfers
 
@@ -109,8 +113,17 @@ class RaftLog(SyncObj):  # type: ignore[misc]
             # and a read-only node has none (AttributeError on its None): a learner
             # compacts on its own schedule.
             conf.logCompactionSplit = False
+        # Read (through ``encryptor``) by the transport as it builds its connections,
+        # inside SyncObj.__init__: set before it.
+        self._om_encryptor = AeadFrames.from_secret(conf.password) if conf.password else None
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
+
+    @property
+    def encryptor(self) -> AeadFrames | None:
+        """The frames' cipher: AES-GCM in place of pysyncobj's Fernet (None without a
+        secret)."""
+        return self._om_encryptor
 
     @replicated  # type: ignore[untyped-decorator]
     def persist(self, entry: bytes) -> tuple[Applied, int]:

@@ -109,9 +109,10 @@ def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
         # travels in the log and in snapshots.
         dynamicMembershipChange=True,
         onStateChanged=on_state_changed,
-        # Fernet (AES-128-CBC + HMAC-SHA256) on every frame with a key derived from the
-        # cluster secret, after a random-key exchange per connection: a process
-        # without the secret can neither read, forge nor replay Raft messages.
+        # Every frame sealed with a key derived from the cluster secret (AES-GCM,
+        # frame_cipher.py, in place of pysyncobj's Fernet), after a random-key
+        # exchange per connection: a process without the secret can neither read,
+        # forge nor replay Raft messages.
         password=settings.secret or None,
     )
 
