@@ -18,6 +18,7 @@ from om.config import ServerConfig
 from om.consensus.port import Role
 from om.executor.registry import error_response
 from om.flows.template import not_leader_response
+from om.node_transfer import ring_admin_refusal
 from om.protocol import om_pb2
 
 _OPS = {om_pb2.ChangeMembershipRequest.ADD: "add",
@@ -68,13 +69,11 @@ def _problem(request: om_pb2.OMRequest, config: ServerConfig,
         return error_response(request, om_pb2.INVALID_REQUEST,
                               "ChangeMembership needs an op (ADD or REMOVE), a node_id and "
                               "a raft_address")
-    if config.acl_enabled and request.user not in config.admins:
-        return error_response(request, om_pb2.PERMISSION_DENIED,
-                              f"user {request.user!r} is not an OM administrator")
-    if raft is None:
-        return error_response(request, om_pb2.NOT_SUPPORTED_OPERATION,
-                              "a one-node ring runs no Raft; start it as a cluster to change "
-                              "its membership")
+    refused = ring_admin_refusal(request, config, raft is not None,
+                                 "a one-node ring runs no Raft; start it as a cluster to "
+                                 "change its membership")
+    if refused is not None or raft is None:
+        return refused
     if body.node_id in config.decommissioned and body.op == om_pb2.ChangeMembershipRequest.ADD:
         return error_response(request, om_pb2.MEMBERSHIP_REFUSED,
                               f"OM:{body.node_id} was decommissioned and never rejoins under "

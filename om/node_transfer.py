@@ -66,12 +66,10 @@ def _problem(request: om_pb2.OMRequest, config: ServerConfig,
     if request.WhichOneof("body") != "transfer_leadership" or (body.random == bool(body.node_id)):
         return error_response(request, om_pb2.INVALID_REQUEST,
                               "TransferLeadership needs either a node_id or random")
-    if config.acl_enabled and request.user not in config.admins:
-        return error_response(request, om_pb2.PERMISSION_DENIED,
-                              f"user {request.user!r} is not an OM administrator")
-    if raft is None:
-        return error_response(request, om_pb2.NOT_SUPPORTED_OPERATION,
-                              "a one-node ring has no one to hand leadership to")
+    refused = ring_admin_refusal(request, config, raft is not None,
+                                 "a one-node ring has no one to hand leadership to")
+    if refused is not None or raft is None:
+        return refused
     ids = [n.id for n in config.nodes]
     if not body.random and body.node_id not in ids:
         return error_response(request, om_pb2.INVALID_REQUEST,
@@ -82,6 +80,18 @@ def _problem(request: om_pb2.OMRequest, config: ServerConfig,
     if body.node_id == config.node_id:
         return error_response(request, om_pb2.TRANSFER_REFUSED,
                               f"OM:{config.node_id} is the leader already")
+    return None
+
+
+def ring_admin_refusal(request: om_pb2.OMRequest, config: ServerConfig, has_raft: bool,
+                       one_node: str) -> om_pb2.OMResponse | None:
+    """What refuses every change to the ring (a transfer, a membership change) before
+    Raft is asked: not an OM administrator (with ACLs on), or a one-node ring."""
+    if config.acl_enabled and request.user not in config.admins:
+        return error_response(request, om_pb2.PERMISSION_DENIED,
+                              f"user {request.user!r} is not an OM administrator")
+    if not has_raft:
+        return error_response(request, om_pb2.NOT_SUPPORTED_OPERATION, one_node)
     return None
 
 

@@ -47,6 +47,17 @@ _HEADER = struct.Struct(">B8sQq")   # version, sender id, counter, timestamp
 _TAG_BYTES = 16
 
 
+def _header(token: bytes) -> tuple[int, bytes, int, int]:
+    """(version, sender, counter, timestamp) of a sealed frame; InvalidToken when it is
+    too short to be one or of another version."""
+    if len(token) < _HEADER.size + _TAG_BYTES:
+        raise InvalidToken
+    version, sender, counter, timestamp = _HEADER.unpack_from(token)
+    if version != VERSION:
+        raise InvalidToken
+    return version, sender, counter, timestamp
+
+
 def _subkey(key: bytes, sender: bytes) -> AESGCM:
     return AESGCM(HKDF(hashes.SHA256(), 32, salt=sender, info=b"sender").derive(key))
 
@@ -79,19 +90,10 @@ class AeadFrames:
         return header + self._sealer.encrypt(nonce, data, header)
 
     def extract_timestamp(self, token: bytes) -> int:
-        if len(token) < _HEADER.size + _TAG_BYTES:
-            raise InvalidToken
-        version, _, _, timestamp = _HEADER.unpack_from(token)
-        if version != VERSION:
-            raise InvalidToken
-        return int(timestamp)
+        return _header(token)[3]
 
     def decrypt(self, token: bytes) -> bytes:
-        if len(token) < _HEADER.size + _TAG_BYTES:
-            raise InvalidToken
-        version, sender, counter, _ = _HEADER.unpack_from(token)
-        if version != VERSION:
-            raise InvalidToken
+        _, sender, counter, _ = _header(token)
         header = token[:_HEADER.size]
         opener = self._openers.get(sender) or _subkey(self._key, sender)
         try:
