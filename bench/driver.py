@@ -5,7 +5,8 @@ in-process ``ceiling``, then ``etcd``, a 3-member etcd under the same load
 shape: ``bench/etcd``), the driver:
 
 1. replaces ``OUT/<flow>/`` and starts a fresh 3-node cluster in
-   ``OUT/<flow>/cluster`` on free 127.0.0.1 ports, each node tracing to
+   ``OUT/<flow>/cluster`` on free 127.0.0.1 ports, secure as ``om cluster up``
+   makes it (Raft secret, TLS with the cluster's client certificate), each node tracing to
    ``OUT/<flow>/raw-traces/server-<id>.jsonl`` (the ceiling instead runs the
    same ``Node`` in-process on a store in ``OUT/ceiling/data``);
 2. with ``keys``, starts every node on a copy of one generated database
@@ -342,10 +343,11 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
         first = cluster.wait_for_leader()
         leader = first.node_id
         log.step(f"{flow.name}: leader {leader}")
-        addresses = cluster.addresses
+        addresses, tls = cluster.addresses, cluster.client_tls()
 
         def connect() -> RequestCaller:
-            return AsyncOMClient(addresses, user=USER, policy=POLICY)
+            # with TLS the user is the certificate's: claiming another one is refused
+            return AsyncOMClient(addresses, user=None if tls else USER, policy=POLICY, tls=tls)
 
         pids = {n.id: pid for n in cluster.nodes if (pid := cluster.pid(n.id)) is not None}
         raft = {f"{node}-raft": child for node, pid in pids.items() for child in children(pid)}

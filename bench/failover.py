@@ -76,7 +76,9 @@ async def measure(cluster: om_cluster.Cluster, trials: int) -> FailoverResult:
     """Runs ``trials`` kill -9 trials against ``cluster``; restarts each victim."""
     assert trials > 0
     result = FailoverResult()
-    client = AsyncOMClient(cluster.addresses, user="bench", policy=POLICY)
+    tls = cluster.client_tls()   # with TLS the user is the certificate's
+    client = AsyncOMClient(cluster.addresses, user=None if tls else "bench", policy=POLICY,
+                           tls=tls)
     writes = _Writes()
     stop = asyncio.Event()
     workers = [asyncio.create_task(_write_forever(client, n, writes, stop))

@@ -5,7 +5,11 @@
            --host 127.0.0.1:9862 --csv out/run [--processes 2]
 
 The OM addresses come from ``--host`` (a comma-separated host:port list), else
-``$OM_ADDRESS``, else 127.0.0.1:9862. ``OMClient`` uses plain sockets, which
+``$OM_ADDRESS``, else 127.0.0.1:9862. A secure cluster's certificate comes from
+``$OM_CERT``, ``$OM_KEY`` and ``$OM_CA``, else from the cluster directory
+``$OM_CLUSTER_DIR``, else from the last cluster started (``om cluster up``) when it
+serves those addresses (as ``om sh`` finds it); the user is then the
+certificate's. ``OMClient`` uses plain sockets, which
 gevent (imported by locust) makes cooperative, so each user is one greenlet
 with one connection. CPU-bound protobuf work serializes the users of one
 process on one core: use ``--processes`` when the generator saturates it.
@@ -38,6 +42,7 @@ from typing import Any
 from locust import User, constant, events, task
 
 from bench.traces import CLIENT_ERROR, ClientTrace, op_name
+from om.cli.credentials import environment_tls
 from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
@@ -121,7 +126,10 @@ class OMUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.client = OMClient(om_addresses(self.host), user="locust", policy=POLICY)
+        addresses = om_addresses(self.host)
+        tls = environment_tls(addresses)   # with TLS the user is the certificate's
+        self.client = OMClient(addresses, user=None if tls else "locust", policy=POLICY,
+                               tls=tls)
         self.prefix = uuid.uuid4().hex[:12]
         self.bucket = random.choice(BUCKETS)
         self.keys: deque[str] = deque(maxlen=KEYS_KEPT)

@@ -82,10 +82,11 @@ def write_tls(directory: Path, nodes: tuple[NodeAddress, ...]) -> str:
 
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
                  extra_toml: str = "", top_level_toml: str = "", secure: bool = True,
-                 tls: bool = False) -> Path:
+                 tls: bool | None = None) -> Path:
     """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1, and with ``secure``
-    a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes authenticate with;
-    with ``tls``, a CA and certificates (``write_tls``) for TLS on the client port.
+    (the default) a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes
+    authenticate with; with ``tls`` (by default as ``secure``), a CA and certificates
+    (``write_tls``) for TLS with client certificates on the client port.
 
     ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
     appended after the nodes, where a bare key would land in the last node)."""
@@ -102,7 +103,7 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
         lines += ["[[nodes]]", f'id = "{node.id}"', f'host = "{node.host}"',
                   f"port = {node.port}", f"raft_port = {node.raft_port}",
                   f"http_port = {node.http_port}", ""]
-    if tls:
+    if secure if tls is None else tls:   # TLS follows ``secure`` unless told
         extra_toml += write_tls(directory, layout)
     path = directory / "cluster.toml"
     path.write_text("\n".join(lines) + extra_toml)
@@ -318,8 +319,12 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
        top_level_toml: str = "",
        node_args: Callable[[str], Sequence[str]] = lambda node_id: (),
-       secure: bool = True, tls: bool = False) -> Cluster:
+       secure: bool = True, tls: bool | None = None) -> Cluster:
     """Starts a fresh cluster in ``directory``; returns once a leader is ready.
+
+    Secure by default (``write_config``): a Raft secret, and TLS with client
+    certificates on the client port (``Cluster.client_tls()`` is the tools'
+    certificate); ``secure=False`` turns both off, ``tls=False`` only TLS.
 
     ``node_args`` gives extra ``om serve`` flags per node id (e.g. its own trace
     file). ``remember_it`` records it as the last cluster (for ``om admin roles``

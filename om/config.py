@@ -148,7 +148,7 @@ class Raft:
 
 @dataclass(frozen=True)
 class Tls:
-    """TLS with client certificates on the client RPC port (``om cluster up --tls``).
+    """TLS with client certificates on the client RPC port (``om cluster up``'s default).
 
     Paths may hold ``{node_id}``. Set cert, key and CA together, or none (no TLS).
     ``client_*`` are the certificate the tools (om sh, om admin) present when they

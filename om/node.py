@@ -243,7 +243,7 @@ class Node:
         if request.cmd_type in TOKEN_TYPES and not self.tokens_enabled:
             return _answered(error_response(
                 request, om_pb2.NOT_SUPPORTED_OPERATION, "delegation tokens need a secure "
-                "cluster: TLS with client certificates (om cluster up --tls) and [tokens] "
+                "cluster: TLS with client certificates (om cluster up, not --no-tls) and [tokens] "
                 "enabled"))
         if request.cmd_type == om_pb2.GetDelegationToken:
             # the next secret key, should one be due (om/security/tokens.py); a client's

@@ -256,8 +256,8 @@ def raft_security(node: Node) -> str:
 
 def client_security(node: Node, context: ssl.SSLContext | None) -> str:
     """What the start line says of the client port."""
-    if context is None:
-        return "PLAIN"
+    if context is None:   # om serve alone, or om cluster up --insecure / --no-tls
+        return "PLAIN, UNAUTHENTICATED: no [tls], any client may claim any user"
     tokens = " (or a delegation token)" if node.tokens_enabled else ""
     return f"TLS, certificate required{tokens}"
 

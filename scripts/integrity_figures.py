@@ -74,7 +74,7 @@ def _measure(cluster: om_cluster.Cluster, directory: Path,
              args: argparse.Namespace) -> dict[str, Any]:
     trace = directory / "load.jsonl"
     load = subprocess.Popen([sys.executable, "-m", "om", "freon", "omkg", "-t", str(args.threads),
-                             "--duration", "600", "--om", ",".join(cluster.addresses),
+                             "--duration", "600", "--dir", str(cluster.directory),
                              "-v", "vol", "-b", "bkt", "-p", "load", "--trace", str(trace)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

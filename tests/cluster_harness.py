@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,10 @@ from typing import Any
 from om import cluster as om_cluster
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
+from om.config import NodeAddress
 from om.protocol import om_pb2
+from om.security.certificates import CertificateAuthority
+from om.security.tls import ClientTls
 
 FAST_RAFT = """
 [raft]
@@ -21,17 +25,53 @@ leader_fallback_timeout_s = 1.5
 
 
 def start(directory: Path, extra_toml: str = "", execution: str = "leader") -> om_cluster.Cluster:
-    """A fresh 3-node cluster with a ready leader; ``extra_toml`` lands in [raft]."""
+    """A fresh 3-node cluster with a ready leader, secure as ``om cluster up`` makes it (a
+    Raft secret, TLS with client certificates); ``extra_toml`` lands in [raft]."""
     return om_cluster.up(directory, 3, om_cluster.free_port_base(), execution,
                          FAST_RAFT + extra_toml, timeout_s=60, remember_it=False)
 
 
-def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, **kwargs: Any) -> OMClient:
-    """A client knowing every node (with the cluster's certificate when it has TLS), with an
-    overall retry deadline."""
+def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, user: str | None = None,
+           **kwargs: Any) -> OMClient:
+    """A client knowing every node (with the cluster's certificate when it has TLS, or one
+    for ``user`` from its CA), with an overall retry deadline."""
+    tls = cluster.client_tls()
+    if tls is not None and user is not None:
+        tls, user = user_tls(cluster, user), None   # the user is the certificate's
     return OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=deadline_s,
                                                           attempt_timeout_s=2.0),
-                    tls=cluster.client_tls(), **kwargs)
+                    tls=tls, user=user, **kwargs)
+
+
+def user_tls(cluster: om_cluster.Cluster, user: str) -> ClientTls:
+    """A certificate for ``user`` from the cluster's own CA (made once per user), as an
+    admin would issue it: a client presenting it acts as ``user``."""
+    directory = cluster.directory / om_cluster.TLS_DIR
+    cert, key = directory / f"user-{user}.pem", directory / f"user-{user}.key"
+    if not cert.exists():
+        CertificateAuthority.load(directory).issue_client(user)
+    return ClientTls(cert, key, directory / "ca.pem")
+
+
+def tls_flags(cluster: om_cluster.Cluster) -> list[str]:
+    """``--cert/--key/--ca`` of the cluster's certificate for a tool's command line (none
+    without TLS)."""
+    tls = cluster.client_tls()
+    if tls is None:
+        return []
+    return ["--cert", str(tls.cert_file), "--key", str(tls.key_file), "--ca", str(tls.ca_file)]
+
+
+def raw_connection(cluster: om_cluster.Cluster, address: NodeAddress,
+                   timeout_s: float) -> socket.socket:
+    """A connection to ``address``'s client port for hand-made frames: in TLS with the
+    cluster's certificate when it has one (the user is then the certificate's: frames
+    should claim none)."""
+    conn = socket.create_connection((address.host, address.port), timeout=timeout_s)
+    tls = cluster.client_tls()
+    if tls is None:
+        return conn
+    return tls.context().wrap_socket(conn, server_hostname=address.host)
 
 
 def leader_id(cluster: om_cluster.Cluster) -> str:

@@ -1,7 +1,8 @@
 """Native ACLs on a real 3-node cluster with ``acl_enabled = true``, through ``om sh``.
 
-Users act with ``om sh --user`` (the cluster runs without client TLS here; with
-``--tls`` the user is the certificate's, tests/test_tls.py). The ACL changes
+Users act with ``om sh --cert/--key/--ca``, each with a certificate of its own from
+the cluster's CA (the cluster is secure, as ``om cluster up`` makes it: the user is
+the certificate's, tests/test_tls.py). The ACL changes
 are replicated writes: every replica ends with the same rows, a retried
 AddAcl is answered from the retry cache (its original "added" answer, where a
 second execution would say "already exists"), and the leader's audit log has
@@ -33,15 +34,20 @@ KEY = "/projects/shared/report"
 
 @dataclass
 class Shell:
-    """``om sh --om ADDRESSES --user USER ...`` in this process."""
+    """``om sh --om ADDRESSES --cert USER.pem --key USER.key --ca CA ...`` in this
+    process."""
 
-    addresses: str
+    cluster: om_cluster.Cluster
 
     def __call__(self, user: str, *args: str) -> tuple[int, str, str]:
+        tls = harness.user_tls(self.cluster, user)
+        credentials = ["--cert", str(tls.cert_file), "--key", str(tls.key_file),
+                       "--ca", str(tls.ca_file)]
         out, err = io.StringIO(), io.StringIO()
         with redirect_stdout(out), redirect_stderr(err):
             try:
-                code = cli.main(["sh", "--om", self.addresses, "--user", user, *args])
+                code = cli.main(["sh", "--om", ",".join(self.cluster.addresses), *credentials,
+                                 *args])
             except SystemExit as exit_:
                 code = int(exit_.code or 0)
         return code, out.getvalue(), err.getvalue()
@@ -63,7 +69,7 @@ def test_acls_are_enforced_replicated_and_audited(tmp_path: Path) -> None:
                             top_level_toml='acl_enabled = true\nadmins = ["admin"]')
     try:
         leader = harness.leader_id(cluster)
-        sh = Shell(",".join(cluster.addresses))
+        sh = Shell(cluster)
         _scenario(sh)
         _retried_add_acl_runs_once(cluster)
         harness.wait_converged(cluster)
@@ -101,7 +107,8 @@ def _scenario(sh: Shell) -> None:
 
 def _retried_add_acl_runs_once(cluster: om_cluster.Cluster) -> None:
     policy = RetryPolicy(deadline_s=30, attempt_timeout_s=2)
-    with OMClient(cluster.addresses, user="admin", policy=policy) as client:
+    with OMClient(cluster.addresses, policy=policy,
+                  tls=harness.user_tls(cluster, "admin")) as client:
         request = build.add_acl(build.acl_object("projects"), acls.parse("group:ops:a").to_proto())
         first = client.call_raw(request)
         again = client.call_raw(request)                # the same call id: a retry

@@ -104,7 +104,8 @@ def test_one_line_per_operation_on_the_node_that_answered(tmp_path: Path) -> Non
     try:
         leader = harness.leader_id(cluster)
         policy = RetryPolicy(deadline_s=30, attempt_timeout_s=2)
-        with OMClient(cluster.addresses, user="admin", policy=policy) as om:
+        with OMClient(cluster.addresses, policy=policy,
+                      tls=harness.user_tls(cluster, "admin")) as om:
             om.create_volume("audvol")
             om.create_bucket("audvol", "bkt")
             om.put_key("audvol", "bkt", "k1", 5)                 # ALLOCATE_KEY + COMMIT_KEY
@@ -117,7 +118,8 @@ def test_one_line_per_operation_on_the_node_that_answered(tmp_path: Path) -> Non
                                        create_volume=om_pb2.CreateVolumeRequest(volume="again"))
             assert om.call_raw(retried).status == om_pb2.OK
             assert om.call_raw(retried).status == om_pb2.OK        # same call id: a retry
-        with OMClient(cluster.addresses, user="mallory", policy=policy) as intruder:
+        with OMClient(cluster.addresses, policy=policy,
+                      tls=harness.user_tls(cluster, "mallory")) as intruder:
             denied = intruder.call_raw(om_pb2.OMRequest(
                 cmd_type=om_pb2.CreateVolume,
                 create_volume=om_pb2.CreateVolumeRequest(volume="stolen")))

@@ -62,8 +62,22 @@ def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Pat
                  str(om_cluster.free_port_base()))
     assert started.returncode == 0, started.stderr
     assert "metrics: http://127.0.0.1:" in started.stdout
+    assert "clients: TLS with client certificates" in started.stdout   # the default
+    assert "INSECURE" not in started.stdout
     cluster = om_cluster.Cluster(directory)
     try:
+        # the tools find the cluster's certificate through --dir
+        created = om("sh", "--dir", str(directory), "volume", "create", "/tlsvol")
+        assert created.returncode == 0, created.stderr
+        loaded = om("freon", "omkg", "--dir", str(directory), "-n", "20", "-t", "4")
+        assert loaded.returncode == 0, loaded.stderr
+        assert "Failures: 0" in loaded.stdout, loaded.stdout
+        # no certificate to find (no last cluster in this HOME): refused
+        plain = subprocess.run(om_command("sh", "--om", cluster.addresses[0], "--timeout", "3",
+                                          "volume", "info", "/tlsvol"),
+                               capture_output=True, text=True, cwd=REPO, timeout=60,
+                               env={**os.environ, "HOME": str(tmp_path)})
+        assert plain.returncode != 0, plain.stdout
         healthy = om("cluster", "status", "--dir", str(directory))
         assert healthy.returncode == 0, healthy.stderr
         assert healthy.stdout.count("UP ") == 3
@@ -76,5 +90,25 @@ def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Pat
         assert degraded.returncode == 1
         assert degraded.stdout.count("DOWN") == 2
         assert "1 of 3 nodes up, no ready leader" in degraded.stderr
+    finally:
+        om_cluster.down(cluster)
+
+
+def test_insecure_turns_off_the_secret_and_tls_and_says_so(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    started = om("cluster", "up", "--insecure", "--dir", str(directory), "--port-base",
+                 str(om_cluster.free_port_base()))
+    assert started.returncode == 0, started.stderr
+    assert "INSECURE: Raft is unauthenticated (--insecure)" in started.stdout
+    assert "INSECURE: clients are unauthenticated, in plain TCP (--insecure)" in started.stdout
+    cluster = om_cluster.Cluster(directory)
+    try:
+        assert cluster.client_tls() is None
+        assert not (directory / om_cluster.SECRET_FILE).exists()
+        log = (directory / "om1.log").read_text()
+        assert "raft=UNAUTHENTICATED" in log
+        assert "clients=PLAIN, UNAUTHENTICATED" in log
+        created = om("sh", "--om", ",".join(cluster.addresses), "volume", "create", "/plain")
+        assert created.returncode == 0, created.stderr
     finally:
         om_cluster.down(cluster)

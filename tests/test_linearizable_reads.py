@@ -10,7 +10,6 @@ from before the acknowledged write: a retryable refusal or the new value.
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +46,8 @@ def _new_leader(cluster: om_cluster.Cluster, old: str) -> om_pb2.NodeInfo:
     others = [n.address for n in cluster.nodes if n.id != old]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        leaders = [i for i in om_cluster.node_infos(others, 0.5) if i.role == "LEADER"]
+        leaders = [i for i in om_cluster.node_infos(others, 0.5, cluster.client_tls())
+                   if i.role == "LEADER"]
         if leaders:
             return leaders[0]
         time.sleep(0.05)
@@ -62,18 +62,19 @@ def test_a_resumed_deposed_leader_never_serves_a_stale_read(
             _set(om, 1000 * value)
         address = next(n for n in cluster.nodes if n.id == old)
         read = om_pb2.OMRequest(cmd_type=om_pb2.InfoVolume, client_id="reader",
-                                call_id=value, user="alice",
+                                call_id=value,
                                 info_volume=om_pb2.InfoVolumeRequest(volume="register"))
-        cluster.signal_node(old, signal.SIGSTOP)
-        try:
-            new = _new_leader(cluster, old)
-            with OMClient([new.address], policy=RetryPolicy(deadline_s=20)) as om:
-                _set(om, 1000 * value + 1)           # acknowledged by the new leader
-            conn = socket.create_connection((address.host, address.port), timeout=10)
-            conn.sendall(encode_frame(read.SerializeToString()))   # queued while stopped
-        finally:
-            cluster.signal_node(old, signal.SIGCONT)
-        with conn:
+        # connected (the TLS handshake done) while the old leader runs
+        with harness.raw_connection(cluster, address, timeout_s=10) as conn:
+            cluster.signal_node(old, signal.SIGSTOP)
+            try:
+                new = _new_leader(cluster, old)
+                with OMClient([new.address], policy=RetryPolicy(deadline_s=20),
+                              tls=cluster.client_tls()) as om:
+                    _set(om, 1000 * value + 1)           # acknowledged by the new leader
+                conn.sendall(encode_frame(read.SerializeToString()))   # queued while stopped
+            finally:
+                cluster.signal_node(old, signal.SIGCONT)
             decoder = FrameDecoder()
             frames: list[bytes] = []
             while not frames:
@@ -94,10 +95,11 @@ def test_local_reads_are_answered_by_a_follower(cluster: om_cluster.Cluster) -> 
     leader = harness.leader_id(cluster)
     follower = next(n for n in cluster.nodes if n.id != leader)
     with OMClient([follower.address], read_mode="local",
-                  policy=RetryPolicy(deadline_s=5)) as om:
+                  policy=RetryPolicy(deadline_s=5), tls=cluster.client_tls()) as om:
         info = om.info_volume("register")
         assert info.quota_in_bytes == 4242
         assert om.last_node == follower.address, "answered by the follower itself"
-    with OMClient([follower.address], policy=RetryPolicy(deadline_s=5)) as om:
+    with OMClient([follower.address], policy=RetryPolicy(deadline_s=5),
+                  tls=cluster.client_tls()) as om:
         assert om.info_volume("register").quota_in_bytes == 4242
         assert om.last_node != follower.address, "a linearizable read goes to the leader"

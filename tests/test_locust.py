@@ -1,4 +1,5 @@
-"""The locustfile, headless for a few seconds against a real single-node ``om serve``."""
+"""The locustfile, headless for a few seconds against a real single-node ``om serve``, and
+against a secure cluster."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.traces import client_request_problems, read_records
+from om import cluster as om_cluster
+from tests import cluster_harness as harness
 from tests.processes import REPO, ServerProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -47,3 +50,26 @@ def test_locustfile_runs_headless_without_failures(tmp_path: Path) -> None:
     records = [r for path in traces for r in read_records(path)]
     assert records
     assert all(client_request_problems(r) == [] for r in records)
+
+
+def test_locustfile_finds_a_secure_clusters_certificate(tmp_path: Path) -> None:
+    """Against a cluster secure by default: the certificate from ``$OM_CLUSTER_DIR``."""
+    cluster = om_cluster.up(tmp_path / "cluster", 3, om_cluster.free_port_base(), "leader",
+                            harness.FAST_RAFT, timeout_s=60, remember_it=False)
+    try:
+        assert cluster.client_tls() is not None
+        env = {**os.environ, "OM_CLUSTER_DIR": str(cluster.directory)}
+        for name in ("OM_ADDRESS", "OM_CERT", "OM_KEY", "OM_CA", "OM_TRACE"):
+            env.pop(name, None)
+        done = subprocess.run(
+            [*locust_command(), "-f", str(LOCUSTFILE), "--headless", "-u", "2", "-r", "2",
+             "-t", "3s", "--host", ",".join(cluster.addresses), "--csv",
+             str(tmp_path / "run"), "--only-summary", "--exit-code-on-error", "3"],
+            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False)
+    finally:
+        om_cluster.down(cluster)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with (tmp_path / "run_stats.csv").open() as stats:
+        rows = {row["Name"]: row for row in csv.DictReader(stats)}
+    assert int(rows["Aggregated"]["Request Count"]) > 0
+    assert int(rows["Aggregated"]["Failure Count"]) == 0

@@ -82,7 +82,7 @@ def test_a_node_joins_as_a_learner_then_votes_and_serves_old_data(
     with harness.client(ring) as om:
         om.put_key("vol", "bkt", "after-join", 10)
     ring.wait_converged(timeout_s=30)
-    with OMClient([om4.address], read_mode="local") as local:
+    with OMClient([om4.address], read_mode="local", tls=ring.client_tls()) as local:
         keys = harness.all_keys(local)
     assert {f"before-{i:03d}" for i in range(BEFORE)} | {"after-join"} <= set(keys)
 

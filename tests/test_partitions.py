@@ -36,10 +36,10 @@ def partitioned(tmp_path: Path) -> Iterator[tuple[om_cluster.Cluster, LinkProxie
     links.stop()
 
 
-def _ask(address: NodeAddress, request: om_pb2.OMRequest,
+def _ask(cluster: om_cluster.Cluster, address: NodeAddress, request: om_pb2.OMRequest,
          timeout_s: float) -> om_pb2.OMResponse | None:
     """One attempt at one node; None when it does not answer in time."""
-    with socket.create_connection((address.host, address.port), timeout=timeout_s) as conn:
+    with harness.raw_connection(cluster, address, timeout_s) as conn:
         conn.sendall(encode_frame(request.SerializeToString()))
         decoder = FrameDecoder()
         try:
@@ -67,17 +67,17 @@ def test_a_minority_leader_serves_neither_writes_nor_reads(
     answers: list[om_pb2.OMResponse | None] = []
 
     def ask_old(request: om_pb2.OMRequest) -> None:
-        answers.append(_ask(address, request, timeout_s=8))
+        answers.append(_ask(cluster, address, request, timeout_s=8))
 
     write = om_pb2.OMRequest(cmd_type=om_pb2.CreateVolume, client_id="minority", call_id=1,
-                             user="alice",
                              create_volume=om_pb2.CreateVolumeRequest(volume="minority"))
     read = om_pb2.OMRequest(cmd_type=om_pb2.InfoVolume, client_id="minority", call_id=2,
-                            user="alice", info_volume=om_pb2.InfoVolumeRequest(volume="vol"))
+                            info_volume=om_pb2.InfoVolumeRequest(volume="vol"))
     askers = [threading.Thread(target=ask_old, args=(r,)) for r in (write, read)]
     for asker in askers:
         asker.start()
-    with OMClient([n.address for n in others], policy=RetryPolicy(deadline_s=20)) as om:
+    with OMClient([n.address for n in others], policy=RetryPolicy(deadline_s=20),
+                  tls=cluster.client_tls()) as om:
         om.create_volume("majority")                 # the majority elects and serves
         assert om.last_node != address.address
     for asker in askers:

@@ -86,7 +86,8 @@ def journal_syncs(http_address: str, timeout_s: float = 10.0) -> float:
 def test_prom_and_admin_metrics_read_one_registry(cluster: om_cluster.Cluster) -> None:
     leader = harness.leader_id(cluster)
     node = next(n for n in cluster.nodes if n.id == leader)
-    printed = subprocess.run(om_command("admin", "metrics", "--om", node.address),
+    printed = subprocess.run(om_command("admin", "metrics", "--om", node.address,
+                                        *harness.tls_flags(cluster)),
                              capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
     (admin,) = json.loads(printed.stdout)
     scraped = scrape(node.http_address)

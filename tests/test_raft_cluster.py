@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,7 +58,7 @@ def test_follower_answers_not_leader_with_the_leaders_address(
     follower = next(n for n in cluster.nodes if n.id != leader.node_id)
     request = om_pb2.OMRequest(cmd_type=om_pb2.CreateVolume, client_id="c", call_id=1,
                                create_volume=om_pb2.CreateVolumeRequest(volume="vol2"))
-    with socket.create_connection((follower.host, follower.port), timeout=5) as conn:
+    with harness.raw_connection(cluster, follower, timeout_s=5) as conn:
         conn.sendall(encode_frame(request.SerializeToString()))
         (frame,) = FrameDecoder().feed(conn.recv(65536))
     answer = om_pb2.OMResponse.FromString(frame)

@@ -1,4 +1,4 @@
-"""TLS with client certificates on the client port (``om cluster up --tls``): the user is
+"""TLS with client certificates on the client port (``om cluster up``'s default): the user is
 the certificate's CN; no certificate, a stranger's certificate or a forged user is
 refused; the tools find the cluster's certificate by themselves."""
 

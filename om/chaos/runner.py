@@ -63,7 +63,8 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxi
     threads: list[threading.Thread] = []
     spec = config.workload
     for process in range(spec.register_workers + spec.add_workers):
-        worker = workload.Worker(process, cluster.addresses, recorder, spec, stop)
+        worker = workload.Worker(process, cluster.addresses, recorder, spec, stop,
+                                 cluster.client_tls())
         step = worker.register_step if process < spec.register_workers else worker.add_step
         workers.append(worker)
         threads.append(threading.Thread(target=worker.run, args=(step,), daemon=True))
@@ -88,7 +89,8 @@ def _observe(cluster: om_cluster.Cluster, keys: int
              ) -> tuple[dict[str, int | None], dict[str, Usage], list[tuple[str, int]]]:
     """The final value of every register key (None: absent), the exactly-once buckets'
     usage, and the object ids of the volume and buckets."""
-    with OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=60)) as client:
+    with OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=60),
+                  tls=cluster.client_tls()) as client:
         final: dict[str, int | None] = {workload.register_key(i): None for i in range(keys)}
         start = ""
         while True:
@@ -158,7 +160,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
             links.stop()
         raise
     try:
-        workload.set_up(cluster.addresses)
+        workload.set_up(cluster.addresses, cluster.client_tls())
         recorder, workers, nemesis = _run_load(cluster, config, links)
         cluster.wait_for_leader(timeout_s=60)
         time.sleep(SETTLE_S)

@@ -32,6 +32,7 @@ from om.client import OMClient, OMConnectionError
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
+from om.security.tls import ClientTls
 
 VOLUME = "chaos"
 REGISTER_BUCKET = "register"
@@ -97,7 +98,8 @@ class Worker:
     """One client thread: a history process that runs one operation at a time."""
 
     def __init__(self, process: int, addresses: list[str], recorder: Recorder,
-                 config: WorkloadConfig, stop: threading.Event) -> None:
+                 config: WorkloadConfig, stop: threading.Event,
+                 tls: ClientTls | None = None) -> None:
         self.process = process
         self._recorder = recorder
         self._config = config
@@ -105,7 +107,8 @@ class Worker:
         self._rng = random.Random(config.seed * 1000 + process)
         policy = RetryPolicy(deadline_s=config.deadline_s,
                              attempt_timeout_s=config.attempt_timeout_s)
-        self._client = OMClient(addresses, policy=policy, client_id=f"chaos-{process}")
+        self._client = OMClient(addresses, policy=policy, client_id=f"chaos-{process}",
+                                tls=tls)
         self.retries = 0
         self.ops = 0
 
@@ -207,10 +210,10 @@ class Worker:
         self._record(F.ADD, bucket, delta, started, outcome, retries, object_id)
 
 
-def set_up(addresses: list[str]) -> None:
+def set_up(addresses: list[str], tls: ClientTls | None = None) -> None:
     """Creates the chaos volume and buckets (idempotent)."""
     policy = RetryPolicy(deadline_s=30.0)
-    with OMClient(addresses, policy=policy) as client:
+    with OMClient(addresses, policy=policy, tls=tls) as client:
         for request in [build.create_volume(VOLUME), build.create_bucket(VOLUME, REGISTER_BUCKET),
                         *(build.create_bucket(VOLUME, b) for b in ADD_BUCKETS)]:
             response = client.call_raw(request)

@@ -3,7 +3,13 @@
 ``up`` checks every port first and starts nothing when one is taken (naming the
 port and its holder); it returns only once every node answers and a leader is
 ready, else it stops what it started and exits 1 with the failed node's log
-tail. ``status`` exits 1 when the cluster has no ready leader."""
+tail. ``status`` exits 1 when the cluster has no ready leader.
+
+``up`` is secure by default: a Raft secret, and TLS with client certificates on
+the client port (a CA and certificates in ``DIR/tls``, which ``om sh``, ``om
+admin``, ``om freon``, ``om bench`` and ``om chaos`` find through ``--dir`` or
+as the last cluster started). ``--insecure`` turns both off, ``--no-tls`` only
+TLS; either is printed."""
 
 from __future__ import annotations
 
@@ -30,11 +36,14 @@ def register(commands: Any) -> None:
                     help="client ports from here; Raft ports from here + 10, "
                          "HTTP (/prom) from here + 20")
     up.add_argument("--insecure", action="store_true",
-                    help="no Raft secret: any process that reaches a Raft port can take "
-                         "part in Raft (for experiments only)")
-    up.add_argument("--tls", action="store_true",
-                    help="TLS with client certificates on the client port: a CA and "
-                         "certificates in DIR/tls (the tools find them through DIR)")
+                    help="no Raft secret and no TLS: any process that reaches a Raft port "
+                         "can take part in Raft, and any client that reaches a client port "
+                         "acts as whichever user it claims (for experiments only)")
+    up.add_argument("--no-tls", dest="tls", action="store_false",
+                    help="keep the Raft secret but serve clients in plain TCP, "
+                         "unauthenticated (default: TLS with client certificates, a CA and "
+                         "certificates in DIR/tls that the tools find through DIR or as the "
+                         "last cluster started)")
     up.set_defaults(run=run_up)
     status = actions.add_parser("status", help="which nodes are up; exit 1 without a "
                                 "ready leader")
@@ -52,7 +61,7 @@ def run_up(args: argparse.Namespace) -> int:
         return 2
     try:
         cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution,
-                                secure=not args.insecure, tls=args.tls)
+                                secure=not args.insecure, tls=args.tls and not args.insecure)
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1
@@ -62,6 +71,13 @@ def run_up(args: argparse.Namespace) -> int:
                                  if n.http_address))
     if args.insecure and args.nodes > 1:
         print("INSECURE: Raft is unauthenticated (--insecure)")
+    tls = cluster.client_tls()
+    if tls is None:
+        flag = "--insecure" if args.insecure else "--no-tls"
+        print(f"INSECURE: clients are unauthenticated, in plain TCP ({flag})")
+    else:
+        print(f"clients: TLS with client certificates; the tools present {tls.cert_file} "
+              f"(found through --dir {cluster.directory} or as the last cluster started)")
     print(f"try:    om sh --om {','.join(cluster.addresses)} volume create /vol1")
     return 0
 

@@ -1,6 +1,8 @@
 """Which certificate a tool presents: ``--cert/--key/--ca``, else the one named by the
 cluster the tool talks to (``--config``/``--dir``, else the last cluster started, when
-its addresses are the ones targeted), else none (plain TCP).
+its addresses are the ones targeted), else none (plain TCP). Tools without flags (the
+locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or ``$OM_CLUSTER_DIR`` instead
+(``environment_tls``).
 
 ``om sh`` may act with a delegation token instead (``client_credentials``):
 ``--token FILE``, else the file ``$OM_TOKEN_FILE`` names (as Hadoop's tools read
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from om import cluster as om_cluster
 from om import config as om_config
-from om.client.identity import Tls
+from om.client.identity import Tls, split_addresses
 from om.config import ConfigError
 from om.protocol import om_pb2
 from om.security.tls import ClientTls
@@ -32,6 +34,22 @@ def add_tls_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert", type=Path, help="client certificate (PEM; its CN is the user)")
     parser.add_argument("--key", type=Path, help="the certificate's private key (PEM)")
     parser.add_argument("--ca", type=Path, help="the CA that signed the OM's certificate")
+
+
+def add_dir_flag(parser: argparse.ArgumentParser) -> None:
+    """--dir: the cluster directory whose addresses (unless --om) and certificate to use."""
+    parser.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir): "
+                        "its addresses, unless --om, and its certificate (default: those of "
+                        "the last cluster started, when it serves the addresses)")
+
+
+def target_addresses(args: argparse.Namespace, default: list[str]) -> list[str]:
+    """--om, else the nodes of the cluster in --dir, else ``default``."""
+    if args.om:
+        return split_addresses(args.om)
+    if getattr(args, "dir", None) is not None:
+        return [n.address for n in om_config.load(args.dir / "cluster.toml").nodes]
+    return default
 
 
 def add_token_flag(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +84,23 @@ def _discovered(args: argparse.Namespace, addresses: list[str]) -> ClientTls | N
     except (om_cluster.ClusterError, ConfigError):
         pass
     return None
+
+
+CERT_ENV, KEY_ENV, CA_ENV, CLUSTER_DIR_ENV = "OM_CERT", "OM_KEY", "OM_CA", "OM_CLUSTER_DIR"
+
+
+def environment_tls(addresses: list[str]) -> ClientTls | None:
+    """For tools without flags (the locust file): ``$OM_CERT``, ``$OM_KEY`` and
+    ``$OM_CA``, else the certificate of the cluster in ``$OM_CLUSTER_DIR``, else that of
+    the last cluster started when it serves ``addresses``, else none."""
+    given = [os.environ.get(name, "") for name in (CERT_ENV, KEY_ENV, CA_ENV)]
+    if any(given):
+        if not all(given):
+            raise ConfigError(f"${CERT_ENV}, ${KEY_ENV} and ${CA_ENV} go together")
+        return ClientTls(*(Path(path) for path in given))
+    directory = os.environ.get(CLUSTER_DIR_ENV, "")
+    return _discovered(argparse.Namespace(config=None, dir=Path(directory) if directory
+                                          else None), addresses)
 
 
 def token_file(args: argparse.Namespace) -> Path | None:

@@ -1,10 +1,13 @@
 """``om freon omkg|ombg|ockrw``: load generators modelled on ``ozone freon``.
 
-    om freon omkg -n 100000 -t 64 --om host:port[,host:port...]
+    om freon omkg -n 100000 -t 64 [--om host:port[,host:port...] | --dir CLUSTER_DIR]
     om freon ockrw --duration 30 -t 64 -p KEYPREFIX --percentage-read 80 --percentage-list 10
     om freon generate --data-dir DIR [--copy-to DIR ...] --volumes V --buckets B --keys N
 
-Runs many requests in flight per connection (asyncio client on uvloop), prints
+Presents the certificate of the cluster it targets (``--dir``, else the last
+cluster started when it serves the addresses) or ``--cert/--key/--ca``, as ``om
+sh`` and ``om admin`` do. Runs many requests in flight per connection (asyncio
+client on uvloop), prints
 freon's report (count, rate, latency percentiles, failures, successful
 executions and total time) and exits 1 when every operation failed, 2 on a
 usage error or when the volume and bucket could not be prepared.
@@ -32,9 +35,11 @@ from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
 from om import preload
+from om.cli.credentials import add_dir_flag, add_tls_flags, client_tls, target_addresses
 from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
+from om.config import ConfigError
 
 DEFAULT_COUNT = 1000
 _HELP = {
@@ -143,8 +148,10 @@ def _common_options(g: argparse.ArgumentParser) -> None:
                    "(with -n: whichever ends first)")
     g.add_argument("--rate", type=float, help="start operations at this many per second "
                    "(at most -t in flight); latency then counts from when each was due")
-    g.add_argument("--om", default=os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS),
-                   help="comma-separated OM addresses (default 127.0.0.1:9862 or $OM_ADDRESS)")
+    g.add_argument("--om", help="comma-separated OM addresses (default: the cluster of "
+                   "--dir, else $OM_ADDRESS, else 127.0.0.1:9862)")
+    add_dir_flag(g)
+    add_tls_flags(g)
     g.add_argument("-v", "--volume", default="vol1")
     g.add_argument("-b", "--bucket", default="bucket1")
     g.add_argument("-p", "--prefix", default="", help="key/bucket name prefix (default random)")
@@ -189,11 +196,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"om freon: {error}", file=sys.stderr)
         return 2
-    addresses = split_addresses(args.om)
+    try:
+        addresses = target_addresses(
+            args, split_addresses(os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS)))
+        tls = client_tls(args, addresses)
+    except ConfigError as error:
+        print(f"om freon: {error}", file=sys.stderr)
+        return 2
     policy = RetryPolicy(deadline_s=args.timeout, attempt_timeout_s=min(args.timeout, 10.0))
 
     def connect() -> RequestCaller:
-        return AsyncOMClient(addresses, policy=policy)
+        return AsyncOMClient(addresses, policy=policy, tls=tls)
 
     total = None if config.count >= freon.UNBOUNDED_COUNT else config.count
     progress = ProgressBar(config.label, total, config.duration_s)

@@ -9,6 +9,7 @@
     om sh prefix addacl|removeacl|setacl|getacl ...   -> not supported: no prefix ACLs
     om sh token get [-r RENEWER] -t FILE | renew -t FILE | cancel -t FILE | print -t FILE
     om sh --token FILE ...   act as a delegation token's owner, without a certificate
+    om sh --dir DIR ...      the cluster in DIR (om cluster up --dir), with its certificate
 
 Addresses, flags, output and exit codes follow Ozone's shell (see
 docs/ozone-shell-compat.md): ``[o3://host:port]/vol/bucket/key``, leading and
@@ -32,9 +33,11 @@ from typing import Any
 from om.cli import sh_commands as do
 from om.cli import sh_token
 from om.cli.credentials import (
+    add_dir_flag,
     add_tls_flags,
     add_token_flag,
     client_credentials,
+    target_addresses,
     token_credentials,
 )
 from om.cli.sh_address import parse_address
@@ -60,9 +63,10 @@ def register(commands: Any) -> None:
     p = commands.add_parser("sh", help="volume, bucket and key commands (like `ozone sh`)",
                             description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--om", default=os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS),
-                   help="comma-separated OM addresses (default 127.0.0.1:9862 or $OM_ADDRESS); "
-                        "an o3://host:port address overrides it")
+    p.add_argument("--om", help="comma-separated OM addresses (default: the cluster of "
+                   "--dir, else $OM_ADDRESS, else 127.0.0.1:9862); an o3://host:port address "
+                   "overrides it")
+    add_dir_flag(p)
     p.add_argument("--user", help="the user to act as (default: the login name)")
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
     add_tls_flags(p)
@@ -284,7 +288,8 @@ def _run(args: argparse.Namespace) -> None:
         args.acls = _flatten(args.acl_lists)
     kind = args.kind(args) if callable(args.kind) else args.kind
     at = parse_address(args.uri).require(kind)
-    addresses = [at.om_address] if at.om_address else split_addresses(args.om)
+    addresses = [at.om_address] if at.om_address else target_addresses(
+        args, split_addresses(os.environ.get("OM_ADDRESS", DEFAULT_ADDRESS)))
     policy = RetryPolicy(deadline_s=args.timeout)
     tls, token = client_credentials(args, addresses)
     if tls is None and args.object == "token" and args.verb in ("renew", "cancel"):

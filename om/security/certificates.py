@@ -1,6 +1,6 @@
 """A cluster's own certificate authority, and the certificates it issues.
 
-``om cluster up --tls`` makes a CA (EC P-256, ten years), one server
+``om cluster up`` (by default) makes a CA (EC P-256, ten years), one server
 certificate per node (subject CN = the node id, SAN 127.0.0.1 and localhost)
 and one client certificate per user (subject CN = the user name), with the
 ``cryptography`` package. Private keys are written with mode 0600 and never

@@ -59,16 +59,18 @@ def _admin(capsys: pytest.CaptureFixture[str], cluster: om_cluster.Cluster,
     return status, json.loads(capsys.readouterr().out)
 
 
-def _status(address: str) -> tuple[str, str]:
+def _status(cluster: om_cluster.Cluster, address: str) -> tuple[str, str]:
     """The status a node alone gives a read (no retries elsewhere)."""
-    with OMClient([address], policy=RetryPolicy(deadline_s=2.0)) as om:
+    with OMClient([address], policy=RetryPolicy(deadline_s=2.0),
+                  tls=cluster.client_tls()) as om:
         answer = om.call_raw(build.info_bucket("vol", "bkt"))
     return om_pb2.Status.Name(answer.status), answer.message
 
 
 def _others(cluster: om_cluster.Cluster, node_id: str) -> OMClient:
     return OMClient([n.address for n in cluster.nodes if n.id != node_id],
-                    policy=RetryPolicy(deadline_s=30.0, attempt_timeout_s=2.0))
+                    policy=RetryPolicy(deadline_s=30.0, attempt_timeout_s=2.0),
+                    tls=cluster.client_tls())
 
 
 def _follower(cluster: om_cluster.Cluster) -> NodeAddress:
@@ -148,13 +150,13 @@ def test_a_diverged_follower_is_named_refused_and_repaired(
     (node,) = [n for n in audit["nodes"] if n.get("node_id") == victim.id]
     assert node["counts"]["bucket_usage"] == 1
 
-    assert _status(victim.address)[0] == "REPLICA_DIVERGED"
+    assert _status(cluster, victim.address)[0] == "REPLICA_DIVERGED"
     with _others(cluster, victim.id) as om:
         om.put_key("vol", "bkt", "while-diverged", 1)         # the others serve
     cluster.stop_node(victim.id)
     cluster.start_node(victim.id)
     cluster.wait_converged(timeout_s=30)
-    assert _status(victim.address)[0] == "REPLICA_DIVERGED", "kept out across a restart"
+    assert _status(cluster, victim.address)[0] == "REPLICA_DIVERGED", "kept out across a restart"
 
     crashed = _repair_process(cluster, victim.id, env={CRASH_ENV: "1"})
     assert crashed.returncode == CRASH_EXIT, crashed.stderr
@@ -194,7 +196,7 @@ def test_a_diverged_follower_is_named_refused_and_repaired(
     assert {r["table"] for r in result["repaired"]} <= {"keyTable"}
     assert marker.load(cluster.config.data_dir / victim.id) is None
     harness.wait_converged(cluster)
-    assert _status(victim.address)[0] in ("OK", "NOT_LEADER")
+    assert _status(cluster, victim.address)[0] in ("OK", "NOT_LEADER")
     status, report = _admin(capsys, cluster, "verify")
     assert (status, report["result"]) == (0, "clean")
     digests = harness.digests_after_stop(cluster)
@@ -206,7 +208,7 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
     status, report = _admin(capsys, cluster, "verify")
     assert status == 0
     leader = cluster.wait_for_leader()
-    link = NodeLink(leader.address, None)
+    link = NodeLink(leader.address, cluster.client_tls())
     try:
         answer = link.call(om_pb2.OMRequest(
             cmd_type=om_pb2.MarkDiverged, mark_diverged=om_pb2.MarkDivergedRequest(
@@ -219,7 +221,7 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
     while cluster.wait_for_leader().node_id == leader.node_id:
         assert time.monotonic() - started < 10, "the diverged leader kept leadership"
         time.sleep(0.05)
-    assert _status(leader.address)[0] == "REPLICA_DIVERGED"
+    assert _status(cluster, leader.address)[0] == "REPLICA_DIVERGED"
     repaired = _repair_process(cluster, leader.node_id, "--start")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "0 differing ranges" in repaired.stdout
@@ -245,4 +247,4 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
     assert (report["result"], report["no_majority"]) == ("no_majority", ["keyTable"])
     assert report["marked"] == {}
     assert report["differences"] == []
-    assert all(_status(n.address)[0] != "REPLICA_DIVERGED" for n in cluster.nodes)
+    assert all(_status(cluster, n.address)[0] != "REPLICA_DIVERGED" for n in cluster.nodes)
