@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import socket
 import struct
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from om.consensus.port import ReplicateStatus
+from om.consensus.pysyncobj import transport
 from om.consensus.pysyncobj.transport import (
     COMPRESS_MIN_BYTES,
     FRAME_BYTES_MAX,
+    WRITE_CHUNK_BYTES,
+    FrameConnection,
     decode_frame,
     encode_frame,
 )
@@ -76,3 +84,64 @@ class _Touch:
 
     def __reduce__(self) -> tuple[object, tuple[str, str]]:
         return (open, (self.path, "w"))
+
+
+def _connection_to_a_peer_that_does_not_read() -> tuple[FrameConnection, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    connection = TcpConnection(createPoller("auto"), socket=ours, timeout=60.0)
+    connection.__class__ = FrameConnection     # as GroupCommitTransport does
+    return connection, theirs
+
+
+def _frames(received: bytes) -> list[Any]:
+    """The complete frames at the start of ``received``."""
+    messages, offset = [], 0
+    while offset + 4 <= len(received):
+        (length,) = struct.unpack_from("i", received, offset)
+        if offset + 4 + length > len(received):
+            break
+        messages.append(decode_frame(received[offset + 4:offset + 4 + length]))
+        offset += 4 + length
+    return messages
+
+
+def test_a_peer_that_reads_slowly_costs_bounded_copies_and_gets_every_frame() -> None:
+    """A leader streaming a snapshot chunk by chunk to a follower that does not read:
+    the write buffer stays about WRITE_CHUNK_BYTES (pysyncobj's grew with every frame,
+    and each send copied it whole), the rest waits, and all arrives in order."""
+    connection, peer = _connection_to_a_peer_that_does_not_read()
+    chunk = bytes(64 * 1024)
+    try:
+        for index in range(200):                       # 12.5 MB
+            connection.send({"serialized": (index, chunk)})
+            assert len(connection._TcpConnection__writeBuffer) <= WRITE_CHUNK_BYTES + 70_000
+        assert connection._om_outbox
+        received = bytearray()
+        peer.settimeout(0.05)
+        deadline = time.monotonic() + 30
+        while len(received) < 200 * len(chunk) and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                received += peer.recv(1 << 20)
+            connection._TcpConnection__trySendBuffer()
+        with contextlib.suppress(TimeoutError):
+            while len(_frames(bytes(received))) < 200 and time.monotonic() < deadline:
+                received += peer.recv(1 << 20)
+        assert [m["serialized"][0] for m in _frames(bytes(received))] == list(range(200))
+    finally:
+        connection.disconnect()
+        peer.close()
+
+
+def test_a_queue_past_its_bound_closes_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "OUTBOX_BYTES_MAX", 2 * 1024 * 1024)
+    connection, peer = _connection_to_a_peer_that_does_not_read()
+    try:
+        for index in range(200):
+            connection.send({"serialized": (index, bytes(64 * 1024))})
+            if connection.state == CONNECTION_STATE.DISCONNECTED:
+                break
+        assert connection.state == CONNECTION_STATE.DISCONNECTED
+        assert not connection._om_outbox, "a closed connection keeps no frames"
+    finally:
+        peer.close()

@@ -23,6 +23,16 @@ one subclasses its ``TCPTransport`` and changes four things:
   call anything.
 * **Bounded frames.** A frame longer than ``FRAME_BYTES_MAX`` (or negative)
   closes the connection instead of growing the read buffer without limit.
+* **Linear sending.** pysyncobj appends every frame to one ``bytes`` write
+  buffer and, after each partial ``send``, keeps the rest by slicing: both copy
+  the whole buffer, so a buffer that grows (a leader streaming a snapshot to a
+  follower that reads slowly: pysyncobj sends chunks for a whole append period
+  a tick) costs time quadratic in its size. At 10M keys a 210 MB snapshot
+  starved the leader's Raft process until it stepped down. Frames now wait in
+  a queue and move into the write buffer ``WRITE_CHUNK_BYTES`` at a time, so
+  each byte is copied a bounded number of times; a queue past
+  ``OUTBOX_BYTES_MAX`` closes the connection (pysyncobj reconnects and starts
+  the transmission again).
 
 Connections are pysyncobj's ``TcpConnection`` with their class switched to
 ``FrameConnection`` as soon as they exist (both are plain Python objects of
@@ -35,6 +45,7 @@ import io
 import pickle
 import struct
 import zlib
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +54,8 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 FRAME_BYTES_MAX = 64 * 1024 * 1024
+WRITE_CHUNK_BYTES = 256 * 1024       # the write buffer is topped up to about this
+OUTBOX_BYTES_MAX = 1024 * 1024 * 1024  # frames waiting for a peer that does not read
 COMPRESS_MIN_BYTES = 4096
 _RAW = b"\x00"
 _ZLIB = b"\x01"
@@ -79,7 +92,10 @@ class FrameConnection(TcpConnection):  # type: ignore[misc]
 
     compress = False
     _TcpConnection__readBuffer: bytes   # pysyncobj's attributes used here
+    _TcpConnection__writeBuffer: bytes
     recvLastTimestamp: int
+    _om_outbox: deque[bytes]
+    _om_outbox_bytes: int
 
     def send(self, message: Any) -> None:
         if self.sendRandKey:
@@ -87,8 +103,53 @@ class FrameConnection(TcpConnection):  # type: ignore[misc]
         data = encode_frame(message, self.compress)
         if self.encryptor:
             data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
-        self._TcpConnection__writeBuffer += _LENGTH.pack(len(data)) + data
+        outbox = self._outbox()
+        outbox.append(_LENGTH.pack(len(data)) + data)
+        self._om_outbox_bytes = getattr(self, "_om_outbox_bytes", 0) + len(outbox[-1])
+        if self._om_outbox_bytes > OUTBOX_BYTES_MAX:
+            self.disconnect()
+            return
         self._TcpConnection__trySendBuffer()
+
+    def _outbox(self) -> deque[bytes]:
+        """The frames not yet in the write buffer (made on first use: pysyncobj builds
+        the connection, and its class is switched afterwards)."""
+        outbox: deque[bytes] | None = self.__dict__.get("_om_outbox")
+        if outbox is None:
+            outbox = deque()
+            self._om_outbox = outbox
+        return outbox
+
+    def _TcpConnection__processSend(self) -> bool:
+        """pysyncobj's, after topping the write buffer up from the queue."""
+        buffer: bytes = self._TcpConnection__writeBuffer
+        outbox = self._outbox()
+        if outbox and len(buffer) < WRITE_CHUNK_BYTES:
+            parts = [buffer]
+            size = len(buffer)
+            while outbox and size < WRITE_CHUNK_BYTES:
+                frame = outbox.popleft()
+                parts.append(frame)
+                size += len(frame)
+                self._om_outbox_bytes -= len(frame)
+            self._TcpConnection__writeBuffer = b"".join(parts)
+        sent: bool = TcpConnection._TcpConnection__processSend(self)
+        return sent
+
+    def connect(self, host: str, port: int) -> bool:
+        self._forget_outbox()
+        connected: bool = super().connect(host, port)
+        return connected
+
+    def disconnect(self) -> None:
+        self._forget_outbox()
+        super().disconnect()
+
+    def _forget_outbox(self) -> None:
+        """A connection starts clean: frames queued for the last one (sealed with its
+        random key) are dropped, as pysyncobj drops its write buffer."""
+        self._outbox().clear()
+        self._om_outbox_bytes = 0
 
     def _TcpConnection__processParseMessage(self) -> Any:
         buffer = self._TcpConnection__readBuffer
