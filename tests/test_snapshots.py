@@ -5,6 +5,7 @@ hook (Raft on a thread) deposes the leader: the red case that shows the stall is
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -64,3 +65,39 @@ def test_the_blocking_hook_of_pysyncobj_stalls_it(tmp_path: Path) -> None:
                                           load_s=3 * LOAD_S)
     assert snapshots >= 1
     assert max(after) > max(before)
+
+
+def test_a_wiped_follower_catches_up_by_snapshot_without_an_election(tmp_path: Path) -> None:
+    """Its data directory deleted, a follower installs the leader's snapshot (the log
+    before it is compacted away) while writes go on: no node changes term, and the
+    replicas agree. scripts/wipe_catch_up.py does the same at 10M keys."""
+    cluster = harness.start(tmp_path / "cluster", COMPACTING_RAFT)
+    try:
+        with harness.client(cluster) as om:
+            om.create_volume("vol")
+            om.create_bucket("vol", "bkt")
+        load = harness.WriteLoad(cluster)
+        load.start()
+        time.sleep(5.0)                      # every node compacts (every 3 s, 20 entries)
+        before = terms(cluster)
+        leader = harness.leader_id(cluster)
+        victim = next(n for n in cluster.nodes if n.id != leader)
+        cluster.stop_node(victim.id)
+        shutil.rmtree(cluster.config.data_dir / victim.id)
+        cluster.start_node(victim.id)
+        target = cluster.wait_for_leader().applied_index
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            info = om_cluster.node_infos([victim.address], 1.0, cluster.client_tls())[0]
+            if info.applied_index >= target:
+                break
+            time.sleep(0.2)
+        after = terms(cluster)
+        load.stop()
+        assert info.applied_index >= target, "the wiped follower did not catch up in 60 s"
+        assert "installed a snapshot" in cluster.log_tail(victim.id, 200)
+        assert (before, after) == ({min(before)}, {min(before)}), "an election happened"
+        harness.wait_converged(cluster)
+    finally:
+        digests = harness.digests_after_stop(cluster)
+    assert len({str(d) for d in digests.values()}) == 1
