@@ -94,14 +94,14 @@ def load_traces(spark: SparkSession, runs: Sequence[RunInput]) -> Traces:
         )
         .select(
             F.col("run"),
-            F.col("record"),
             _malformed_reason(F.col("record"), F.col("keys")).alias("reason"),
+            F.col("record.*"),
         )
         .cache()
     )
     records = dict.fromkeys((spec.kind for spec in KIND_SPECS), 0)
     malformed = dict.fromkeys(MALFORMED_REASONS, 0)
-    for row in parsed.groupBy("reason", F.col("record.kind").alias("kind")).count().collect():
+    for row in parsed.groupBy("reason", "kind").count().collect():
         if row["reason"] is None:
             records[row["kind"]] += row["count"]
         else:
@@ -120,8 +120,8 @@ def load_traces(spark: SparkSession, runs: Sequence[RunInput]) -> Traces:
 
 def _records_of(valid: DataFrame, spec: KindSpec) -> DataFrame:
     """The valid records of one kind, flattened to `run` plus the kind's columns."""
-    return valid.where(F.col("record.kind") == spec.kind).select(
-        F.col("run"), *(F.col("record")[name].alias(name) for name in spec.names)
+    return valid.where(F.col("kind") == spec.kind).select(
+        F.col("run"), *(F.col(name) for name in spec.names)
     )
 
 
