@@ -24,11 +24,13 @@ def server_trace_path(trace_dir: Path, node_id: str) -> Path:
 
 @contextmanager
 def traced_cluster(directory: Path, nodes: int, execution: str, extra_toml: str,
-                   trace_dir: Path, flow: str, timeout_s: float = 60.0) -> Iterator[Cluster]:
-    """A fresh cluster in ``directory`` with a ready leader; stopped on exit."""
+                   trace_dir: Path, flow: str, timeout_s: float = 60.0,
+                   secure: bool = True) -> Iterator[Cluster]:
+    """A fresh cluster in ``directory`` with a ready leader; stopped on exit. Secure
+    (Raft secret, client TLS) unless ``secure`` is False, as ``om cluster up``."""
     cluster = om_cluster.up(
         directory, nodes, om_cluster.free_port_base(nodes), execution, extra_toml, timeout_s,
-        remember_it=False,
+        remember_it=False, secure=secure,
         node_args=lambda node_id: ("--trace", str(server_trace_path(trace_dir, node_id)),
                                    "--trace-flow", flow))
     try:

@@ -6,7 +6,8 @@ shape: ``bench/etcd``), the driver:
 
 1. replaces ``OUT/<flow>/`` and starts a fresh 3-node cluster in
    ``OUT/<flow>/cluster`` on free 127.0.0.1 ports, secure as ``om cluster up``
-   makes it (Raft secret, TLS with the cluster's client certificate), each node tracing to
+   makes it (Raft secret, TLS with the cluster's client certificate; neither with
+   ``--insecure``, like the etcd flow), each node tracing to
    ``OUT/<flow>/raw-traces/server-<id>.jsonl`` (the ceiling instead runs the
    same ``Node`` in-process on a store in ``OUT/ceiling/data``);
 2. with ``keys``, starts every node on a copy of one generated database
@@ -133,11 +134,12 @@ class BenchConfig:
     flows: tuple[FlowSpec, ...] = FLOWS
     volume: str = "vol1"
     bucket: str = "bucket1"
+    secure: bool = True   # OM clusters with a Raft secret and client TLS (the default)
 
     def describe(self) -> dict[str, Any]:
         """The run's parameters, as recorded in both JSON files."""
         return {"profile": asdict(self.profile), "keys": self.keys,
-                "flow_names": [f.name for f in self.flows]}
+                "flow_names": [f.name for f in self.flows], "secure": self.secure}
 
 
 @dataclass(frozen=True)
@@ -336,10 +338,11 @@ def _on_etcd(config: BenchConfig, dirs: FlowDirs, log: StepLog) -> Phases:
 
 def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
                 log: StepLog) -> tuple[Phases, str]:
+    security = "secure" if config.secure else "INSECURE: no Raft secret, no TLS"
     log.step(f"{flow.name}: starting {config.profile.nodes} nodes "
-             f"(execution={flow.execution}) in {dirs.cluster}")
+             f"(execution={flow.execution}, {security}) in {dirs.cluster}")
     with traced_cluster(dirs.cluster, config.profile.nodes, flow.execution, flow.extra_toml,
-                        dirs.raw, flow.name) as cluster:
+                        dirs.raw, flow.name, secure=config.secure) as cluster:
         first = cluster.wait_for_leader()
         leader = first.node_id
         log.step(f"{flow.name}: leader {leader}")
@@ -372,7 +375,8 @@ def _failover(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
     log.step(f"{flow.name}: failover, {trials} trials of kill -9 of the leader, "
              f"on a fresh cluster in {dirs.failover}")
     cluster = om_cluster.up(dirs.failover, config.profile.nodes, om_cluster.free_port_base(),
-                            flow.execution, flow.extra_toml, remember_it=False)
+                            flow.execution, flow.extra_toml, remember_it=False,
+                            secure=config.secure)
     try:
         result = uvloop.run(failover.measure(cluster, trials))
     finally:

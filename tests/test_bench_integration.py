@@ -29,6 +29,9 @@ def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
     assert {"protobuf", "pysyncobj", "rocksdict", "uvloop", "locust"} <= set(manifest["versions"])
     assert "revision" in manifest["git"]
     assert 'enabled = false' in manifest["flows"]["leader-nobatch"]["cluster_toml"]
+    assert manifest["secure"] is True
+    assert all("[tls]" in manifest["flows"][name]["cluster_toml"] for name in FLOWS[:3])
+    assert "OM clusters: secure" in done.stdout
     summary = json.loads((out / "summary.json").read_text())
     for name in FLOWS:
         flow = summary["flows"][name]
@@ -83,3 +86,21 @@ def _check_etcd(flow: dict[str, object], out: Path) -> None:
     assert records
     assert all(client_request_problems(r) == [] for r in records)
     assert {(r["flow"], r["op"]) for r in records} == {("etcd", "Put")}
+
+
+def test_insecure_runs_the_om_clusters_plain_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out),
+                                     "--duration", "1", "--flows", "leader", "--insecure"),
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "INSECURE: no Raft secret, no TLS" in done.stderr   # the step log
+    assert "OM clusters: INSECURE" in done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["secure"] is False
+    toml = manifest["flows"]["leader"]["cluster_toml"]
+    assert "[tls]" not in toml
+    assert "raft_secret_file" not in toml
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["secure"] is False
+    assert summary["flows"]["leader"]["write_requests_per_s"] > 0

@@ -1,12 +1,18 @@
 """``om bench``: the leader flow against the old flow and the in-process ceiling.
 
     om bench [--profile quick|full] [--out DIR] [--keys N] [--flows leader,replicated,...]
+             [--insecure]
 
 Starts a fresh local 3-node cluster per flow (127.0.0.1, free ports), drives
 the same ``freon omkg`` load through each, and writes traces
 (docs/TRACES.md), ``DIR/manifest.json`` and ``DIR/summary.json``; prints a
 table at the end. ``quick`` takes under three minutes on two cores. Exits 1
 when a flow failed, 2 on a usage error.
+
+The OM clusters run secure, as ``om cluster up`` starts them (Raft secret,
+client TLS; the audit log is on in both modes), while the etcd flow runs etcd
+plain, as the anchors do; ``--insecure`` runs the OM clusters plain too, for a
+like-for-like ratio. The table's last line says which it was.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ def register(commands: Any) -> None:
                    help=f"comma-separated subset of {','.join(driver.FLOW_NAMES)}")
     p.add_argument("--duration", type=float, help="override the measured seconds per flow")
     p.add_argument("--threads", type=int, help="override the operations in flight")
+    p.add_argument("--insecure", action="store_true",
+                   help="OM clusters without the Raft secret and client TLS (as om cluster up "
+                        "--insecure), as the etcd flow runs: a like-for-like comparison")
     p.set_defaults(run=run)
 
 
@@ -60,7 +69,8 @@ def config_from(args: argparse.Namespace) -> driver.BenchConfig:
         profile = dataclasses.replace(profile, threads=args.threads)
     flows = driver.select_flows([f.strip() for f in args.flows.split(",") if f.strip()])
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return driver.BenchConfig(out=out, profile=profile, keys=args.keys, flows=flows)
+    return driver.BenchConfig(out=out, profile=profile, keys=args.keys, flows=flows,
+                              secure=not args.insecure)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     summary = driver.run_bench(config, StepLog())
     print(render_table(summary))
+    print("OM clusters: " + ("secure (Raft secret, client TLS)" if config.secure else
+                             "INSECURE (--insecure: no Raft secret, no TLS)")
+          + "; etcd: plain (no TLS)")
     print(f"\nrun directory: {config.out}  (summary.json, manifest.json, <flow>/traces/)")
     failed = [name for name, flow in summary["flows"].items() if flow.get("error")]
     return 1 if failed else 0
