@@ -26,7 +26,8 @@ The work is plain files, streamed: one pass over the source to find each flow's
 period and largest batch id, then K passes writing the copies; memory stays that of
 one line. DST_RUN must not exist or be empty, K is at most ``FACTOR_MAX``, and the
 output's size (K times the source's trace bytes) must fit in the destination's free
-space with ``FREE_SPACE_MARGIN`` to spare, or nothing is written.
+space with ``FREE_SPACE_MARGIN`` to spare, or nothing is written; a write that fails
+midway (the disk filled anyway) removes what it wrote.
 """
 
 from __future__ import annotations
@@ -89,6 +90,19 @@ def replicate(source: Path, destination: Path, factor: int) -> Replica:
     shifts = {flow: _flow_shift([path for path in files if _flow_of(source, path) == flow])
               for flow in sorted({_flow_of(source, path) for path in files})}
     destination.mkdir(parents=True, exist_ok=True)
+    try:
+        replica = _write_replica(source, destination, files, shifts, factor)
+    except BaseException as failure:
+        shutil.rmtree(destination, ignore_errors=True)   # it was empty: nothing of the user's
+        if isinstance(failure, OSError):
+            raise ReplicateError(f"writing {destination} failed, nothing kept: "
+                                 f"{failure}") from failure
+        raise
+    return replica
+
+
+def _write_replica(source: Path, destination: Path, files: Sequence[Path],
+                   shifts: dict[str, FlowShift], factor: int) -> Replica:
     source_lines = lines = 0
     for path in files:
         target = destination / path.relative_to(source)

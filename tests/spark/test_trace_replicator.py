@@ -149,6 +149,25 @@ def test_a_refused_replica_writes_nothing(tmp_path: Path, problem: str,
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+def test_a_write_that_fails_midway_removes_the_replica(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _small_run(tmp_path / "src")
+    real = replicate._write_copies
+    calls = []
+
+    def fill_the_disk(*args: Any) -> int:
+        calls.append(args)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(replicate, "_write_copies", fill_the_disk)
+    with pytest.raises(ReplicateError, match="No space left on device"):
+        replicate.replicate(source, tmp_path / "dst", FACTOR)
+    assert not (tmp_path / "dst").exists()
+    assert len(calls) == 2
+
+
 def test_the_command_line_reports_what_it_wrote_and_refusals(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = _small_run(tmp_path / "src")
