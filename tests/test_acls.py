@@ -277,6 +277,22 @@ class TestDefaultAcls:
         assert [str(acls.from_proto(a)) for a in key.acls] == expected
         assert entries(om.key_row(V, B, K)) == expected
 
+    @pytest.mark.parametrize("kind", ["volume", "bucket", "key"])
+    def test_an_anonymous_request_creates_nothing(self, om: Harness, kind: str) -> None:
+        """No user (only an insecure cluster lets one through) is PERMISSION_DENIED,
+        not an internal error from an entry without a name; nothing is written."""
+        om.create_volume(V)
+        om.create_bucket(V, B)
+        request = {"volume": build.create_volume("anon"),
+                   "bucket": build.create_bucket(V, "anon"),
+                   "key": build.create_key(V, B, "anon")}[kind]
+        response = om.run(request, user="")
+        assert status_name(response) == "PERMISSION_DENIED"
+        assert "anonymous" in response.message
+        assert om.volume_row("anon") is None
+        assert om.bucket_row(V, "anon") is None
+        assert not om.bucket_row(V, B).used_namespace   # type: ignore[union-attr]
+
     def test_an_existing_child_keeps_its_acls(self, om: Harness) -> None:
         setup(om)
         om.ok(build.add_acl(build.acl_object(V, B), acl("user:late:r[DEFAULT]")))

@@ -36,7 +36,15 @@ Row = om_pb2.VolumeInfo | om_pb2.BucketInfo | om_pb2.KeyInfo
 
 
 def creator_acls(user: str, ctx: ExecContext) -> list[Acl]:
-    """Ozone's default list for ``user``: ALL for the user, READ and LIST for its primary group."""
+    """Ozone's default list for ``user``: ALL for the user, READ and LIST for its primary group.
+
+    PERMISSION_DENIED for an anonymous request (no user, possible only on an insecure
+    cluster): an entry needs a name, and Ozone never creates without a caller's UGI.
+    """
+    if not user:
+        raise OMError(om_pb2.PERMISSION_DENIED, "an anonymous request (no user) may not "
+                      "create a volume, bucket or key: send a user name, a certificate or "
+                      "a delegation token")
     entries = [acls.make(acls.USER, user, USER_RIGHTS)]
     groups = ctx.groups.get(user, ())
     if groups:
