@@ -123,6 +123,10 @@ class OMProtocol(asyncio.Protocol):
         self._in_flight = 0
         self._paused = False
         self._transport: asyncio.Transport | None = None
+        # Answers finished in one loop iteration, written together at its end: one send
+        # (and one TLS record) for a committed batch's answers instead of one each.
+        # At most connection_in_flight_max frames (each answer was in flight).
+        self._replies: list[bytes] = []
         self._eof = False
         self._peer = ""
         self._user: str | None = None    # the client certificate's CN, with TLS
@@ -222,12 +226,22 @@ class OMProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         if not answer.cancelled():
-            transport.write(self._frame(call_id, answer.result()))
+            if not self._replies:
+                asyncio.get_running_loop().call_soon(self._write_replies)
+            self._replies.append(self._frame(call_id, answer.result()))
         if self._eof and self._in_flight == 0:
+            self._write_replies()
             transport.close()
         elif self._paused and self._in_flight < self._in_flight_max // 2:
             self._paused = False
             transport.resume_reading()
+
+    def _write_replies(self) -> None:
+        """Writes the queued answers in one call (none once the connection closes)."""
+        replies, self._replies = self._replies, []
+        transport = self._transport
+        if replies and transport is not None and not transport.is_closing():
+            transport.write(b"".join(replies))
 
     def _frame(self, call_id: int, response: om_pb2.OMResponse) -> bytes:
         payload = response.SerializeToString()

@@ -116,6 +116,19 @@ def test_malformed_frame_is_answered_and_the_connection_lives(server: ServerProc
     assert by_call[7].status == om_pb2.OK
 
 
+def test_pipelined_writes_then_half_close_get_every_answer_once(server: ServerProcess) -> None:
+    """Answers finishing together are written together, and the ones still queued
+    when the client half-closes are written before the connection closes."""
+    calls = range(1, 51)
+    payload = b"".join(encode_frame(om_pb2.OMRequest(
+        cmd_type=om_pb2.CreateVolume, client_id="pipe", call_id=call, user="alice",
+        create_volume=om_pb2.CreateVolumeRequest(volume=f"vol{call}")).SerializeToString())
+        for call in calls)
+    responses, _ = raw_exchange(server.address, payload)
+    assert sorted(r.call_id for r in responses) == list(calls)
+    assert {r.status for r in responses} == {om_pb2.OK}
+
+
 def test_oversized_frame_closes_only_that_connection(server: ServerProcess) -> None:
     with OMClient([server.address]) as bystander:
         bystander.create_volume("vol")
