@@ -23,13 +23,33 @@ Resource = tuple[Level, str]
 
 @dataclass
 class _Entry(Generic[Owner]):
+    """The holders and FIFO waiters of one resource.
+
+    Invariant: ``writing`` is True exactly when a WRITE is held, and then its owner
+    is the only holder; so a new reader is checked in O(1), however many readers
+    hold the resource (every request in flight reads-locks its volume and bucket).
+    """
+
     holders: dict[Owner, Mode] = field(default_factory=dict)
     waiters: deque[tuple[Owner, Mode]] = field(default_factory=deque)
+    writing: bool = False
 
     def compatible(self, mode: Mode) -> bool:
         if not self.holders:
             return True
-        return mode is Mode.READ and all(m is Mode.READ for m in self.holders.values())
+        return mode is Mode.READ and not self.writing
+
+    def hold(self, owner: Owner, mode: Mode) -> None:
+        assert owner not in self.holders, "an owner locks a resource once"
+        assert self.compatible(mode)
+        self.holders[owner] = mode
+        self.writing = mode is Mode.WRITE
+
+    def drop(self, owner: Owner) -> None:
+        mode = self.holders.pop(owner)
+        assert self.writing == (mode is Mode.WRITE)
+        assert not (self.writing and self.holders), "a writer holds alone"
+        self.writing = False
 
 
 @dataclass(frozen=True)
@@ -52,7 +72,7 @@ class LockTable(Generic[Owner]):
         entry = self._entries.setdefault(resource, _Entry())
         assert owner not in entry.holders, "an owner locks a resource once"
         if not entry.waiters and entry.compatible(mode):
-            entry.holders[owner] = mode
+            entry.hold(owner, mode)
             return True
         entry.waiters.append((owner, mode))
         return False
@@ -61,7 +81,7 @@ class LockTable(Generic[Owner]):
         """Releases a held lock; returns the owners granted as a result."""
         entry = self._entries[resource]
         assert owner in entry.holders, "release of a lock not held"
-        del entry.holders[owner]
+        entry.drop(owner)
         return self._grant(resource, entry)
 
     def cancel(self, owner: Owner, resource: Resource) -> list[Owner]:
@@ -93,7 +113,7 @@ class LockTable(Generic[Owner]):
         granted: list[Owner] = []
         while entry.waiters and entry.compatible(entry.waiters[0][1]):
             owner, mode = entry.waiters.popleft()
-            entry.holders[owner] = mode
+            entry.hold(owner, mode)
             granted.append(owner)
         if not entry.holders:
             assert not entry.waiters
