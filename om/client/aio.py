@@ -26,9 +26,6 @@ class _Connection:
         self._writer = writer
         self._pending: dict[int, asyncio.Future[om_pb2.OMResponse]] = {}
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
-        # Requests sent in one loop iteration, written together at its end (one send, one
-        # TLS record); at most one frame per pending request.
-        self._outgoing: list[bytes] = []
         self._task = asyncio.get_running_loop().create_task(self._read_forever())
 
     @classmethod
@@ -49,19 +46,10 @@ class _Connection:
         future: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
         try:
-            if not self._outgoing:
-                asyncio.get_running_loop().call_soon(self._write_outgoing)
-            self._outgoing.append(frame)
+            self._writer.write(frame)
             return await asyncio.wait_for(future, timeout_s)
         finally:
             self._pending.pop(call_id, None)
-
-    def _write_outgoing(self) -> None:
-        """Writes the queued requests in one call (none once the connection closes:
-        their callers see it fail and retry)."""
-        frames, self._outgoing = self._outgoing, []
-        if frames and not self._writer.is_closing():
-            self._writer.write(b"".join(frames))
 
     async def _read_forever(self) -> None:
         error: BaseException = ConnectionResetError("the OM closed the connection")
