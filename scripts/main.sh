@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# A fresh setup leaves ~900 MB of dirty pages (the new .venv) that the kernel
+# writes back over the next ~30 s: the durable journals' fsyncs would wait
+# behind them during the first flow. Flush them before measuring.
+sync
 . .venv/bin/activate
 out="bench-out/quick-$(date +%Y%m%d-%H%M%S)"
 om bench --profile quick --out "$out"
