@@ -33,7 +33,7 @@ from om.node import Node
 from om.observe.http_endpoint import MetricsEndpoint
 from om.observe.metrics import StateGauge
 from om.protocol import om_pb2
-from om.protocol.framing import FrameDecoder, FrameTooLarge, encode_frame
+from om.protocol.framing import FrameBuffer, FrameTooLarge, encode_frame
 from om.security.tls import claimed_user_problem, peer_user, server_context
 
 logger = logging.getLogger(__name__)
@@ -109,15 +109,15 @@ def raise_fd_limit(connections_max: int) -> int:
     return min(fitting, connections_max)
 
 
-class OMProtocol(asyncio.Protocol):
-    """One client connection."""
+class OMProtocol(asyncio.BufferedProtocol):
+    """One client connection; reads land in one reused buffer (``FrameBuffer``)."""
 
     def __init__(self, node: Node, connections: Connections) -> None:
         self._node = node
         self._connections = connections
         self._active_s = time.monotonic()
         limits = node.config.limits
-        self._decoder = FrameDecoder(limits.max_frame_bytes)
+        self._frames = FrameBuffer(limits.max_frame_bytes)
         self._in_flight_max = limits.connection_in_flight_max
         self._max_frame_bytes = limits.max_frame_bytes
         self._in_flight = 0
@@ -163,16 +163,25 @@ class OMProtocol(asyncio.Protocol):
         self._eof = True
         return self._in_flight > 0   # True keeps the transport open until the last reply
 
-    def data_received(self, data: bytes) -> None:
-        if self._transport is None:
-            return  # refused at connection_made
-        self._active_s = time.monotonic()
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.writable()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self._decoder.feed(data)
+            frames = self._frames.received(nbytes)
         except FrameTooLarge as error:
-            self._transport.write(_invalid(str(error)))
-            self._transport.close()
+            if self._transport is not None:
+                self._transport.write(_invalid(str(error)))
+                self._transport.close()
             return
+        if self._transport is not None:   # else refused at connection_made
+            self._requests_received(frames)
+
+    def _requests_received(self, frames: list[bytes]) -> None:
+        """Hands every request of one read to the node, in order: a group that the
+        leader flow executes synchronously where nothing must wait."""
+        assert self._transport is not None
+        self._active_s = time.monotonic()
         for frame in frames:
             try:
                 request = om_pb2.OMRequest.FromString(frame)
