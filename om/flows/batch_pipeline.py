@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import BatchBuilder, PendingWrite
+from om.flows.read_rounds import ReadRound
 from om.observe.metrics import BatchMetrics
 from om.statemachine import log_entry
 from om.tracing import TraceSink
@@ -72,7 +73,7 @@ class BatchPipeline:
         self._tracer = tracer
         self._queue: deque[_Queued] = deque()
         self._wakeup = asyncio.Event()
-        self._read_rounds: list[asyncio.Future[ReplicateResult]] = []
+        self._read_rounds: list[ReadRound] = []
         self._slots = asyncio.Semaphore(config.inflight_batches_max)
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_batch_id = 1
@@ -101,14 +102,12 @@ class BatchPipeline:
         self._wakeup.set()
         return True
 
-    async def read_round(self) -> ReplicateResult:
-        """Resolves once a batch sealed after this call has committed and been applied
-        here: the read index of a linearizable read. Every read waiting when a batch
-        is sealed rides on it; with no write waiting, the batch is empty."""
-        round_done: asyncio.Future[ReplicateResult] = asyncio.get_running_loop().create_future()
-        self._read_rounds.append(round_done)
+    def on_read_round(self, done: ReadRound) -> None:
+        """Calls ``done`` once a batch sealed after this call has committed and been
+        applied here: the read index of a linearizable read. Every read waiting when a
+        batch is sealed rides on it; with no write waiting, the batch is empty."""
+        self._read_rounds.append(done)
         self._wakeup.set()
-        return await round_done
 
     def fail_queued(self, status: ReplicateStatus) -> None:
         """Settles every write and read not yet sealed with ``status`` (leadership lost)."""
@@ -142,7 +141,7 @@ class BatchPipeline:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _seal(self) -> tuple[bytes, list[_Queued], int, list[asyncio.Future[ReplicateResult]]]:
+    def _seal(self) -> tuple[bytes, list[_Queued], int, list[ReadRound]]:
         builder = BatchBuilder(self.config.bytes_max, self.config.writes_max)
         taken: list[_Queued] = []
         while self._queue and builder.fits(self._queue[0].write):
@@ -158,7 +157,7 @@ class BatchPipeline:
         return log_entry.encode_batch(batch), taken, batch_id, rounds
 
     async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,
-                         rounds: list[asyncio.Future[ReplicateResult]]) -> None:
+                         rounds: list[ReadRound]) -> None:
         sealed_ns = time.perf_counter_ns()
         t_ns = time.time_ns()
         result = ReplicateResult(ReplicateStatus.LEADER_CHANGED)
@@ -181,7 +180,6 @@ class BatchPipeline:
             "replicate_ns": replicate_ns, "apply_ns": result.apply_ns})
 
 
-def _resolve_all(rounds: list[asyncio.Future[ReplicateResult]], result: ReplicateResult) -> None:
+def _resolve_all(rounds: list[ReadRound], result: ReplicateResult) -> None:
     for round_done in rounds:
-        if not round_done.done():
-            round_done.set_result(result)
+        round_done(result)

@@ -1,16 +1,19 @@
 """The leader flow: execute once on the leader, replicate batches of changes.
 
-The write path (after the shared template in ``om/flows/template.py``):
+The write path (after the shared template in ``om/flows/template.py``, which has
+authorized it):
 
- 1. authorize                        -> PERMISSION_DENIED
- 2. lock, volume > bucket > key      -> TIMEOUT after a bounded wait
- 3. execute the pure handler with the next managed index against applied
+ 1. lock, volume > bucket > key: taken at once where free (no task); a write that
+    must wait joins the lock's FIFO queue at once and waits in a task -> TIMEOUT
+    after a bounded wait
+ 2. execute the pure handler with the next managed index against applied
     state (an error status ends here: nothing is written or replicated)
- 4. reserve quota, queue for group commit (om/flows/batch_pipeline.py)
- 5. await commit and local apply
- 6. at settle: release the quota reservation and the locks; store the reply
+ 3. reserve quota, queue for group commit (om/flows/batch_pipeline.py); the answer
+    future resolves in the batch's settle callback, not in a task
+ 4. at settle, after commit and local apply: release the quota reservation and
+    the locks; store the reply; answer
 
-Locks are held from step 2 until the batch settles: a request never executes
+Locks are held from step 1 until the batch settles: a request never executes
 against state an in-flight batch is about to change (there is no write cache).
 The retry cache (``om/gatekeeper/retry_cache.py``) answers from memory, else
 from clientRequestReplyTable, written in the same batch as the data.
@@ -19,20 +22,30 @@ from clientRequestReplyTable, written in the same batch as the data.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from om.config import READ_LINEARIZABLE
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits
+from om.executor.errors import OMError
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.read_view import ReadView
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
-from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
+from om.flows.read_rounds import ReadRound
+from om.flows.template import (
+    Clock,
+    RequestService,
+    Write,
+    not_leader_response,
+    wall_clock_ms,
+)
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.lock_plan import plan_locks
 from om.gatekeeper.retry_cache import (
@@ -48,6 +61,8 @@ from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 from om.tracing import TraceSink
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,7 +101,6 @@ class LeaderService(RequestService):
         self.reservations = QuotaReservationTable()
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
                                       self.metrics.batches)
-        self._committed: dict[RetryKey, om_pb2.ClientRequestReply] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -110,8 +124,8 @@ class LeaderService(RequestService):
     def _view(self) -> ReadView:
         return self._store
 
-    async def _confirm_read(self) -> ReplicateResult:
-        return await self.pipeline.read_round()
+    def _on_read_round(self, done: ReadRound) -> None:
+        self.pipeline.on_read_round(done)
 
     def _persisted_managed_index(self) -> int:
         return self._state_machine.managed_index
@@ -119,29 +133,49 @@ class LeaderService(RequestService):
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
         return self.retry_cache.committed_response(key, self._store, self.clock_ms())
 
-    def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
-                        response: om_pb2.OMResponse | None) -> None:
-        committed = self._committed.pop((request.client_id, request.call_id), None)
-        if committed is not None and key != (committed.client_id, committed.call_id):
+    def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
+        if committed is not None and write.key != (committed.client_id, committed.call_id):
             committed = None  # the retry cache is disabled for a test: remember nothing
-        self.retry_cache.finish(key, committed)
+        self.retry_cache.finish(write.key, committed)
 
-    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey, trace: Trace,
-                              request_fingerprint: bytes) -> om_pb2.OMResponse:
-        self.retry_cache.begin(key)
-        return await super()._write_original(request, key, trace, request_fingerprint)
+    # -- the write path ------------------------------------------------------------------
 
-    async def _execute_write(self, request: om_pb2.OMRequest, trace: Trace,
-                             request_fingerprint: bytes) -> om_pb2.OMResponse:
-        self.authorize(request)
+    def _start_write(self, write: Write) -> None:
+        """Step 1: takes the write's locks; executes at once when all are free, else in a
+        task once they are granted (its place in each lock's queue is taken now)."""
+        self.retry_cache.begin(write.key)
+        owner = self.locks.begin(plan_locks(write.request))
+        if owner.granted:
+            self._execute(write, owner)
+        else:
+            self.spawn(self._execute_when_granted(write, owner))
+
+    async def _execute_when_granted(self, write: Write, owner: LockOwner) -> None:
         started = time.perf_counter_ns()
-        owner = await self.locks.acquire(plan_locks(request))
-        trace.lock_wait_ns = time.perf_counter_ns() - started
-        release_now = True
+        try:
+            await self.locks.finish(owner)
+        except OMError as error:   # TIMEOUT; finish released what it held
+            self._end_write(write, error_response(write.request, error.status, error.message),
+                            None)
+            return
+        except BaseException:      # cancelled at shutdown: the write ends retryably
+            self._end_write(write, error_response(
+                write.request, om_pb2.LEADER_NOT_READY,
+                f"OM:{self.node_id} is shutting down; retry"), None)
+            raise
+        write.trace.lock_wait_ns = time.perf_counter_ns() - started
+        self._execute(write, owner)
+
+    def _execute(self, write: Write, owner: LockOwner) -> None:
+        """Steps 2-3 under the write's locks; the locks stay held until its batch
+        settles (``_settled``), or are released here when nothing was queued."""
+        request, trace = write.request, write.trace
+        queued = False
         try:
             role = self.role()
             if not role.ready:
-                return not_leader_response(request, self.node_id, role)
+                self._end_write(write, not_leader_response(request, self.node_id, role), None)
+                return
             index = self.managed_index.next()
             ctx = self.context(request, index, self.clock_ms(), self.reservations)
             recorder = ChangeRecorder()
@@ -149,49 +183,53 @@ class LeaderService(RequestService):
             response = dispatch(request, self._store, recorder, ctx)
             trace.execute_ns = time.perf_counter_ns() - started
             if response.status != om_pb2.OK:
-                return response
+                self._end_write(write, response, None)
+                return
             assert not recorder.empty, "a successful write changes something"
-            release_now = False
-            return await self._replicate(request, response, recorder, index, owner, trace,
-                                         request_fingerprint)
+            reply = om_pb2.ClientRequestReply(
+                client_id=request.client_id, call_id=request.call_id,
+                response=response.SerializeToString(), fingerprint=write.fingerprint)
+            self.reservations.reserve(index, recorder.quota)
+            settle = partial(self._settled, write, owner, index, reply, response)
+            queued = True
+            trace.settled_ns = time.perf_counter_ns()   # until it settles: when it queued
+            if not self.pipeline.submit(PendingWrite(index, recorder, reply), settle):
+                settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0, 0)
+        except Exception:
+            if queued:
+                raise    # its settle ends it (or ended it)
+            logger.exception("request %s failed", trace.op)
+            self._end_write(write, error_response(
+                request, om_pb2.INTERNAL_ERROR, f"internal error while running {trace.op}"),
+                None)
         finally:
-            if release_now:
+            if not queued:
                 self.locks.release(owner)
 
-    async def _replicate(self, request: om_pb2.OMRequest, response: om_pb2.OMResponse,
-                         recorder: ChangeRecorder, index: int, owner: LockOwner,
-                         trace: Trace, request_fingerprint: bytes) -> om_pb2.OMResponse:
-        """Queues the write; the locks are released when its batch settles."""
-        reply = om_pb2.ClientRequestReply(client_id=request.client_id, call_id=request.call_id,
-                                          response=response.SerializeToString(),
-                                          fingerprint=request_fingerprint)
-        settled: asyncio.Future[ReplicateResult] = asyncio.get_running_loop().create_future()
-        self.reservations.reserve(index, recorder.quota)
-
-        def settle(result: ReplicateResult, batch_wait_ns: int, batch_id: int) -> None:
-            self.reservations.release(index)
-            self.locks.release(owner)
-            trace.batch_wait_ns = batch_wait_ns
-            trace.batch_id = batch_id
-            trace.apply_ns = result.apply_ns
-            trace.settled_ns = time.perf_counter_ns()
-            if not settled.done():  # done only if this write's task was cancelled (shutdown)
-                settled.set_result(result)
-
-        if not self.pipeline.submit(PendingWrite(index, recorder, reply), settle):
-            settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0, 0)
-        submitted = time.perf_counter_ns()
-        result = await settled
-        trace.replicate_ns = max(trace.settled_ns - submitted - trace.batch_wait_ns
-                                 - trace.apply_ns, 0)
+    def _settled(self, write: Write, owner: LockOwner, index: int,
+                 reply: om_pb2.ClientRequestReply, response: om_pb2.OMResponse,
+                 result: ReplicateResult, batch_wait_ns: int, batch_id: int) -> None:
+        """Step 4: the write's batch settled; release, then answer."""
+        self.reservations.release(index)
+        self.locks.release(owner)
+        trace = write.trace
+        now = time.perf_counter_ns()
+        trace.batch_wait_ns = batch_wait_ns
+        trace.batch_id = batch_id
+        trace.apply_ns = result.apply_ns
+        trace.replicate_ns = max(now - trace.settled_ns - batch_wait_ns - result.apply_ns, 0)
+        trace.settled_ns = now
+        committed = None
         if result.status is ReplicateStatus.COMMITTED:
             reply.timestamp_ms = self.clock_ms()
-            self._committed[(request.client_id, request.call_id)] = reply
-            return response
-        if result.status is ReplicateStatus.QUEUE_FULL:
-            return error_response(request, om_pb2.SERVER_BUSY,
-                                  "the replication queue is full; retry shortly")
-        return not_leader_response(request, self.node_id, self._replicator.role())
+            committed = reply
+        elif result.status is ReplicateStatus.QUEUE_FULL:
+            response = error_response(write.request, om_pb2.SERVER_BUSY,
+                                      "the replication queue is full; retry shortly")
+        else:
+            response = not_leader_response(write.request, self.node_id,
+                                           self._replicator.role())
+        self._end_write(write, response, committed)
 
     async def _sweep_forever(self) -> None:
         while True:

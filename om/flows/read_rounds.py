@@ -5,7 +5,8 @@ arrived, that it still leads (a quorum committed an entry it proposed) and has
 applied that entry. ``ReadRounds`` shares one such entry among every read
 waiting when it is proposed: a read that arrives while a round is in flight
 waits for the next one, since the entry of the current round may have been
-proposed before it arrived. At most one round is in flight.
+proposed before it arrived. At most one round is in flight; a read registers
+a callback, and one task runs the rounds while reads wait.
 """
 
 from __future__ import annotations
@@ -15,23 +16,24 @@ from collections.abc import Awaitable, Callable
 
 from om.consensus.port import ReplicateResult, ReplicateStatus
 
+ReadRound = Callable[[ReplicateResult], None]
+
 
 class ReadRounds:
     """Coalesces read confirmations into rounds of one replicated entry each."""
 
     def __init__(self, round_trip: Callable[[], Awaitable[ReplicateResult]]) -> None:
         self._round_trip = round_trip
-        self._waiting: list[asyncio.Future[ReplicateResult]] = []
+        self._waiting: list[ReadRound] = []
         self._running: asyncio.Task[None] | None = None
         self.rounds = 0
 
-    async def confirm(self) -> ReplicateResult:
-        """COMMITTED once a round that began after this call has been applied here."""
-        waiter: asyncio.Future[ReplicateResult] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
+    def add(self, done: ReadRound) -> None:
+        """Calls ``done`` (COMMITTED) once a round that began after this call has been
+        applied here, or with the reason it failed."""
+        self._waiting.append(done)
         if self._running is None or self._running.done():
             self._running = asyncio.get_running_loop().create_task(self._run())
-        return await waiter
 
     async def _run(self) -> None:
         while self._waiting:
@@ -41,15 +43,13 @@ class ReadRounds:
                 result = await self._round_trip()
             finally:
                 self.rounds += 1
-                for waiter in waiting:
-                    if not waiter.done():
-                        waiter.set_result(result)
+                for done in waiting:
+                    done(result)
 
     async def close(self) -> None:
         """Fails the reads still waiting (shutdown)."""
         if self._running is not None:
             await asyncio.gather(self._running, return_exceptions=True)
-        for waiter in self._waiting:
-            if not waiter.done():
-                waiter.set_result(ReplicateResult(ReplicateStatus.NOT_LEADER))
-        self._waiting = []
+        waiting, self._waiting = self._waiting, []
+        for done in waiting:
+            done(ReplicateResult(ReplicateStatus.NOT_LEADER))

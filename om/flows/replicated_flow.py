@@ -15,8 +15,8 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
-from om.flows.read_rounds import ReadRounds
-from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
+from om.flows.read_rounds import ReadRound, ReadRounds
+from om.flows.template import Clock, RequestService, Write, not_leader_response, wall_clock_ms
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
@@ -54,8 +54,8 @@ class ReplicatedFlowService(RequestService):
     def _view(self) -> ReadView:
         return self._state_machine.view
 
-    async def _confirm_read(self) -> ReplicateResult:
-        return await self.read_rounds.confirm()
+    def _on_read_round(self, done: ReadRound) -> None:
+        self.read_rounds.add(done)
 
     async def _read_round_trip(self) -> ReplicateResult:
         """One read round: an empty entry of this term, committed and applied."""
@@ -72,28 +72,38 @@ class ReplicatedFlowService(RequestService):
             return None
         return StoredReply(om_pb2.OMResponse.FromString(stored[0]), stored[1])
 
-    def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
-                        response: om_pb2.OMResponse | None) -> None:
+    def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
         """The retry cache is filled by apply, on every node."""
 
-    async def _execute_write(self, request: om_pb2.OMRequest, trace: Trace,
-                             request_fingerprint: bytes) -> om_pb2.OMResponse:
-        self.authorize(request)
+    def _start_write(self, write: Write) -> None:
+        """Fixes the write's time and managed index (Ozone's ``preExecute``) and
+        replicates it as its own entry, in a task: every node executes it in apply."""
         role = self.role()
-        entry = om_pb2.ReplicatedRequest(request=request, timestamp_ms=self.clock_ms(),
+        entry = om_pb2.ReplicatedRequest(request=write.request, timestamp_ms=self.clock_ms(),
                                          managed_index=self.managed_index.next(),
                                          leader_id=self.node_id, term=role.term)
+        self.spawn(self._replicate(write, log_entry.encode_request(entry)))
+
+    async def _replicate(self, write: Write, encoded: bytes) -> None:
+        request, trace = write.request, write.trace
         started = time.perf_counter_ns()
-        encoded = log_entry.encode_request(entry)
-        result = await self._replicator.replicate(encoded)
+        try:
+            result = await self._replicator.replicate(encoded)
+        except BaseException:     # cancelled at shutdown: the entry may still commit
+            self._end_write(write, error_response(
+                request, om_pb2.LEADER_NOT_READY,
+                f"OM:{self.node_id} is shutting down; retry"), None)
+            raise
         trace.execute_ns = result.apply_ns
         trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
         self.metrics.batches.replicated(1, len(encoded), trace.replicate_ns / 1e9,
                                         result.apply_ns / 1e9)
         trace.settled_ns = time.perf_counter_ns()
         if result.status is ReplicateStatus.COMMITTED:
-            return om_pb2.OMResponse.FromString(result.response)
-        if result.status is ReplicateStatus.QUEUE_FULL:
-            return error_response(request, om_pb2.SERVER_BUSY,
-                                  "the replication queue is full; retry shortly")
-        return not_leader_response(request, self.node_id, self._replicator.role())
+            response = om_pb2.OMResponse.FromString(result.response)
+        elif result.status is ReplicateStatus.QUEUE_FULL:
+            response = error_response(request, om_pb2.SERVER_BUSY,
+                                      "the replication queue is full; retry shortly")
+        else:
+            response = not_leader_response(request, self.node_id, self._replicator.role())
+        self._end_write(write, response, None)

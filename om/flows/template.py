@@ -1,29 +1,34 @@
 """The request template both execution flows share (Ozone's OMGateway role).
 
-For every request, in this order (each step's failure path undoes the earlier):
+For every request, in this order (a step that refuses answers at once: nothing
+was done yet that would need undoing):
 
  1. shape check                      -> INVALID_REQUEST
  2. local reads (the request's ``local_read``, or ``read_mode = "local"``): answered
     by any node from what its readers see, with no confirmation: maybe stale
  3. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
- 4. reads: authorize; wait for a read round (``_confirm_read``: an entry proposed
+ 4. reads: authorize; register for the flow's next read round (an entry proposed
     after the read arrived, committed by a quorum and applied here), so the read
-    sees every write acknowledged before it was sent  -> NOT_LEADER if none commits;
-    then run the handler against what this flow's readers see
+    sees every write acknowledged before it was sent -> NOT_LEADER if the round
+    fails; then run the handler against what this flow's readers see
  5. writes: retry cache: committed before? -> the stored response, if it is the same
             request (fingerprint), else INVALID_REQUEST;
             in flight? -> wait for the original (the same request) or refuse
  6. admission: in-flight limit       -> SERVER_BUSY
- 7. the flow's own write path (``_execute_write``)
+ 7. authorize                        -> PERMISSION_DENIED
+ 8. the flow's own write path (``_start_write``), which ends the write with
+    ``_end_write`` exactly once, whatever the outcome
 
-Every request runs in one task of its own (``submit``), which the service
-tracks until it ends (``drain``) and which no caller can cancel: the server
-attaches its reply to the task, and ``handle`` awaits it shielded. So an
-admitted write always settles, and its retry-cache entry is never dropped
-while its entry might still commit. A write runs inline in that task: there
-is no second task, and no shield, per write.
+All of it runs synchronously in ``submit``, which the server calls from its
+``data_received``: what one loop iteration received is processed as a group,
+with no task, coroutine or lock round-trip per request. A request waits in a
+task only where it must: for the original of a retried write here, and in the
+flows for a lock another write holds (leader flow) or for its own Raft entry
+(old flow). The answer is a future the caller must not cancel; an admitted
+write always ends, so its retry-cache entry is never dropped while its entry
+might still commit. ``drain`` waits for the tasks.
 
-Subclasses: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
+Flows: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
 batches of changes) and ``om.flows.replicated_flow.ReplicatedFlowService``
 (Ozone's old flow: replicate the request, execute it in every node's apply).
 """
@@ -34,8 +39,9 @@ import abc
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from om.config import READ_LINEARIZABLE, READ_LOCAL, READ_MODES
@@ -45,6 +51,7 @@ from om.executor.context import ExecContext, Limits, NoReservations, QuotaReserv
 from om.executor.errors import OMError
 from om.executor.read_view import ReadView
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
+from om.flows.read_rounds import ReadRound
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.fingerprint import fingerprint, same_request
 from om.gatekeeper.managed_index import ManagedIndex
@@ -129,17 +136,45 @@ def stored_answer(request: om_pb2.OMRequest, request_fingerprint: bytes,
     return reused_call_id(request, stored.response.cmd_type)
 
 
-@dataclass
-class _Original:
-    """A write being answered now: what a retry of it waits for, and what it was."""
+Answer = asyncio.Future[om_pb2.OMResponse]
 
-    answer: asyncio.Future[om_pb2.OMResponse | None]
-    fingerprint: bytes
-    cmd_type: om_pb2.Type.ValueType
+
+class Write:
+    """An admitted write, from admission until it ends: what ending it needs, and the
+    retries waiting for its answer.
+
+    A retry's future is made only when a retry arrives (rare), so the write itself
+    allocates none."""
+
+    __slots__ = ("_waiters", "answer", "fingerprint", "key", "peer", "request", "trace")
+
+    def __init__(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,
+                 key: RetryKey, request_fingerprint: bytes) -> None:
+        self.request = request
+        self.peer = peer
+        self.answer = answer
+        self.trace = trace
+        self.key = key
+        self.fingerprint = request_fingerprint
+        self._waiters: list[asyncio.Future[om_pb2.OMResponse]] = []
+
+    def wait(self) -> asyncio.Future[om_pb2.OMResponse]:
+        """Resolves with this write's response, once it ends."""
+        waiter: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    def settle_waiters(self, response: om_pb2.OMResponse) -> None:
+        """Hands this write's response to every retry waiting for it."""
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(response)
+        self._waiters.clear()
 
 
 class RequestService(abc.ABC):
-    """The shared template; subclasses provide the write path and what readers see."""
+    """The shared template; subclasses provide the write path, read rounds and what
+    readers see."""
 
     def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
                  acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
@@ -162,8 +197,8 @@ class RequestService(abc.ABC):
         self.clock_ms = clock_ms
         self._retry_cache_enabled = retry_cache_enabled
         self.managed_index = ManagedIndex(managed_index)
-        self._originals: dict[RetryKey, _Original] = {}
-        self._tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
+        self._originals: dict[RetryKey, Write] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._index_term = -1
         self.requests = 0
 
@@ -178,25 +213,23 @@ class RequestService(abc.ABC):
         """The highest managed index this node has applied."""
 
     @abc.abstractmethod
-    async def _confirm_read(self) -> ReplicateResult:
-        """COMMITTED once an entry proposed after this call is applied here."""
+    def _on_read_round(self, done: ReadRound) -> None:
+        """Calls ``done`` once an entry proposed after this call is committed and applied
+        here (COMMITTED), or with the reason none will be."""
 
     @abc.abstractmethod
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
         """The stored reply of a committed write with this key, if any."""
 
     @abc.abstractmethod
-    async def _execute_write(self, request: om_pb2.OMRequest, trace: Trace,
-                             request_fingerprint: bytes) -> om_pb2.OMResponse:
-        """Executes and commits one admitted write; answers with its response."""
+    def _start_write(self, write: Write) -> None:
+        """Runs an admitted, authorized write; ends it with ``_end_write`` exactly once,
+        now or later."""
 
     @abc.abstractmethod
-    def _write_finished(self, request: om_pb2.OMRequest, key: RetryKey,
-                        response: om_pb2.OMResponse | None) -> None:
-        """Called once per admitted write when it ends, whatever the outcome.
-
-        ``key`` is the in-flight key: the request's (client id, call id), unless
-        the retry cache is disabled for a test."""
+    def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
+        """Called once per admitted write as it ends, whatever the outcome, with its
+        reply row when it committed."""
 
     # -- the template -------------------------------------------------------------------
 
@@ -210,46 +243,162 @@ class RequestService(abc.ABC):
         """Writes admitted and not yet answered."""
         return len(self._originals)
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting in a task now (for a lock, an original, an entry)."""
+        return len(self._tasks)
+
     async def drain(self) -> None:
-        """Waits for every request being answered to finish."""
-        if self._tasks:
+        """Waits for every task of a request being answered to finish."""
+        while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def submit(self, request: om_pb2.OMRequest,
-               peer: str = "") -> asyncio.Task[om_pb2.OMResponse]:
-        """Starts answering ``request`` (from the client at ``peer``, for the audit log) in
-        a task the caller must not cancel."""
-        task = asyncio.get_running_loop().create_task(self._answer(request, peer))
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs the rest of a request in a task ``drain`` waits for."""
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return task
+
+    def submit(self, request: om_pb2.OMRequest, peer: str = "") -> Answer:
+        """Starts answering ``request`` (from the client at ``peer``, for the audit log);
+        the future resolves with the answer, now or later. The caller must not cancel it."""
+        answer: Answer = asyncio.get_running_loop().create_future()
+        try:
+            self._start(request, peer, answer)
+        except Exception:
+            logger.exception("answering %s failed", om_pb2.Type.Name(request.cmd_type)
+                             if request.cmd_type in KINDS else request.cmd_type)
+            if not answer.done():
+                answer.set_result(error_response(request, om_pb2.INTERNAL_ERROR,
+                                                 "internal error while answering the request"))
+        return answer
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one request; the caller's cancellation does not stop it."""
         return await asyncio.shield(self.submit(request))
 
-    async def _answer(self, request: om_pb2.OMRequest, peer: str) -> om_pb2.OMResponse:
-        """Answers one request; never raises for anything a client can cause."""
+    def _start(self, request: om_pb2.OMRequest, peer: str, answer: Answer) -> None:
+        """Steps 1-8 of the module docstring."""
         self.requests += 1
         problem = shape_problem(request)
         if problem is not None:
             self.metrics.requests.answered("INVALID", "INVALID_REQUEST", 0.0)
-            return error_response(request, om_pb2.INVALID_REQUEST, problem)
-        trace = Trace(time.time_ns(), KINDS[request.cmd_type].name)
+            answer.set_result(error_response(request, om_pb2.INVALID_REQUEST, problem))
+            return
+        kind = KINDS[request.cmd_type]
+        trace = Trace(time.time_ns(), kind.name)
+        if not kind.write:
+            self._start_read(request, peer, answer, trace)
+            return
+        role = self.role()
+        if not role.ready:
+            self._end(request, peer, answer, trace,
+                      not_leader_response(request, self.node_id, role))
+            return
+        key = (request.client_id, request.call_id)
+        if not self._retry_cache_enabled:  # test-only: every retry executes again
+            key = (f"{request.client_id}#retry-cache-off#{self.requests}", request.call_id)
+        request_fingerprint = fingerprint(request)
+        stored = self._committed_response(key)
+        if stored is not None:
+            response = stored_answer(request, request_fingerprint, stored)
+            trace.replayed = response is stored.response
+            self._end(request, peer, answer, trace, response)
+            return
+        original = self._originals.get(key)
+        if original is not None:
+            if original.fingerprint != request_fingerprint:
+                response = reused_call_id(request, original.request.cmd_type)
+                self._end(request, peer, answer, trace, response)
+            else:
+                self.spawn(self._answer_as_original(request, peer, answer, trace,
+                                                    original.wait()))
+            return
+        if len(self._originals) >= self._in_flight_max:
+            self._end(request, peer, answer, trace, error_response(
+                request, om_pb2.SERVER_BUSY,
+                f"{len(self._originals)} writes in flight; retry shortly"))
+            return
         try:
-            response = await self._handle_valid(request, trace)
+            self.authorize(request)
         except OMError as error:
-            response = error_response(request, error.status, error.message)
-        except Exception:
-            logger.exception("request %s failed", trace.op)
-            response = error_response(request, om_pb2.INTERNAL_ERROR,
-                                      f"internal error while running {trace.op}")
+            self._end(request, peer, answer, trace,
+                      error_response(request, error.status, error.message))
+            return
+        write = Write(request, peer, answer, trace, key, request_fingerprint)
+        self._originals[key] = write
+        self._start_write(write)
+
+    async def _answer_as_original(self, request: om_pb2.OMRequest, peer: str, answer: Answer,
+                                  trace: Trace, original: asyncio.Future[om_pb2.OMResponse],
+                                  ) -> None:
+        """Answers a retry of a write still in flight with the original's answer
+        (``original``: registered when the retry arrived, so it cannot miss the end)."""
+        try:
+            response = await asyncio.wait_for(original, self._retry_wait_s)
+            trace.replayed = True
+        except TimeoutError:
+            response = error_response(request, om_pb2.TIMEOUT,
+                                      "timed out waiting for the original of a retried request")
+        self._end(request, peer, answer, trace, response)
+
+    def _end_write(self, write: Write, response: om_pb2.OMResponse,
+                   committed: om_pb2.ClientRequestReply | None) -> None:
+        """Ends an admitted write: the flow's bookkeeping, retries waiting for it,
+        metrics, audit and trace, then the answer."""
+        self._write_ended(write, committed)
+        del self._originals[write.key]
+        write.settle_waiters(response)
+        self._end(write.request, write.peer, write.answer, write.trace, response)
+
+    def _end(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,
+             response: om_pb2.OMResponse) -> None:
+        """Counts, audits and traces one answered request, then answers it."""
         self._count(trace, response)
         if not trace.replayed:
             audit_request(self._audit, request, peer, om_pb2.Status.Name(response.status),
                           response.message)
         self._emit(trace, response)
-        return response
+        if not answer.done():
+            answer.set_result(response)
+
+    def _start_read(self, request: om_pb2.OMRequest, peer: str, answer: Answer,
+                    trace: Trace) -> None:
+        """Steps 2-4: a local read now; a linearizable read in its round's callback."""
+        local = request.local_read or self._read_mode == READ_LOCAL
+        if not local:
+            role = self.role()
+            if not role.ready:
+                self._end(request, peer, answer, trace,
+                          not_leader_response(request, self.node_id, role))
+                return
+        try:
+            self.authorize(request)
+        except OMError as error:
+            self._end(request, peer, answer, trace,
+                      error_response(request, error.status, error.message))
+            return
+        if local:
+            self._end(request, peer, answer, trace, self._read(request, trace))
+        else:
+            self._on_read_round(partial(self._answer_read, request, peer, answer, trace,
+                                        time.perf_counter_ns()))
+
+    def _answer_read(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,
+                     started_ns: int, confirmed: ReplicateResult) -> None:
+        """Runs a linearizable read once its round confirmed this leader."""
+        trace.replicate_ns = time.perf_counter_ns() - started_ns
+        try:
+            if confirmed.status is not ReplicateStatus.COMMITTED:
+                response = not_leader_response(request, self.node_id, self._replicator.role())
+            else:
+                self.metrics.requests.linearizable_reads += 1
+                response = self._read(request, trace)
+        except Exception:
+            logger.exception("request %s failed", trace.op)
+            response = error_response(request, om_pb2.INTERNAL_ERROR,
+                                      f"internal error while running {trace.op}")
+        self._end(request, peer, answer, trace, response)
 
     def _count(self, trace: Trace, response: om_pb2.OMResponse) -> None:
         requests = self.metrics.requests
@@ -277,31 +426,6 @@ class RequestService(abc.ABC):
         """PERMISSION_DENIED unless the request's user may run it."""
         authorize(request, self._view(), self._acl)
 
-    async def _handle_valid(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
-        write = KINDS[request.cmd_type].write
-        if not write and (request.local_read or self._read_mode == READ_LOCAL):
-            self.authorize(request)
-            return self._read(request, trace)   # any node, from its applied state
-        role = self.role()
-        if not role.ready:
-            return not_leader_response(request, self.node_id, role)
-        if not write:
-            return await self._linearizable_read(request, trace)
-        return await self._write(request, trace)
-
-    async def _linearizable_read(self, request: om_pb2.OMRequest,
-                                 trace: Trace) -> om_pb2.OMResponse:
-        """Answers once this node confirmed, after the read arrived, that it still
-        leads and applied everything committed until then (ReadIndex)."""
-        self.authorize(request)
-        started = time.perf_counter_ns()
-        confirmed = await self._confirm_read()
-        trace.replicate_ns = time.perf_counter_ns() - started
-        if confirmed.status is not ReplicateStatus.COMMITTED:
-            return not_leader_response(request, self.node_id, self._replicator.role())
-        self.metrics.requests.linearizable_reads += 1
-        return self._read(request, trace)
-
     def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
         """Runs an authorized read's handler against what this flow's readers see."""
         started = time.perf_counter_ns()
@@ -309,57 +433,6 @@ class RequestService(abc.ABC):
                             self.context(request, 0, self.clock_ms()))
         trace.execute_ns = time.perf_counter_ns() - started
         return response
-
-    async def _write(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
-        key = (request.client_id, request.call_id)
-        if not self._retry_cache_enabled:  # test-only: every retry executes again
-            key = (f"{request.client_id}#retry-cache-off#{self.requests}", request.call_id)
-        request_fingerprint = fingerprint(request)
-        while True:
-            stored = self._committed_response(key)
-            if stored is not None:
-                answer = stored_answer(request, request_fingerprint, stored)
-                trace.replayed = answer is stored.response
-                return answer
-            original = self._originals.get(key)
-            if original is None:
-                break
-            if original.fingerprint != request_fingerprint:
-                return reused_call_id(request, original.cmd_type)
-            awaited = await self._await_original(original.answer)
-            if awaited is not None:
-                trace.replayed = True
-                return awaited
-        if len(self._originals) >= self._in_flight_max:
-            return error_response(request, om_pb2.SERVER_BUSY,
-                                  f"{len(self._originals)} writes in flight; retry shortly")
-        return await self._write_original(request, key, trace, request_fingerprint)
-
-    async def _await_original(
-            self, original: asyncio.Future[om_pb2.OMResponse | None]) -> om_pb2.OMResponse | None:
-        """The original's response; None when it ended without one (retry afresh)."""
-        try:
-            return await asyncio.wait_for(asyncio.shield(original), self._retry_wait_s)
-        except TimeoutError:
-            raise OMError(om_pb2.TIMEOUT,
-                          "timed out waiting for the original of a retried request") from None
-
-    async def _write_original(self, request: om_pb2.OMRequest, key: RetryKey, trace: Trace,
-                              request_fingerprint: bytes) -> om_pb2.OMResponse:
-        original = _Original(asyncio.get_running_loop().create_future(), request_fingerprint,
-                             request.cmd_type)
-        self._originals[key] = original
-        response: om_pb2.OMResponse | None = None
-        try:
-            response = await self._execute_write(request, trace, request_fingerprint)
-            return response
-        except OMError as error:
-            response = error_response(request, error.status, error.message)
-            return response
-        finally:
-            self._write_finished(request, key, response)
-            del self._originals[key]
-            original.answer.set_result(response)
 
     def _emit(self, trace: Trace, response: om_pb2.OMResponse) -> None:
         if not self._tracer.enabled:
