@@ -32,6 +32,7 @@ from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node_integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
+from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
 from om.security import tokens
 from om.statemachine import log_entry, tables
@@ -39,7 +40,6 @@ from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.store import Store
-from om.tracing import NullTracer, Tracer, TraceSink
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70

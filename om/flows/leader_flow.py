@@ -44,10 +44,10 @@ from om.gatekeeper.retry_cache import (
 )
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
+from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
-from om.tracing import TraceSink
 
 
 @dataclass(frozen=True)

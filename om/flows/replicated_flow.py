@@ -20,10 +20,10 @@ from om.flows.template import Clock, RequestService, Trace, not_leader_response,
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
+from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
-from om.tracing import TraceSink
 
 
 class ReplicatedFlowService(RequestService):

@@ -51,8 +51,8 @@ from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import RetryKey, StoredReply
 from om.observe.audit import AuditSink, NoAudit
 from om.observe.metrics import NodeMetrics
+from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
-from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
