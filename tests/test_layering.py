@@ -27,10 +27,10 @@ CORE_PACKAGES = ("gatekeeper", "executor")
 SANS_IO_MODULES = ("integrity/merkle.py", "integrity/auditor.py")
 # package -> the om modules (prefixes) it may import
 ALLOWED = {
-    "consensus": ("om.config", "om.consensus", "om.observe", "om.durable_files"),
+    "consensus": ("om.config", "om.consensus", "om.observe", "om.disk"),
     "observe": ("om.observe",),   # a leaf: anything may count and log through it
     "integrity": ("om.schema", "om.statemachine", "om.executor", "om.protocol", "om.integrity",
-                  "om.durable_files"),
+                  "om.disk"),
 }
 # package -> the om modules (prefixes) it must not import
 DENIED = {

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om.durable_files import write_synced
+from om.disk.durable_files import write_synced
 from om.integrity import auditor
 from om.integrity.service import (
     DEFAULT_AUDIT_ROWS_PER_S,

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from om.durable_files import fsync_path
+from om.disk.durable_files import fsync_path
 from om.executor.read_view import ReadView
 from om.integrity import merkle
 from om.integrity.merkle import DEFAULT_PARAMS, Forest, KeyRange, TreeParams
