@@ -7,7 +7,7 @@ processes and keeps ``cluster.toml`` true (``om/cluster_ring.py``).
   takes the leader's snapshot and log, never votes, never leads, refuses
   writes with NOT_LEADER); once its applied index is within ``CATCH_UP_GAP``
   entries of the leader's and at least 90 % of it (etcd's promote rule), it
-  stops, the leader commits its addition as a voter (``om/node_membership.py``,
+  stops, the leader commits its addition as a voter (``om/node/membership.py``,
   etcd's strict check: the new ring's quorum must be up) and it restarts as a
   voter from the same journal and database.
 * **decommission**: refused for an unknown id, for a ring that would keep one

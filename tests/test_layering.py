@@ -34,7 +34,7 @@ ALLOWED = {
 }
 # package -> the om modules (prefixes) it must not import
 DENIED = {
-    "flows": ("om.consensus.pysyncobj", "om.consensus.local", "om.node", "om.server"),
+    "flows": ("om.consensus.pysyncobj", "om.consensus.local", "om.node"),
     "statemachine": ("om.consensus", "om.flows", "om.node"),
     # (both still read the key layout in om.statemachine.tables; the sans-IO rule
     # above keeps them off its store)

@@ -2,7 +2,7 @@
 caught-up follower, as Ozone's ``ozone admin om transfer``.
 
 The tool finds the leader through ServiceList, sends it a TransferLeadership
-request (``om/node_transfer.py`` answers it), then polls ServiceList until the
+request (``om/node/transfer.py`` answers it), then polls ServiceList until the
 target reports itself LEADER (``--wait`` seconds at most) and prints the roles.
 Exit status: 0 once the target leads, 1 on a refusal or when it does not lead
 in time, 2 on a configuration error.

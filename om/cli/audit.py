@@ -181,7 +181,7 @@ _COUNTERS = ("runs", "skipped", "not_follower", "stopped", "failures")
 
 
 def last_periodic(infos: list[om_pb2.NodeInfo], now_s: float) -> dict[str, Any]:
-    """Each node's periodic audit, from the metrics in its NodeInfo (``om.node_integrity``'s
+    """Each node's periodic audit, from the metrics in its NodeInfo (``om.node.integrity``'s
     ``om_audit_periodic_*``): clean unless a node did not answer or its last run found
     violations."""
     nodes = [_periodic_node(info, now_s) for info in infos]

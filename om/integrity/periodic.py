@@ -242,7 +242,7 @@ class PeriodicAuditor:
                 stop.set()
 
     def state(self) -> dict[str, float]:
-        """Gauges by ``StateGauge.key`` (``om.node_integrity.INTEGRITY_GAUGES``)."""
+        """Gauges by ``StateGauge.key`` (``om.node.integrity.INTEGRITY_GAUGES``)."""
         values: dict[str, float] = {
             "audit_periodic_interval": self.schedule.interval_s,
             "audit_periodic_running": float(self.running),

@@ -82,7 +82,7 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     is itself, not connected, or did not catch up); the message says which.
     """
     MEMBERSHIP_REFUSED: _Status.ValueType  # 1006
-    """a membership change that is unsafe now (om/node_membership.py)"""
+    """a membership change that is unsafe now (om/node/membership.py)"""
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
 
@@ -134,7 +134,7 @@ TRANSFER_REFUSED: Status.ValueType  # 1005
 is itself, not connected, or did not catch up); the message says which.
 """
 MEMBERSHIP_REFUSED: Status.ValueType  # 1006
-"""a membership change that is unsafe now (om/node_membership.py)"""
+"""a membership change that is unsafe now (om/node/membership.py)"""
 Global___Status: _TypeAlias = Status  # noqa: Y015
 
 class _Type:
@@ -1659,7 +1659,7 @@ Global___AuditReplicaRequest: _TypeAlias = AuditReplicaRequest  # noqa: Y015
 
 @_typing.final
 class TransferLeadershipRequest(_message.Message):
-    """The leader answers once TimeoutNow is sent (om/node_transfer.py); the new
+    """The leader answers once TimeoutNow is sent (om/node/transfer.py); the new
     leader is confirmed by polling ServiceList.
     """
 
@@ -1687,7 +1687,7 @@ Global___TransferLeadershipRequest: _TypeAlias = TransferLeadershipRequest  # no
 
 @_typing.final
 class ChangeMembershipRequest(_message.Message):
-    """Adds a Raft voter or removes one (om/node_membership.py), one change at a time;
+    """Adds a Raft voter or removes one (om/node/membership.py), one change at a time;
     the leader answers once the configuration entry is committed.
     """
 

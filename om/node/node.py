@@ -13,7 +13,6 @@ import secrets
 import time
 from collections.abc import Callable
 
-from om import gc_policy, node_membership, node_transfer
 from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
@@ -29,7 +28,10 @@ from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import audit_request, not_leader_response
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
-from om.node_integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
+from om.node import gc_policy
+from om.node import membership as node_membership
+from om.node import transfer as node_transfer
+from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.observe.tracing import NullTracer, Tracer, TraceSink
