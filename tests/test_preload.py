@@ -17,12 +17,12 @@ import pytest
 
 from bench import driver
 from bench.ceiling import InProcessCaller, in_process_node
-from om import cluster as om_cluster
-from om import preload
 from om.cli import main
 from om.client import OMClient
 from om.client import requests as build
 from om.client.errors import OMClientError
+from om.cluster import lifecycle as om_cluster
+from om.cluster import preload
 from om.executor.context import object_id_for
 from om.protocol import om_pb2
 from om.statemachine import tables

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om.cli import main
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from om.security import tokens
 from om.security.certificates import CertificateAuthority

@@ -1,5 +1,5 @@
 """``om admin om add | decommission | maintenance start|end``: the ring's membership, for a
-cluster that ``om cluster up`` started (``om/cluster_membership.py`` does the work and
+cluster that ``om cluster up`` started (``om/cluster/membership.py`` does the work and
 says what each refuses).
 
 Exit status: 0 done, 1 refused or failed (nothing changed, except a learner that did
@@ -13,9 +13,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from om import cluster as om_cluster
-from om import cluster_membership as membership
-from om.cluster_membership import Refused
+from om.cluster import lifecycle as om_cluster
+from om.cluster import membership
+from om.cluster.membership import Refused
 from om.config import ConfigError, NodeAddress
 
 

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from om import cluster as om_cluster
 from om.cli import admin_membership
 from om.cli.credentials import client_tls
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 
 POLL_S = 0.1

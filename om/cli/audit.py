@@ -27,10 +27,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from om import cluster as om_cluster
 from om.cli import integrity_rpc as rpc
 from om.cli.credentials import client_tls
 from om.cli.verify import targets
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.integrity import auditor
 from om.integrity.auditor import NodeFacts, Violation

@@ -17,9 +17,9 @@ import argparse
 import os
 from pathlib import Path
 
-from om import cluster as om_cluster
 from om import config as om_config
 from om.client.identity import Tls, split_addresses
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.protocol import om_pb2
 from om.security.tls import ClientTls

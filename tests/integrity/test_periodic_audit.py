@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from om import cluster as om_cluster
 from om.cli import main
 from om.cli.audit import last_periodic
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.config import load as load_config
 from om.integrity import auditor
