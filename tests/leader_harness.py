@@ -15,7 +15,7 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 

@@ -36,8 +36,6 @@ ALLOWED = {
 DENIED = {
     "flows": ("om.consensus.pysyncobj", "om.consensus.local", "om.node"),
     "statemachine": ("om.consensus", "om.flows", "om.node"),
-    # (both still read the key layout in om.statemachine.tables; the sans-IO rule
-    # above keeps them off its store)
     "executor": ("om.flows", "om.consensus", "om.node"),
     "gatekeeper": ("om.flows", "om.consensus", "om.node"),
 }

@@ -23,9 +23,9 @@ from om.executor.errors import OMError
 from om.gatekeeper import lock_plan
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.protocol import om_pb2
+from om.schema import tables
 from om.security import tokens
 from om.security.token_client import read_token_file, write_token_file
-from om.statemachine import tables
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, OLD, Harness, status_name
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from om.statemachine.tables import TableId
+from om.schema.tables import TableId
 
 OBJECT_ID_EPOCH = 1 << 62
 IDS_PER_INDEX = 256

@@ -28,7 +28,6 @@ from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits
 from om.executor.quota_reservations import QuotaReservationTable
-from om.executor.read_view import ReadView
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
@@ -46,6 +45,7 @@ from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
+from om.schema.read_view import ReadView
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 

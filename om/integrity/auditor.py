@@ -47,11 +47,11 @@ from google.protobuf.message import DecodeError, Message
 
 from om.executor.context import IDS_PER_INDEX, OBJECT_ID_EPOCH
 from om.executor.quota import replicated_size
-from om.executor.read_view import ReadView
 from om.integrity import merkle
 from om.protocol import om_pb2
-from om.statemachine import tables
-from om.statemachine.tables import TableId
+from om.schema import tables
+from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 
 logger = logging.getLogger(__name__)
 

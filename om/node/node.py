@@ -20,7 +20,6 @@ from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
@@ -36,8 +35,10 @@ from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
+from om.schema import tables
+from om.schema.read_view import ReadView
 from om.security import tokens
-from om.statemachine import log_entry, tables
+from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter

@@ -3098,7 +3098,7 @@ class ClientRequestReply(_message.Message):
     response: _builtins.bytes
     """a serialized OMResponse"""
     fingerprint: _builtins.bytes
-    """SHA-256 of the request's body (om.gatekeeper.fingerprint): a retry must
+    """SHA-256 of the request's body (om.schema.fingerprint): a retry must
     carry the same body to be answered from this row.
     """
     def __init__(

@@ -48,9 +48,9 @@ from google.protobuf.message import DecodeError
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 KIND = "OzoneToken"                 # Ozone's OzoneTokenIdentifier.KIND_NAME
 VERSION = 1

@@ -25,7 +25,7 @@ from om.config import load as load_config
 from om.integrity import auditor
 from om.integrity.periodic import RESULT_FILE, Schedule, load_result
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
 

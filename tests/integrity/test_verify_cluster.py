@@ -30,7 +30,7 @@ from om.cluster import lifecycle as om_cluster
 from om.config import NodeAddress
 from om.integrity import marker
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
 
