@@ -23,9 +23,9 @@ from om.client import requests as build
 from om.client.errors import OMClientError
 from om.cluster import lifecycle as om_cluster
 from om.cluster import preload
-from om.executor.context import object_id_for
 from om.protocol import om_pb2
 from om.schema import tables
+from om.schema.ids import object_id_for
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 from tests import cluster_harness

@@ -34,17 +34,12 @@ from om.flows.batch_pipeline import BatchConfig, BatchPipeline
 from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.lock_plan import plan_locks
-from om.gatekeeper.retry_cache import (
-    RetryCache,
-    RetryCacheConfig,
-    RetryKey,
-    StoredReply,
-    expired_row_deletes,
-)
+from om.gatekeeper.retry_cache import RetryCache, RetryCacheConfig, StoredReply, expired_row_deletes
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
+from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store

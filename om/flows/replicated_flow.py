@@ -16,11 +16,12 @@ from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRounds
 from om.flows.template import Clock, RequestService, Trace, not_leader_response, wall_clock_ms
-from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.gatekeeper.retry_cache import StoredReply
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
+from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 from om.protocol import om_pb2
 from om.schema import tables
+from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
-
-RetryKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
