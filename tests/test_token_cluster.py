@@ -24,8 +24,8 @@ from om.cli import main
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
+from om.executor import tokens
 from om.protocol import om_pb2
-from om.security import tokens
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
 from om.security.token_client import ServerTrust, read_token_file

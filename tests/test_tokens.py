@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor import registry
+from om.executor import registry, tokens
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.gatekeeper import lock_plan
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.protocol import om_pb2
 from om.schema import tables
-from om.security import tokens
 from om.security.token_client import read_token_file, write_token_file
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, OLD, Harness, status_name

@@ -22,8 +22,8 @@ from typing import Any
 
 from om.cli.sh_options import ShellError
 from om.client import OMClient
+from om.executor import tokens
 from om.protocol import om_pb2
-from om.security import tokens
 from om.security.token_client import read_token_file, write_token_file
 
 

@@ -32,7 +32,7 @@ class Limits:
     list_max_keys: int = 10_000
     list_default_keys: int = 1_000
     key_name_max_bytes: int = 1024
-    # Delegation tokens (om/security/tokens.py), Ozone's defaults: a token expires a
+    # Delegation tokens (om/executor/tokens.py), Ozone's defaults: a token expires a
     # day after it was issued or last renewed and lives at most 7 days; a new secret
     # key signs tokens each day; at most this many tokens live at once.
     token_renew_interval_ms: int = 86_400_000

@@ -23,7 +23,7 @@ RenameKey              DELETE on the key, CREATE on the new name
 ListKeys               LIST on the bucket
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
-*DelegationToken       none: authentication only (om/security/tokens.py
+*DelegationToken       none: authentication only (om/executor/tokens.py
                        checks who may renew or cancel)
 =====================  ==========================================
 

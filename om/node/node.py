@@ -18,6 +18,7 @@ from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
+from om.executor import tokens
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
 from om.executor.registry import error_response
@@ -37,7 +38,6 @@ from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
-from om.security import tokens
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine

@@ -49,7 +49,7 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     INTERNAL_ERROR: _Status.ValueType  # 15
     METADATA_ERROR: _Status.ValueType  # 19
     INVALID_AUTH_METHOD: _Status.ValueType  # 33
-    """Delegation tokens (om/security/tokens.py): a token got or renewed with the wrong
+    """Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
     credential, a forged, cancelled or unknown one, one past its expiry or max date,
     and the cap on live tokens (tokens.tokens_max).
     """
@@ -101,7 +101,7 @@ INVALID_KEY_NAME: Status.ValueType  # 13
 INTERNAL_ERROR: Status.ValueType  # 15
 METADATA_ERROR: Status.ValueType  # 19
 INVALID_AUTH_METHOD: Status.ValueType  # 33
-"""Delegation tokens (om/security/tokens.py): a token got or renewed with the wrong
+"""Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
 credential, a forged, cancelled or unknown one, one past its expiry or max date,
 and the cap on live tokens (tokens.tokens_max).
 """
@@ -698,7 +698,7 @@ Global___RepeatedKeyInfo: _TypeAlias = RepeatedKeyInfo  # noqa: Y015
 @_typing.final
 class OMTokenProto(_message.Message):
     """------------------------------------------------------- delegation tokens ---
-    om/security/tokens.py has the rules: issue, renew, cancel, validate.
+    om/executor/tokens.py has the rules: issue, renew, cancel, validate.
 
     What a delegation token says (Ozone's OMTokenProto, its DELEGATION_TOKEN
     fields), signed byte for byte by the secret key master_key_id.

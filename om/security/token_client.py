@@ -16,8 +16,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from om.executor import tokens
 from om.protocol import om_pb2
-from om.security import tokens
 
 
 @dataclass(frozen=True)
