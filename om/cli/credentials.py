@@ -21,8 +21,8 @@ from om import config as om_config
 from om.client.identity import Tls, split_addresses
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
-from om.executor.tokens import TokenFormatError
 from om.protocol import om_pb2
+from om.protocol.token_format import TokenFormatError
 from om.security.tls import ClientTls
 from om.security.token_client import ServerTrust, read_token_file
 
