@@ -14,7 +14,7 @@ from google.protobuf.json_format import MessageToDict
 
 from om import config as om_config
 from om.cli import admin_transfer, audit, verify
-from om.cli.credentials import add_tls_flags, client_tls
+from om.cli.common import add_tls_flags, client_tls
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError

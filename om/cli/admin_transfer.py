@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from om.cli import admin_membership
-from om.cli.credentials import client_tls
+from om.cli.common import client_tls
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster

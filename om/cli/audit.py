@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from om.cli import integrity_rpc as rpc
-from om.cli.credentials import client_tls
+from om.cli.common import client_tls
 from om.cli.verify import targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError

@@ -34,7 +34,7 @@ import uvloop
 from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
-from om.cli.credentials import add_dir_flag, add_tls_flags, client_tls, target_addresses
+from om.cli.common import add_dir_flag, add_tls_flags, client_tls, target_addresses
 from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy

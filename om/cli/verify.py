@@ -30,7 +30,7 @@ from typing import Any
 
 from om import config as om_config
 from om.cli import integrity_rpc as rpc
-from om.cli.credentials import client_tls
+from om.cli.common import client_tls
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, ServerConfig
 from om.integrity import compare, marker, merkle, repair, scan
