@@ -23,13 +23,12 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from om.cli import integrity_rpc as rpc
-from om.cli.common import client_tls
-from om.cli.verify import targets
+from om.cli.common import add_target, client_tls, targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.integrity import auditor
@@ -40,7 +39,7 @@ from om.protocol import om_pb2
 AUDIT_TIMEOUT_S = 3600.0
 
 
-def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(actions: Any) -> None:
     """Adds ``admin audit``."""
     audit = actions.add_parser("audit", help="the report-only auditor: each node's store, "
                                "then positions, membership and last verification")
