@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from om import gc_policy
 from om.config import Raft, ServerConfig
-from om.node import Node
+from om.node import gc_policy
+from om.node.node import Node
 from om.protocol import om_pb2
 
 USER = "bench"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from om import cluster as om_cluster
-from om.cluster import Cluster
+from om.cluster import lifecycle as om_cluster
+from om.cluster.lifecycle import Cluster
 
 
 def server_trace_path(trace_dir: Path, node_id: str) -> Path:

@@ -60,11 +60,11 @@ from bench.progress import StepLog
 from bench.session import RequestCaller
 from bench.summary import CLIENT_PROCESS, FlowMeasurement, build_summary
 from bench.traces import batch_sizes, copy_window
-from om import cluster as om_cluster
 from om import config as om_config
-from om import preload
 from om.client import AsyncOMClient
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
+from om.cluster import preload
 from om.config import ServerConfig
 
 POLICY = RetryPolicy(deadline_s=30.0, attempt_timeout_s=10.0)

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from om import cluster as om_cluster
 from om.client import AsyncOMClient, OMClientError
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 
 WRITERS = 4
 PAUSE_S = 0.02

@@ -42,7 +42,7 @@ from typing import Any
 from locust import User, constant, events, task
 
 from bench.traces import CLIENT_ERROR, ClientTrace, op_name
-from om.cli.credentials import environment_tls
+from om.cli.common import environment_tls
 from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.client.identity import DEFAULT_ADDRESS, split_addresses

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from om.executor.registry import KINDS
+from om.observe.tracing import SCHEMA_VERSION, NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
-from om.tracing import SCHEMA_VERSION, NullTracer, Tracer, TraceSink
 
 CLIENT_REQUEST = "client_request"
 SERVER_BATCH = "server_batch"

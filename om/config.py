@@ -43,7 +43,7 @@ EXECUTIONS = ("leader", "replicated")
 READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
 READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)
-LIFETIME_PER_ROTATION_MAX = 1000   # om.security.tokens keeps at most ~this many secret keys
+LIFETIME_PER_ROTATION_MAX = 1000   # om.executor.tokens keeps at most ~this many secret keys
 
 
 class ConfigError(Exception):
@@ -168,7 +168,7 @@ class Tls:
 
 @dataclass(frozen=True)
 class Tokens:
-    """Delegation tokens (om/security/tokens.py), with TLS on: Ozone's defaults
+    """Delegation tokens (om/executor/tokens.py), with TLS on: Ozone's defaults
     (ozone.manager.delegation.token.renew-interval 1 d, .max-lifetime 7 d; a new
     secret key a day, as hdds.secret.key.rotate.duration). ``enabled = false``
     refuses token requests and again requires a certificate of every client."""

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 
 QUIET_S = 8.0
 GAP_S = 4.0

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import psutil
 
-from om import cluster as om_cluster
-from om import preload
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
+from om.cluster import preload
 
 
 def _percentile_ms(seconds: list[float], share: float) -> float:

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from om import cluster as om_cluster
-from om import preload
+from om.cluster import lifecycle as om_cluster
+from om.cluster import preload
 
 seed = Path(sys.argv[1])
 d = Path("/tmp/scale-figures/wipe")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 

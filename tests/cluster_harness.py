@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om import cluster as om_cluster
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.config import NodeAddress
 from om.protocol import om_pb2
 from om.security.certificates import CertificateAuthority

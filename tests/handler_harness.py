@@ -23,7 +23,8 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
 from om.executor.registry import dispatch
 from om.protocol import om_pb2
-from om.statemachine import log_entry, tables
+from om.schema import tables
+from om.statemachine import log_entry
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store

@@ -13,11 +13,11 @@ from typing import Any
 from om.consensus.local import LocalReplicator
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
-from om.tracing import NullTracer
 
 
 @dataclass

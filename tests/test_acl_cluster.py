@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from om import cli
-from om import cluster as om_cluster
 from om.client import OMClient
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.protocol import acls, om_pb2
 from tests import cluster_harness as harness
 

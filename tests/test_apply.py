@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 from tests import apply_crash_worker as worker

@@ -1,4 +1,4 @@
-"""``cluster.toml`` kept true by membership changes (``om/cluster_ring.py``)."""
+"""``cluster.toml`` kept true by membership changes (``om/cluster/ring.py``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
-from om import cluster_ring
 from om import config as om_config
+from om.cluster import lifecycle as om_cluster
+from om.cluster import ring as cluster_ring
 from om.config import ConfigError, NodeAddress
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from tests.processes import REPO, om_command
 
 pytestmark = pytest.mark.integration

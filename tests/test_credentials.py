@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om import config as om_config
-from om.cli.credentials import environment_tls
+from om.cli.common import environment_tls
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 
 ADDRESSES = ["127.0.0.1:20000"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from tests import cluster_harness as harness
 
 pytestmark = pytest.mark.integration

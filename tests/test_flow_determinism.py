@@ -21,11 +21,11 @@ from om.consensus.local import LocalReplicator
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import RequestService
+from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store
-from om.tracing import NullTracer
 
 DIFFERENT_BY_DESIGN = {"transactionInfoTable", "clientRequestReplyTable",
                        "clientRequestExpiryTable"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from om import gc_policy
+from om.node import gc_policy
 
 
 def test_serving_freezes_raises_and_restores() -> None:

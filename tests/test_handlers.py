@@ -21,11 +21,12 @@ import pytest
 from om.client import requests as build
 from om.executor import registry
 from om.executor.change_recorder import ChangeRecorder
-from om.executor.context import ExecContext, Limits, QuotaReservations, object_id_for
+from om.executor.context import ExecContext, Limits, QuotaReservations
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.protocol import acls, om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.ids import object_id_for
+from om.schema.read_view import ReadView
 from om.statemachine.store import Store
 from tests.handler_harness import CLIENT_ID, LEADER, OLD, FakeReservations, Harness, status_name
 

@@ -16,7 +16,7 @@ from om.flows.batch_pipeline import BatchConfig
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from tests.leader_harness import LeaderUnderTest, config
 
 KEY_SIZE = 1000          # bytes; charged 3x (replication)

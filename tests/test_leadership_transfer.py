@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om.cli import main
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from tests import cluster_harness as harness
 

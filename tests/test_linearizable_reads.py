@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, encode_frame
 from tests import cluster_harness as harness

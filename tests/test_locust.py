@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.traces import client_request_problems, read_records
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from tests import cluster_harness as harness
 from tests.processes import REPO, ServerProcess, free_port
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from om import cluster as om_cluster
 from om import config as om_config
 from om.cli import main
 from om.client import OMClient
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from tests import cluster_harness as harness
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om.chaos.links import LinkProxies
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.config import NodeAddress
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, encode_frame

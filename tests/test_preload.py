@@ -17,15 +17,15 @@ import pytest
 
 from bench import driver
 from bench.ceiling import InProcessCaller, in_process_node
-from om import cluster as om_cluster
-from om import preload
 from om.cli import main
 from om.client import OMClient
 from om.client import requests as build
 from om.client.errors import OMClientError
-from om.executor.context import object_id_for
+from om.cluster import lifecycle as om_cluster
+from om.cluster import preload
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.ids import object_id_for
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 from tests import cluster_harness

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from tests import cluster_harness as harness
 from tests.processes import REPO, om_command
 from tests.prom_text import samples

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om import config as om_config
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, read_secret
 from om.consensus.pysyncobj.transport import encode_frame
 from om.protocol import om_pb2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, encode_frame
 from tests import cluster_harness as harness

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.consensus.pysyncobj.channel import ChannelError, FrameReader, encode
 from tests import cluster_harness as harness
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om.client import OMClient, OMConnectionError
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls

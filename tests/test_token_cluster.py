@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from om import cluster as om_cluster
 from om.cli import main
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
-from om.protocol import om_pb2
-from om.security import tokens
+from om.cluster import lifecycle as om_cluster
+from om.protocol import om_pb2, token_format
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
 from om.security.token_client import ServerTrust, read_token_file
@@ -290,7 +289,7 @@ def test_the_shell(longlived: om_cluster.Cluster, tmp_path: Path) -> None:
     assert token_file.stat().st_mode & 0o777 == 0o600
     printed = shell("token", "print", "-t", str(token_file))
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.strip() == tokens.token_string(read_token_file(token_file))
+    assert printed.stdout.strip() == token_format.token_string(read_token_file(token_file))
 
     created = shell("--token", str(token_file), "--ca", str(tls / "ca.pem"),
                     "volume", "create", "/shellvol")

@@ -17,15 +17,14 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor import registry
+from om.executor import registry, tokens
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.gatekeeper import lock_plan
 from om.gatekeeper.authorize import AclPolicy, authorize
-from om.protocol import om_pb2
-from om.security import tokens
+from om.protocol import om_pb2, token_format
+from om.schema import tables
 from om.security.token_client import read_token_file, write_token_file
-from om.statemachine import tables
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, OLD, Harness, status_name
 
@@ -89,26 +88,27 @@ def token_rows(h: Harness) -> list[bytes]:
 class TestCodec:
     TOKEN = om_pb2.TokenProto(identifier=om_pb2.OMTokenProto(
         type=om_pb2.OMTokenProto.DELEGATION_TOKEN, owner="alice").SerializeToString(),
-        password=b"p" * 32, kind=tokens.KIND, service="127.0.0.1:9862")
+        password=b"p" * 32, kind=token_format.KIND, service="127.0.0.1:9862")
 
     def test_a_token_round_trips_through_its_text(self) -> None:
-        text = tokens.encode_token(self.TOKEN)
+        text = token_format.encode_token(self.TOKEN)
         assert set(text) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                 "0123456789-_=")
-        assert tokens.decode_token(text + "\n") == self.TOKEN
+        assert token_format.decode_token(text + "\n") == self.TOKEN
 
-    @pytest.mark.parametrize("text", ["", "not base64 at all!", "A" * (tokens.TOKEN_MAX_BYTES + 4),
+    @pytest.mark.parametrize("text", ["", "not base64 at all!",
+                                      "A" * (token_format.TOKEN_MAX_BYTES + 4),
                                       base64.urlsafe_b64encode(b"\xff\xfe garbage").decode()])
     def test_anything_else_is_refused(self, text: str) -> None:
-        with pytest.raises(tokens.TokenFormatError):
-            tokens.decode_token(text)
+        with pytest.raises(token_format.TokenFormatError):
+            token_format.decode_token(text)
 
     def test_a_token_of_another_kind_is_refused(self) -> None:
         other = om_pb2.TokenProto()
         other.CopyFrom(self.TOKEN)
         other.kind = "HDFS_DELEGATION_TOKEN"
-        with pytest.raises(tokens.TokenFormatError, match="not an OzoneToken"):
-            tokens.decode_token(tokens.encode_token(other))
+        with pytest.raises(token_format.TokenFormatError, match="not an OzoneToken"):
+            token_format.decode_token(token_format.encode_token(other))
 
     def test_the_file_is_private_and_reads_back(self, tmp_path: Path) -> None:
         path = tmp_path / "token"
@@ -120,8 +120,8 @@ class TestCodec:
 
     def test_an_oversized_file_is_refused_unread(self, tmp_path: Path) -> None:
         path = tmp_path / "big"
-        path.write_text(tokens.encode_token(self.TOKEN) + " " * tokens.TOKEN_MAX_BYTES)
-        with pytest.raises(tokens.TokenFormatError, match="larger than a token file"):
+        path.write_text(token_format.encode_token(self.TOKEN) + " " * token_format.TOKEN_MAX_BYTES)
+        with pytest.raises(token_format.TokenFormatError, match="larger than a token file"):
             read_token_file(path)
 
     def test_print_shows_every_field(self) -> None:
@@ -129,15 +129,15 @@ class TestCodec:
                                     renewer="bob", issue_date=1_700_000_000_000,
                                     max_date=1_700_604_800_000, sequence_number=7,
                                     master_key_id=3)
-        token = om_pb2.TokenProto(identifier=ident.SerializeToString(), kind=tokens.KIND,
+        token = om_pb2.TokenProto(identifier=ident.SerializeToString(), kind=token_format.KIND,
                                   service="127.0.0.1:9862")
-        assert tokens.token_string(token) == (
+        assert token_format.token_string(token) == (
             "Kind: OzoneToken, Service: 127.0.0.1:9862, Ident: (OzoneToken owner=alice, "
             "renewer=bob, realUser=, issueDate=2023-11-14T22:13:20.000Z, "
             "maxDate=2023-11-21T22:13:20.000Z, sequenceNumber=7, masterKeyId=3)")
 
     def test_dates_no_calendar_holds_still_print(self) -> None:
-        assert tokens.instant((1 << 64) - 1) == f"{(1 << 64) - 1} ms"
+        assert token_format.instant((1 << 64) - 1) == f"{(1 << 64) - 1} ms"
 
     def test_signatures_are_hmac_sha256(self) -> None:
         import hashlib
@@ -157,7 +157,7 @@ class TestIssue:
         assert ident.max_date == om.clock.now_ms + LIMITS.token_max_lifetime_ms
         assert ident.sequence_number == om.managed_index
         assert ident.master_key_id == 1
-        assert token.kind == tokens.KIND
+        assert token.kind == token_format.KIND
         assert check(om, token) == ident
 
     def test_the_renewer_defaults_to_the_owner_and_the_expiry_to_a_renew_interval(
@@ -318,7 +318,7 @@ class TestValidate:
         stranger = om_pb2.TokenProto(identifier=ident.SerializeToString(),
                                      password=tokens.sign(os.urandom(32),
                                                           ident.SerializeToString()),
-                                     kind=tokens.KIND)
+                                     kind=token_format.KIND)
         assert "secret key 99" in refused(om, stranger).message
 
     def test_a_correctly_signed_identifier_without_a_row_is_refused(self, om: Harness) -> None:
@@ -328,7 +328,7 @@ class TestValidate:
         ident.sequence_number += 1000     # never issued, but signed with the real key
         raw = ident.SerializeToString()
         ghost = om_pb2.TokenProto(identifier=raw, password=tokens.sign(key.secret, raw),
-                                  kind=tokens.KIND)
+                                  kind=token_format.KIND)
         assert "can't be found" in refused(om, ghost).message
 
     def test_a_forged_identifier_with_absurd_dates_is_refused_cleanly(self,
@@ -338,7 +338,7 @@ class TestValidate:
         ident.max_date = (1 << 64) - 1
         ident.issue_date = (1 << 64) - 1
         forged = om_pb2.TokenProto(identifier=ident.SerializeToString(),
-                                   password=token.password, kind=tokens.KIND)
+                                   password=token.password, kind=token_format.KIND)
         error = refused(om, forged)
         assert error.status == om_pb2.INVALID_TOKEN
         assert "Tampered/Invalid token" in error.message
@@ -356,7 +356,7 @@ class TestValidate:
         elif mangle == "identifier":
             bad.identifier = b"\xff\xff\xff"
         else:
-            bad.identifier = b"x" * (tokens.IDENTIFIER_MAX_BYTES + 1)
+            bad.identifier = b"x" * (token_format.IDENTIFIER_MAX_BYTES + 1)
         assert refused(om, bad).status == om_pb2.INVALID_TOKEN
 
 

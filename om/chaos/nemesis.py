@@ -36,11 +36,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from om import cluster as om_cluster
-from om import cluster_membership as membership
 from om.chaos.links import LinkProxies
-from om.cluster import Cluster
-from om.cluster_membership import Refused
+from om.cluster import lifecycle as om_cluster
+from om.cluster import membership
+from om.cluster.lifecycle import Cluster
+from om.cluster.membership import Refused
 from om.config import NodeAddress
 
 PARTITIONS = ("partition_leader", "partition_follower", "bridge", "oneway_leader")

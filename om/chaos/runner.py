@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om import cluster as om_cluster
 from om.chaos import checkers, workload
 from om.chaos.checkers import Usage, Violation
 from om.chaos.history import History, Outcome
@@ -26,6 +25,7 @@ from om.chaos.links import LinkProxies
 from om.chaos.nemesis import FAULTS, PARTITIONS, Nemesis
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 
 RAFT_SETTINGS = """
 [raft]

@@ -6,16 +6,39 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from om.cli import admin, bench, chaos, cluster, freon, serve, sh
+from om.cli import (
+    admin,
+    admin_membership,
+    admin_transfer,
+    audit,
+    bench,
+    chaos,
+    cluster,
+    freon,
+    serve,
+    sh,
+    verify,
+)
 
 
 def parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+    """The argument parser of every subcommand: the one place commands are registered
+    (a command module imports ``om.cli.common`` and never another command)."""
     root = argparse.ArgumentParser(prog="om", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
     sh.register(commands)
-    admin.register(commands)
+    admin_actions = commands.add_parser(
+        "admin", help="administration (like `ozone admin om`)").add_subparsers(
+        dest="action", required=True)
+    admin.register(admin_actions)
+    verify.register(admin_actions)
+    audit.register(admin_actions)
+    ring_actions = admin_actions.add_parser(
+        "om", help="the OM ring: leadership transfer, membership").add_subparsers(
+        dest="om_action", required=True)
+    admin_transfer.register(ring_actions)
+    admin_membership.register(ring_actions)
     cluster.register(commands)
     freon.register(commands)
     bench.register(commands)

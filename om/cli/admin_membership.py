@@ -1,5 +1,5 @@
 """``om admin om add | decommission | maintenance start|end``: the ring's membership, for a
-cluster that ``om cluster up`` started (``om/cluster_membership.py`` does the work and
+cluster that ``om cluster up`` started (``om/cluster/membership.py`` does the work and
 says what each refuses).
 
 Exit status: 0 done, 1 refused or failed (nothing changed, except a learner that did
@@ -13,13 +13,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from om import cluster as om_cluster
-from om import cluster_membership as membership
-from om.cluster_membership import Refused
+from om.cli.common import add_target, render_table, ring_infos
+from om.cluster import lifecycle as om_cluster
+from om.cluster import membership
+from om.cluster.membership import Refused
 from om.config import ConfigError, NodeAddress
 
 
-def register(commands: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(commands: Any) -> None:
     """Adds ``add``, ``decommission`` and ``maintenance`` under ``om admin om``."""
     add = commands.add_parser("add", help="add a node: a learner first, then a voter")
     add_target(add)
@@ -64,13 +65,12 @@ def _maintenance(cluster: om_cluster.Cluster, args: argparse.Namespace) -> None:
 def _runner(command: Callable[[om_cluster.Cluster, argparse.Namespace], None]
             ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from om.cli import admin  # admin registers this module
         name = f"om admin om {args.om_action}"
         try:
             cluster = _cluster(args)
             membership.end_expired(cluster, args.catch_up_timeout)
             command(cluster, args)
-            print(admin.render_table(admin.ring_infos(cluster)))
+            print(render_table(ring_infos(cluster)))
         except (ConfigError, om_cluster.ClusterError) as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 2

@@ -2,7 +2,7 @@
 caught-up follower, as Ozone's ``ozone admin om transfer``.
 
 The tool finds the leader through ServiceList, sends it a TransferLeadership
-request (``om/node_transfer.py`` answers it), then polls ServiceList until the
+request (``om/node/transfer.py`` answers it), then polls ServiceList until the
 target reports itself LEADER (``--wait`` seconds at most) and prints the roles.
 Exit status: 0 once the target leads, 1 on a refusal or when it does not lead
 in time, 2 on a configuration error.
@@ -13,24 +13,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from om import cluster as om_cluster
-from om.cli import admin_membership
-from om.cli.credentials import client_tls
+from om.cli.common import add_target, client_tls, render_table, target_infos
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 
 POLL_S = 0.1
 ANSWER_S = 8.0   # the leader answers once the target caught up (transfer.CATCH_UP_S) or not
 
 
-def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Adds ``om admin om transfer`` (and the membership commands)."""
-    om = actions.add_parser("om", help="the OM ring: leadership transfer, membership")
-    commands = om.add_subparsers(dest="om_action", required=True)
+def register(commands: Any) -> None:
+    """Adds ``transfer`` under ``om admin om``."""
     transfer = commands.add_parser("transfer", help="hand leadership to a caught-up follower")
     add_target(transfer)
     whom = transfer.add_mutually_exclusive_group(required=True)
@@ -41,13 +37,11 @@ def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]
                           help="seconds to wait for the new leader to report itself")
     transfer.add_argument("--timeout", type=float, default=3.0)
     transfer.set_defaults(run=run_transfer)
-    admin_membership.register(commands, add_target)
 
 
 def run_transfer(args: argparse.Namespace) -> int:
     """Asks the leader to transfer; waits for the new leader; prints the roles."""
-    from om.cli import admin
-    infos = admin._nodes(args, "om transfer")
+    infos = target_infos(args, "om transfer")
     if infos is None:
         return 2
     leaders = [i for i in infos if i.role == "LEADER"]
@@ -61,7 +55,7 @@ def run_transfer(args: argparse.Namespace) -> int:
     print(f"OM:{leaders[0].node_id} sent TimeoutNow to OM:{target} at term "
           f"{response.transfer_leadership.term}")
     final = _wait_for_leader(target, addresses, args)
-    print(admin.render_table(final))
+    print(render_table(final))
     if not any(i.node_id == target and i.role == "LEADER" for i in final):
         return _fail(f"OM:{target} did not report itself LEADER within {args.wait} s")
     return 0

@@ -23,14 +23,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from om import cluster as om_cluster
 from om.cli import integrity_rpc as rpc
-from om.cli.credentials import client_tls
-from om.cli.verify import targets
+from om.cli.common import add_target, client_tls, targets
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.integrity import auditor
 from om.integrity.auditor import NodeFacts, Violation
@@ -40,7 +39,7 @@ from om.protocol import om_pb2
 AUDIT_TIMEOUT_S = 3600.0
 
 
-def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(actions: Any) -> None:
     """Adds ``admin audit``."""
     audit = actions.add_parser("audit", help="the report-only auditor: each node's store, "
                                "then positions, membership and last verification")
@@ -181,7 +180,7 @@ _COUNTERS = ("runs", "skipped", "not_follower", "stopped", "failures")
 
 
 def last_periodic(infos: list[om_pb2.NodeInfo], now_s: float) -> dict[str, Any]:
-    """Each node's periodic audit, from the metrics in its NodeInfo (``om.node_integrity``'s
+    """Each node's periodic audit, from the metrics in its NodeInfo (``om.node.integrity``'s
     ``om_audit_periodic_*``): clean unless a node did not answer or its last run found
     violations."""
     nodes = [_periodic_node(info, now_s) for info in infos]

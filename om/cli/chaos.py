@@ -15,7 +15,7 @@ from typing import Any
 from om.chaos.nemesis import ALL_FAULTS
 from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
-from om.cluster import ClusterError
+from om.cluster.lifecycle import ClusterError
 from om.config import EXECUTIONS
 
 PROFILES = {"quick": 60.0, "long": 600.0}

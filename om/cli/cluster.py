@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from om import cluster as om_cluster
-from om.cli.admin import render_table
+from om.cli.common import render_table
+from om.cluster import lifecycle as om_cluster
 from om.config import DEFAULT_PORT, EXECUTIONS, ConfigError
 from om.protocol import om_pb2
 

@@ -14,7 +14,7 @@ usage error or when the volume and bucket could not be prepared.
 
 ``generate`` is offline, like Ozone's generators that fill an OM DB directly:
 no server runs; it writes the namespace into ``DIR/db`` through the handlers
-and apply's write (``om/preload.py``), and byte-identical copies into each
+and apply's write (``om/cluster/preload.py``), and byte-identical copies into each
 ``--copy-to`` data directory (the other nodes of a cluster, before they start).
 Exits 2 on a usage error or when the database exists or a request fails.
 """
@@ -34,11 +34,11 @@ import uvloop
 from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
-from om import preload
-from om.cli.credentials import add_dir_flag, add_tls_flags, client_tls, target_addresses
+from om.cli.common import add_dir_flag, add_tls_flags, client_tls, target_addresses
 from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
+from om.cluster import preload
 from om.config import ConfigError
 
 DEFAULT_COUNT = 1000

@@ -15,8 +15,8 @@ import uvloop
 from om import config as om_config
 from om.config import ConfigError, NodeAddress, ServerConfig
 from om.integrity.marker import ReplicaHalted
-from om.node import Node
-from om.server import serve
+from om.node.node import Node
+from om.node.rpc import serve
 
 HALTED_EXIT = 3     # a repair holds this node (its replica marker): it must not start
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from om.cli import sh_commands as do
 from om.cli import sh_token
-from om.cli.credentials import (
+from om.cli.common import (
     add_dir_flag,
     add_tls_flags,
     add_token_flag,

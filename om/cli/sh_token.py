@@ -22,8 +22,7 @@ from typing import Any
 
 from om.cli.sh_options import ShellError
 from om.client import OMClient
-from om.protocol import om_pb2
-from om.security import tokens
+from om.protocol import om_pb2, token_format
 from om.security.token_client import read_token_file, write_token_file
 
 
@@ -54,14 +53,14 @@ def read_token(path: Path) -> om_pb2.TokenProto:
                          "encoded token doesn't exist.")
     try:
         return read_token_file(path)
-    except (OSError, tokens.TokenFormatError) as error:
+    except (OSError, token_format.TokenFormatError) as error:
         raise ShellError(f"Error: token file {path}: {error}") from None
 
 
 def token_get(client: OMClient, args: argparse.Namespace, at: Any) -> None:
     token = client.get_delegation_token(args.renewer).token
     print(f"Successfully get token for service {token.service}")
-    print(tokens.token_string(token))
+    print(token_format.token_string(token))
     try:
         write_token_file(args.token_path, token)
     except OSError as error:
@@ -71,7 +70,7 @@ def token_get(client: OMClient, args: argparse.Namespace, at: Any) -> None:
 
 def token_renew(client: OMClient, args: argparse.Namespace, at: Any) -> None:
     expiry = client.renew_delegation_token(read_token(args.token_path))
-    print(f"Token renewed successfully, expiry time: {tokens.instant(expiry)}.")
+    print(f"Token renewed successfully, expiry time: {token_format.instant(expiry)}.")
 
 
 def token_cancel(client: OMClient, args: argparse.Namespace, at: Any) -> None:
@@ -80,5 +79,5 @@ def token_cancel(client: OMClient, args: argparse.Namespace, at: Any) -> None:
 
 
 def token_print(args: argparse.Namespace) -> None:
-    print(tokens.token_string(read_token(args.token_path)))
+    print(token_format.token_string(read_token(args.token_path)))
 

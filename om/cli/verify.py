@@ -28,10 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from om import cluster as om_cluster
 from om import config as om_config
 from om.cli import integrity_rpc as rpc
-from om.cli.credentials import client_tls
+from om.cli.common import add_target, client_tls, targets
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, ServerConfig
 from om.integrity import compare, marker, merkle, repair, scan
 from om.integrity.compare import Comparison, ReplicaError
@@ -45,7 +45,7 @@ CRASH_EXIT = 86
 HALT_WAIT_S = 60.0
 
 
-def register(actions: Any, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(actions: Any) -> None:
     """Adds ``admin verify`` and ``admin repair``."""
     verify = actions.add_parser("verify", help="compare every replica at one log position "
                                 "(Merkle trees); name differing rows; mark the minority")
@@ -408,13 +408,6 @@ def _start(directory: Path | None, node_id: str) -> None:
 
 
 # -- helpers -----------------------------------------------------------------------------
-
-def targets(args: argparse.Namespace) -> list[str]:
-    """The addresses ``om admin`` targets (``admin._addresses``; imported here, late,
-    because ``admin`` registers this module)."""
-    from om.cli import admin
-    return admin._addresses(args)
-
 
 def _range(key_range: merkle.KeyRange) -> dict[str, Any]:
     return {"table": key_range.table, "start": _text(key_range.start),

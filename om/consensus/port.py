@@ -95,7 +95,7 @@ class Applied(Protocol):
 
 
 class ApplyEntry(Protocol):
-    """Applies one committed log entry at a position (``om.node.Node.apply_entry``)."""
+    """Applies one committed log entry at a position (``om.node.node.Node.apply_entry``)."""
 
     def __call__(self, position: int, entry: bytes) -> Applied: ...
 

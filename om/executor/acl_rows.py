@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.executor.rows import encode, load_bucket, load_volume, require_key
 from om.protocol import acls, om_pb2
 from om.protocol.acls import Acl
-from om.statemachine import tables
-from om.statemachine.tables import TableId
+from om.schema import tables
+from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 
 USER_RIGHTS = acls.bit(acls.ALL)
 GROUP_RIGHTS = acls.bit(acls.READ) | acls.bit(acls.LIST)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from om.protocol import om_pb2
-from om.statemachine.tables import TableId
+from om.schema.tables import TableId
 
 QUOTA_TABLES = (om_pb2.VOLUME, om_pb2.BUCKET)
 TABLES = frozenset(om_pb2.Table.values())

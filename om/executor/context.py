@@ -6,22 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from om.statemachine.tables import TableId
-
-OBJECT_ID_EPOCH = 1 << 62
-IDS_PER_INDEX = 256
-MANAGED_INDEX_MAX = (1 << 54) - 1
-
-
-def object_id_for(managed_index: int, n: int = 0) -> int:
-    """The n-th object id a request with this managed index may use.
-
-    Like Ozone's ``OmUtils.getObjectIdFromTxId``: the low 8 bits give 256 ids
-    per request, so ids are unique whenever managed indexes are.
-    """
-    assert 0 < managed_index <= MANAGED_INDEX_MAX
-    assert 0 <= n < IDS_PER_INDEX
-    return OBJECT_ID_EPOCH | (managed_index << 8) | n
+from om.schema.ids import MANAGED_INDEX_MAX, object_id_for
+from om.schema.tables import TableId
 
 
 class QuotaReservations(Protocol):
@@ -46,7 +32,7 @@ class Limits:
     list_max_keys: int = 10_000
     list_default_keys: int = 1_000
     key_name_max_bytes: int = 1024
-    # Delegation tokens (om/security/tokens.py), Ozone's defaults: a token expires a
+    # Delegation tokens (om/executor/tokens.py), Ozone's defaults: a token expires a
     # day after it was issued or last renewed and lives at most 7 days; a new secret
     # key signs tokens each day; at most this many tokens live at once.
     token_renew_interval_ms: int = 86_400_000

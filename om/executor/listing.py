@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from om.executor.context import Limits
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.statemachine.tables import TableId
+from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 
 
 def page_size(requested: int, limits: Limits) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 
 UNLIMITED = -1
 

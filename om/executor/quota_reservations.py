@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from om.executor.change_recorder import QuotaChange
-from om.statemachine.tables import TableId
+from om.schema.tables import TableId
 
 Row = tuple[TableId, bytes]
 

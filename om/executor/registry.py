@@ -38,8 +38,8 @@ from om.executor.handlers import (
     set_bucket_property,
     set_volume_property,
 )
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
+from om.schema.read_view import ReadView
 
 Execute = Callable[[om_pb2.OMRequest, ReadView, ChangeRecorder, ExecContext], om_pb2.OMResponse]
 

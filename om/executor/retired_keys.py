@@ -12,7 +12,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.rows import encode
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 
 
 def retire(recorder: ChangeRecorder, info: om_pb2.KeyInfo, ctx: ExecContext) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 
 def load_volume(view: ReadView, volume: str) -> om_pb2.VolumeInfo:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 _SCAN_PAGE = 1024
 

@@ -30,8 +30,8 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.flows.read_rounds import ReadRound
 from om.observe.metrics import BatchMetrics
+from om.observe.tracing import TraceSink
 from om.statemachine import log_entry
-from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.quota_reservations import QuotaReservationTable
-from om.executor.read_view import ReadView
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
@@ -48,19 +47,15 @@ from om.flows.template import (
 )
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.lock_plan import plan_locks
-from om.gatekeeper.retry_cache import (
-    RetryCache,
-    RetryCacheConfig,
-    RetryKey,
-    StoredReply,
-    expired_row_deletes,
-)
+from om.gatekeeper.retry_cache import RetryCache, RetryCacheConfig, StoredReply, expired_row_deletes
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
+from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
+from om.schema.ids import RetryKey
+from om.schema.read_view import ReadView
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
-from om.tracing import TraceSink
 
 logger = logging.getLogger(__name__)
 

@@ -12,18 +12,19 @@ from __future__ import annotations
 import time
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
-from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRound, ReadRounds
 from om.flows.template import Clock, RequestService, Write, not_leader_response, wall_clock_ms
-from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.gatekeeper.retry_cache import StoredReply
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
+from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
+from om.schema.ids import RetryKey
+from om.schema.read_view import ReadView
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
-from om.tracing import TraceSink
 
 
 class ReplicatedFlowService(RequestService):

@@ -49,17 +49,18 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.flows.read_rounds import ReadRound
 from om.gatekeeper.authorize import AclPolicy, authorize
-from om.gatekeeper.fingerprint import fingerprint, same_request
 from om.gatekeeper.managed_index import ManagedIndex
-from om.gatekeeper.retry_cache import RetryKey, StoredReply
+from om.gatekeeper.retry_cache import StoredReply
 from om.observe.audit import AuditSink, NoAudit
 from om.observe.metrics import NodeMetrics
+from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
-from om.tracing import TraceSink
+from om.schema.fingerprint import fingerprint, same_request
+from om.schema.ids import RetryKey
+from om.schema.read_view import ReadView
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]

@@ -23,7 +23,7 @@ RenameKey              DELETE on the key, CREATE on the new name
 ListKeys               LIST on the bucket
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
-*DelegationToken       none: authentication only (om/security/tokens.py
+*DelegationToken       none: authentication only (om/executor/tokens.py
                        checks who may renew or cancel)
 =====================  ==========================================
 
@@ -64,10 +64,10 @@ from typing import Any, TypeAlias
 from om.config import ServerConfig
 from om.executor.acl_rows import check_object
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.protocol import acls, om_pb2
 from om.protocol.acls import RightValue
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 ROOT = "/"   # the volume name Ozone checks "list every volume" against
 VOLUME, BUCKET, KEY = om_pb2.OzoneObj.VOLUME, om_pb2.OzoneObj.BUCKET, om_pb2.OzoneObj.KEY

@@ -1,7 +1,7 @@
 """The managed index: transaction indexes decoupled from the Raft log.
 
 Every write request takes the next index; object ids derive from it
-(``om.executor.context.object_id_for``). Each batch persists the highest index
+(``om.schema.ids.object_id_for``). Each batch persists the highest index
 it used. A new leader continues from above the highest persisted value, so
 indexes an old leader handed out but never committed are skipped, never reused,
 and ids are unique and increasing across restarts and failovers.
@@ -9,7 +9,7 @@ and ids are unique and increasing across restarts and failovers.
 
 from __future__ import annotations
 
-from om.executor.context import MANAGED_INDEX_MAX
+from om.schema.ids import MANAGED_INDEX_MAX
 
 
 class ManagedIndex:

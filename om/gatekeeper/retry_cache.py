@@ -22,11 +22,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.statemachine import tables
-
-RetryKey = tuple[str, int]
+from om.schema import tables
+from om.schema.ids import RetryKey
+from om.schema.read_view import ReadView
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Invariants checked, per row of the store:
   (``quota.replicated_size``: size times replication factor, as CommitKey and
   DeleteKey charge) and its ``used_namespace`` the number of its keys; a
   volume's ``used_namespace`` is the number of its buckets;
-* no object id (decoded back to its managed index, ``context.object_id_for``)
+* no object id (decoded back to its managed index, ``ids.object_id_for``)
   and no update id is above the managed index persisted in transaction info:
   a new leader continues above it, so a higher id could be handed out twice;
 * no retry-cache reply is older than the replicated time (the last applied
@@ -45,13 +45,13 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from om.executor.context import IDS_PER_INDEX, OBJECT_ID_EPOCH
 from om.executor.quota import replicated_size
-from om.executor.read_view import ReadView
 from om.integrity import merkle
 from om.protocol import om_pb2
-from om.statemachine import tables
-from om.statemachine.tables import TableId
+from om.schema import tables
+from om.schema.ids import IDS_PER_INDEX, OBJECT_ID_EPOCH
+from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 
 logger = logging.getLogger(__name__)
 

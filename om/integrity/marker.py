@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from om.durable_files import fsync_path
+from om.disk.durable_files import fsync_path
 
 MARKER_FILE = "replica-marker.json"
 State = Literal["diverged", "halted", "repairing"]

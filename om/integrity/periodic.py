@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om.durable_files import write_synced
+from om.disk.durable_files import write_synced
 from om.integrity import auditor
 from om.integrity.service import (
     DEFAULT_AUDIT_ROWS_PER_S,
@@ -242,7 +242,7 @@ class PeriodicAuditor:
                 stop.set()
 
     def state(self) -> dict[str, float]:
-        """Gauges by ``StateGauge.key`` (``om.node_integrity.INTEGRITY_GAUGES``)."""
+        """Gauges by ``StateGauge.key`` (``om.node.integrity.INTEGRITY_GAUGES``)."""
         values: dict[str, float] = {
             "audit_periodic_interval": self.schedule.interval_s,
             "audit_periodic_running": float(self.running),

@@ -33,14 +33,14 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from om.durable_files import fsync_path
-from om.executor.read_view import ReadView
+from om.disk.durable_files import fsync_path
 from om.integrity import merkle
 from om.integrity.merkle import DEFAULT_PARAMS, Forest, KeyRange, TreeParams
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 from om.statemachine.store import Store
-from om.statemachine.tables import TableId
 
 logger = logging.getLogger(__name__)
 

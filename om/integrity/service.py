@@ -1,6 +1,6 @@
 """A node's answers to the integrity requests: trees, rows, its own mark, the auditor.
 
-``om.node.Node`` routes GetVerifyTrees, ReadVerifyRange, MarkDiverged and
+``om.node.node.Node`` routes GetVerifyTrees, ReadVerifyRange, MarkDiverged and
 AuditReplica here, outside the request flows (as ServiceList is): they read
 this node's own state, and any node answers, a diverged one too (a repair
 must see what it holds). StartVerify needs Raft and stays in the node.

@@ -49,7 +49,7 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     INTERNAL_ERROR: _Status.ValueType  # 15
     METADATA_ERROR: _Status.ValueType  # 19
     INVALID_AUTH_METHOD: _Status.ValueType  # 33
-    """Delegation tokens (om/security/tokens.py): a token got or renewed with the wrong
+    """Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
     credential, a forged, cancelled or unknown one, one past its expiry or max date,
     and the cap on live tokens (tokens.tokens_max).
     """
@@ -82,7 +82,7 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     is itself, not connected, or did not catch up); the message says which.
     """
     MEMBERSHIP_REFUSED: _Status.ValueType  # 1006
-    """a membership change that is unsafe now (om/node_membership.py)"""
+    """a membership change that is unsafe now (om/node/membership.py)"""
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
 
@@ -101,7 +101,7 @@ INVALID_KEY_NAME: Status.ValueType  # 13
 INTERNAL_ERROR: Status.ValueType  # 15
 METADATA_ERROR: Status.ValueType  # 19
 INVALID_AUTH_METHOD: Status.ValueType  # 33
-"""Delegation tokens (om/security/tokens.py): a token got or renewed with the wrong
+"""Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
 credential, a forged, cancelled or unknown one, one past its expiry or max date,
 and the cap on live tokens (tokens.tokens_max).
 """
@@ -134,7 +134,7 @@ TRANSFER_REFUSED: Status.ValueType  # 1005
 is itself, not connected, or did not catch up); the message says which.
 """
 MEMBERSHIP_REFUSED: Status.ValueType  # 1006
-"""a membership change that is unsafe now (om/node_membership.py)"""
+"""a membership change that is unsafe now (om/node/membership.py)"""
 Global___Status: _TypeAlias = Status  # noqa: Y015
 
 class _Type:
@@ -698,7 +698,7 @@ Global___RepeatedKeyInfo: _TypeAlias = RepeatedKeyInfo  # noqa: Y015
 @_typing.final
 class OMTokenProto(_message.Message):
     """------------------------------------------------------- delegation tokens ---
-    om/security/tokens.py has the rules: issue, renew, cancel, validate.
+    om/executor/tokens.py has the rules: issue, renew, cancel, validate.
 
     What a delegation token says (Ozone's OMTokenProto, its DELEGATION_TOKEN
     fields), signed byte for byte by the secret key master_key_id.
@@ -1659,7 +1659,7 @@ Global___AuditReplicaRequest: _TypeAlias = AuditReplicaRequest  # noqa: Y015
 
 @_typing.final
 class TransferLeadershipRequest(_message.Message):
-    """The leader answers once TimeoutNow is sent (om/node_transfer.py); the new
+    """The leader answers once TimeoutNow is sent (om/node/transfer.py); the new
     leader is confirmed by polling ServiceList.
     """
 
@@ -1687,7 +1687,7 @@ Global___TransferLeadershipRequest: _TypeAlias = TransferLeadershipRequest  # no
 
 @_typing.final
 class ChangeMembershipRequest(_message.Message):
-    """Adds a Raft voter or removes one (om/node_membership.py), one change at a time;
+    """Adds a Raft voter or removes one (om/node/membership.py), one change at a time;
     the leader answers once the configuration entry is committed.
     """
 
@@ -3098,7 +3098,7 @@ class ClientRequestReply(_message.Message):
     response: _builtins.bytes
     """a serialized OMResponse"""
     fingerprint: _builtins.bytes
-    """SHA-256 of the request's body (om.gatekeeper.fingerprint): a retry must
+    """SHA-256 of the request's body (om.schema.fingerprint): a retry must
     carry the same body to be answered from this row.
     """
     def __init__(

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from rocksdict import WriteBatch
 
 from om.protocol import om_pb2
-from om.statemachine import log_entry, tables
+from om.schema import tables
+from om.statemachine import log_entry
 from om.statemachine.store import Store
 
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations
 from om.executor.registry import dispatch
-from om.gatekeeper.fingerprint import fingerprint
-from om.gatekeeper.retry_cache import RetryKey
 from om.protocol import om_pb2
+from om.schema.fingerprint import fingerprint
+from om.schema.ids import RetryKey
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, add_usage
 from om.statemachine.double_buffer import DoubleBuffer, Transaction

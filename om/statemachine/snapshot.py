@@ -39,7 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from om.durable_files import fsync_path
+from om.disk.durable_files import fsync_path
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)

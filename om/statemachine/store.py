@@ -17,8 +17,8 @@ from pathlib import Path
 from rocksdict import Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from om.protocol import om_pb2
-from om.statemachine import tables
-from om.statemachine.tables import TableId
+from om.schema import tables
+from om.schema.tables import TableId
 
 
 def _prefix_upper_bound(prefix: bytes) -> bytes | None:

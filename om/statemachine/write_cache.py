@@ -15,8 +15,8 @@ or the other.
 
 from __future__ import annotations
 
+from om.schema.tables import TableId
 from om.statemachine.store import Store
-from om.statemachine.tables import TableId
 
 Row = tuple[TableId, bytes]
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.config import NodeAddress, Raft
 from om.consensus.pysyncobj.journal import GroupCommitJournal
 from om.consensus.pysyncobj.replicator import RaftReplicator

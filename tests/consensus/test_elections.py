@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.consensus.pysyncobj.raft_log import RaftLog
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 from tests.consensus.raft_nodes import Applied

@@ -8,7 +8,7 @@ import pytest
 from cryptography.fernet import InvalidToken
 from pysyncobj import SyncObjConf
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.consensus.pysyncobj import frame_cipher
 from om.consensus.pysyncobj.frame_cipher import AeadFrames
 from om.consensus.pysyncobj.raft_log import RaftLog

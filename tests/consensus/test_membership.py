@@ -10,7 +10,7 @@ import pytest
 from pysyncobj import SyncObjConf
 from pysyncobj.node import TCPNode
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.consensus.pysyncobj.membership import ADD, REMOVE, quorum
 from om.consensus.pysyncobj.raft_log import DialNode, RaftLog
 from om.consensus.pysyncobj.transport import GroupCommitTransport

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from om import cluster as om_cluster
+from om.cluster import lifecycle as om_cluster
 from om.consensus.pysyncobj.raft_log import RaftLog
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 from tests.consensus.raft_nodes import Applied as RaftApplied

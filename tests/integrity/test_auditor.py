@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from om.executor.context import object_id_for
 from om.integrity import auditor, scan
 from om.integrity.auditor import AuditConfig, NodeFacts, Violation
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.ids import object_id_for
+from om.schema.tables import TableId
 from om.statemachine.store import Store
-from om.statemachine.tables import TableId
 from tests.handler_harness import OLD, Harness
 from tests.integrity.populate import BUCKETS, VOLUME, populate
 

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from om import cluster as om_cluster
 from om.cli import main
 from om.cli.audit import last_periodic
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.config import load as load_config
 from om.integrity import auditor
 from om.integrity.periodic import RESULT_FILE, Schedule, load_result
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
 

@@ -12,7 +12,7 @@ from om.integrity import compare, marker, merkle, repair, scan
 from om.integrity.compare import ReplicaError
 from om.integrity.merkle import KeyRange, MerkleTree, TreeParams
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.store import Store
 from tests.integrity.populate import BUCKETS, VOLUME, populate
 

@@ -11,7 +11,7 @@ import pytest
 from om.integrity import merkle, scan
 from om.integrity.merkle import KeyRange, RowDiff, TreeParams
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.store import Store
 from tests.integrity.populate import BUCKETS, VOLUME, populate
 

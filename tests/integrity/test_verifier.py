@@ -14,9 +14,10 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.integrity import marker, scan
 from om.integrity.merkle import KeyRange
 from om.integrity.verifier import Verifier, VerifyUnavailable
-from om.node_integrity import GuardedReplicator, NodeIntegrity
+from om.node.integrity import GuardedReplicator, NodeIntegrity
 from om.protocol import om_pb2
-from om.statemachine import log_entry, tables
+from om.schema import tables
+from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult
 from om.statemachine.store import Store
 from tests.handler_harness import TERM, Harness

@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
-from om import cluster as om_cluster
 from om.cli import main
 from om.cli.integrity_rpc import NodeLink
 from om.cli.verify import CRASH_ENV, CRASH_EXIT
 from om.client import OMClient
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
 from om.config import NodeAddress
 from om.integrity import marker
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
 

@@ -44,7 +44,7 @@ from om.consensus.pysyncobj.channel import FrameReader, Message, encode
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
-from om.durable_files import fsync_path
+from om.disk.durable_files import fsync_path
 
 logger = logging.getLogger(__name__)
 PARENT_SILENCE_S = 1.5

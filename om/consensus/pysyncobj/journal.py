@@ -59,7 +59,7 @@ from typing import Any, NoReturn
 from pysyncobj import journal as pysyncobj_journal
 from pysyncobj import syncobj as pysyncobj_syncobj
 
-from om.durable_files import fsync_path, write_synced
+from om.disk.durable_files import fsync_path, write_synced
 from om.observe.histogram import CountingHistogram
 
 logger = logging.getLogger(__name__)

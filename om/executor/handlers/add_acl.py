@@ -10,8 +10,8 @@ from __future__ import annotations
 from om.executor.acl_rows import load_target, request_acl
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
-from om.executor.read_view import ReadView
 from om.protocol import acls, om_pb2
+from om.schema.read_view import ReadView
 
 
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,

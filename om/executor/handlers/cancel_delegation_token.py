@@ -1,13 +1,13 @@
 """CancelDelegationToken: by the token's owner or renewer; its row is marked cancelled
-and every later use is refused (om/security/tokens.py)."""
+and every later use is refused (om/executor/tokens.py)."""
 
 from __future__ import annotations
 
+from om.executor import tokens
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.security import tokens
+from om.schema.read_view import ReadView
 
 
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,

@@ -12,11 +12,11 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.quota import check_bucket_quota, replicated_size
-from om.executor.read_view import ReadView
 from om.executor.retired_keys import retire
 from om.executor.rows import encode, load_bucket, load_key
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 
 def _open_key(view: ReadView, body: om_pb2.CommitKeyRequest) -> om_pb2.KeyInfo:

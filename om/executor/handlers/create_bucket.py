@@ -16,11 +16,11 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.names import check_bucket_name
 from om.executor.quota import UNLIMITED, check_volume_namespace, normalize_quota
-from om.executor.read_view import ReadView
 from om.executor.rows import encode, load_volume
 from om.executor.volume_buckets import sum_bucket_quotas
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 LAYOUT = "OBJECT_STORE"
 

@@ -17,10 +17,10 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.names import check_key_name
 from om.executor.quota import check_bucket_quota, replicated_size
-from om.executor.read_view import ReadView
 from om.executor.rows import encode, load_bucket
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 DEFAULT_REPLICATION = 3
 MAX_REPLICATION = 3

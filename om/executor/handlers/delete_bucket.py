@@ -5,10 +5,10 @@ from __future__ import annotations
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.executor.rows import load_bucket, load_volume
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,

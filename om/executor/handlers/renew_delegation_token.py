@@ -1,14 +1,14 @@
 """RenewDelegationToken: by the token's renewer only; the expiry moves to
-min(max date, now + renew interval) (om/security/tokens.py). An expired, cancelled,
+min(max date, now + renew interval) (om/executor/tokens.py). An expired, cancelled,
 forged or unknown-key token is refused (TOKEN_EXPIRED / INVALID_TOKEN)."""
 
 from __future__ import annotations
 
+from om.executor import tokens
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.security import tokens
+from om.schema.read_view import ReadView
 
 
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,

@@ -12,11 +12,11 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.quota import UNLIMITED, normalize_quota
-from om.executor.read_view import ReadView
 from om.executor.rows import encode, load_bucket, load_volume
 from om.executor.volume_buckets import sum_bucket_quotas
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 
 def _check_space(view: ReadView, bucket: om_pb2.BucketInfo, quota: int) -> None:

@@ -1,6 +1,6 @@
 """The node's side of replica integrity: verify entries, the diverged state, the auditor.
 
-``om.node.Node`` owns one ``NodeIntegrity`` and calls it at four points:
+``om.node.node.Node`` owns one ``NodeIntegrity`` and calls it at four points:
 
 * **start-up**: ``check_startable`` refuses a node whose marker says a repair
   holds it (``ReplicaHalted``: CockroachDB's prevent-startup file);

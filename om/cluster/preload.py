@@ -48,9 +48,9 @@ from om.executor.context import ExecContext
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch
 from om.protocol import om_pb2
+from om.schema.tables import TableId
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
-from om.statemachine.tables import TableId
 from om.statemachine.write_cache import CacheView, WriteCache
 
 CLIENT_ID = "om-freon-generate"

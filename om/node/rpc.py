@@ -28,8 +28,8 @@ from typing import cast
 
 from google.protobuf.message import DecodeError
 
-from om import gc_policy
-from om.node import Node
+from om.node import gc_policy
+from om.node.node import Node
 from om.observe.http_endpoint import MetricsEndpoint
 from om.observe.metrics import StateGauge
 from om.protocol import om_pb2

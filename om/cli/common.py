@@ -1,4 +1,13 @@
-"""Which certificate a tool presents: ``--cert/--key/--ca``, else the one named by the
+"""What the commands share: which nodes a command talks to, with which certificate or
+token, and the table of nodes it prints. Every command imports it; it imports no
+command (``om/cli/__init__.py`` registers them all), so the CLI has no import cycle.
+
+Which nodes (``targets``, for ``om admin``): ``--om``, else the nodes of ``--config``
+/ ``--dir``, else ``$OM_ADDRESS``, else the last cluster started, else the default
+address. ``om sh`` and ``om freon`` take ``--om``, else ``--dir``, else their own
+default (``target_addresses``).
+
+Which certificate a tool presents: ``--cert/--key/--ca``, else the one named by the
 cluster the tool talks to (``--config``/``--dir``, else the last cluster started, when
 its addresses are the ones targeted), else none (plain TCP). Tools without flags (the
 locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or ``$OM_CLUSTER_DIR`` instead
@@ -15,16 +24,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
-from om import cluster as om_cluster
 from om import config as om_config
-from om.client.identity import Tls, split_addresses
+from om.client.identity import DEFAULT_ADDRESS, Tls, split_addresses
+from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.protocol import om_pb2
+from om.protocol.token_format import TokenFormatError
 from om.security.tls import ClientTls
 from om.security.token_client import ServerTrust, read_token_file
-from om.security.tokens import TokenFormatError
 
 TOKEN_FILE_ENV = "OM_TOKEN_FILE"
 
@@ -41,6 +51,42 @@ def add_dir_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir): "
                         "its addresses, unless --om, and its certificate (default: those of "
                         "the last cluster started, when it serves the addresses)")
+
+
+def add_target(parser: argparse.ArgumentParser) -> None:
+    """--om, --config or --dir (one of them), and the certificate flags: whom an ``om
+    admin`` command talks to (``targets``)."""
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--om", help="comma-separated OM addresses")
+    target.add_argument("--config", type=Path, help="a cluster's TOML configuration")
+    target.add_argument("--dir", type=Path, help="a cluster directory (om cluster up --dir)")
+    add_tls_flags(parser)
+
+
+def targets(args: argparse.Namespace) -> list[str]:
+    """--om, else --config / --dir, else $OM_ADDRESS, else the last cluster, else the default."""
+    if args.om:
+        return split_addresses(args.om)
+    if args.config or args.dir:
+        path = args.config or args.dir / "cluster.toml"
+        return [n.address for n in om_config.load(path).nodes]
+    if "OM_ADDRESS" in os.environ:
+        return split_addresses(os.environ["OM_ADDRESS"])
+    try:
+        return om_cluster.last().addresses
+    except om_cluster.ClusterError:
+        return [DEFAULT_ADDRESS]
+
+
+def target_infos(args: argparse.Namespace, command: str) -> list[om_pb2.NodeInfo] | None:
+    """Every targeted node's view, or None after printing a configuration error."""
+    try:
+        addresses = targets(args)
+        tls = client_tls(args, addresses)
+    except ConfigError as error:
+        print(f"om admin {command}: {error}", file=sys.stderr)
+        return None
+    return om_cluster.node_infos(addresses, args.timeout, tls)
 
 
 def target_addresses(args: argparse.Namespace, default: list[str]) -> list[str]:
@@ -142,3 +188,48 @@ def token_credentials(args: argparse.Namespace, addresses: list[str],
         raise ConfigError("a delegation token travels over TLS only: give the cluster's CA "
                           "(--ca), or --dir/--config of the cluster")
     return ServerTrust(ca), token
+
+
+# ------------------------------------------------------------------ the node table ---
+
+_COLUMNS = ("node_id", "address", "role", "membership", "term", "commit_index", "match_index",
+            "applied_index", "execution", "http_address")
+
+
+def ring_infos(cluster: om_cluster.Cluster, timeout_s: float = 3.0) -> list[om_pb2.NodeInfo]:
+    """Every node of the ring as ``cluster.toml`` records it: each running node's own
+    view; a stopped one in maintenance as MAINTENANCE; each decommissioned id last."""
+    config = cluster.config
+    infos = om_cluster.node_infos([n.address for n in config.nodes], timeout_s,
+                                  cluster.client_tls())
+    by_raft = {n.raft_address: n.id for n in config.nodes}
+    for node, info in zip(config.nodes, infos, strict=True):
+        info.node_id = info.node_id or node.id
+        matches = {by_raft.get(key, key): index for key, index in info.match_index.items()}
+        info.ClearField("match_index")
+        info.match_index.update(matches)   # a node started before a change knows addresses
+        if node.maintenance:
+            info.membership = "MAINTENANCE"
+        elif not info.membership:
+            info.membership = "LEARNER" if node.learner else "VOTER"
+    infos += [om_pb2.NodeInfo(node_id=gone, role="STOPPED", membership="DECOMMISSIONED")
+              for gone in config.decommissioned]
+    return infos
+
+
+def render_table(infos: list[om_pb2.NodeInfo]) -> str:
+    """A fixed-width table of the nodes; MATCH_INDEX is the follower's match index as the
+    leader sees it ("-" for the leader, or with no leader answering)."""
+    leaders = [i for i in infos if i.role == "LEADER"]
+    matches = dict(leaders[0].match_index) if len(leaders) == 1 else {}
+    rows = [[_cell(info, c, matches) for c in _COLUMNS] for info in infos]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLUMNS)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def _cell(info: om_pb2.NodeInfo, column: str, matches: dict[str, int]) -> str:
+    if column == "match_index":
+        return str(matches[info.node_id]) if info.node_id in matches else "-"
+    return str(getattr(info, column))

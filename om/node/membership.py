@@ -18,7 +18,7 @@ from om.config import ServerConfig
 from om.consensus.port import Role
 from om.executor.registry import error_response
 from om.flows.template import not_leader_response
-from om.node_transfer import ring_admin_refusal
+from om.node.transfer import ring_admin_refusal
 from om.protocol import om_pb2
 
 _OPS = {om_pb2.ChangeMembershipRequest.ADD: "add",

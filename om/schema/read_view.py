@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from om.statemachine.tables import TableId
+from om.schema.tables import TableId
 
 
 class ReadView(Protocol):

@@ -4,7 +4,9 @@ A token is an identifier (``OMTokenProto``: owner, renewer, real user, issue
 date, max date, sequence number, master key id) and its password, the
 HMAC-SHA256 of the identifier's bytes under a secret key. The OM alone holds
 the secret keys, so a client cannot forge or alter a token; a client holding
-one acts as its owner without a certificate.
+one acts as its owner without a certificate. The token's shape, its text form
+and how it prints, which clients need too, are ``om/protocol/token_format.py``;
+the rules that need the secret keys and the tables are here.
 
 Secret keys live in ``secretKeyTable``. The leader makes them: the node that
 takes a GetDelegationToken attaches 32 fresh random bytes to it
@@ -36,27 +38,27 @@ for a request that carries a token instead of a certificate.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime
 import hashlib
 import hmac
 from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
-
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.protocol import om_pb2
-from om.statemachine import tables
+from om.protocol.token_format import (
+    IDENTIFIER_MAX_BYTES,
+    KIND,
+    VERSION,
+    TokenFormatError,
+    describe,
+    identifier_of,
+    instant,
+)
+from om.schema import tables
+from om.schema.read_view import ReadView
 
-KIND = "OzoneToken"                 # Ozone's OzoneTokenIdentifier.KIND_NAME
-VERSION = 1
 SECRET_BYTES = 32                   # HMAC-SHA256 keys and passwords
-IDENTIFIER_MAX_BYTES = 1024
-TOKEN_MAX_BYTES = 4096              # a whole TokenProto, and a token file's text
 USER_MAX_BYTES = 255
 SECRET_KEYS_MAX = 1024              # secret keys kept at most (om.config keeps max
                                     # lifetime / rotation <= 1000, so ~1002 are kept)
@@ -69,84 +71,10 @@ def sign(secret: bytes, identifier: bytes) -> bytes:
     return hmac.new(secret, identifier, hashlib.sha256).digest()
 
 
-def instant(ms: int) -> str:
-    """A time as Java's ``Instant`` prints it: 2026-11-23T00:15:40.649Z (a time no
-    calendar holds, as a forged token may carry: its milliseconds)."""
-    try:
-        moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
-    except (OverflowError, ValueError, OSError):
-        return f"{ms} ms"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def describe(identifier: om_pb2.OMTokenProto) -> str:
-    """The identifier as Ozone's ``OzoneTokenIdentifier.toString`` prints it (the
-    fields a delegation token has)."""
-    return (f"{KIND} owner={identifier.owner}, renewer={identifier.renewer}, "
-            f"realUser={identifier.real_user}, issueDate={instant(identifier.issue_date)}, "
-            f"maxDate={instant(identifier.max_date)}, "
-            f"sequenceNumber={identifier.sequence_number}, "
-            f"masterKeyId={identifier.master_key_id}")
-
-
-def token_string(token: om_pb2.TokenProto) -> str:
-    """The token as Hadoop's ``Token.toString`` prints it (``om sh token print``)."""
-    try:
-        ident = describe(identifier_of(token))
-    except OMError as error:
-        ident = f"unreadable: {error.message}"
-    return f"Kind: {token.kind}, Service: {token.service}, Ident: ({ident})"
-
-
-# ------------------------------------------------------------------ token files ---
-
-class TokenFormatError(ValueError):
-    """A token file or string that does not hold a token."""
-
-
-def encode_token(token: om_pb2.TokenProto) -> str:
-    """The token as a token file holds it: base64url of its bytes (Hadoop's
-    ``Token.encodeToUrlString`` does the same with its own serialization)."""
-    return base64.urlsafe_b64encode(token.SerializeToString(deterministic=True)).decode()
-
-
-def decode_token(text: str) -> om_pb2.TokenProto:
-    """The token ``encode_token`` wrote; TokenFormatError for anything else."""
-    text = text.strip()
-    if not text or len(text) > TOKEN_MAX_BYTES:
-        raise TokenFormatError(f"a token is 1 to {TOKEN_MAX_BYTES} characters of base64url, "
-                               f"not {len(text)}")
-    try:
-        raw = base64.urlsafe_b64decode(text.encode("ascii"))
-        token = om_pb2.TokenProto.FromString(raw)
-    except (ValueError, binascii.Error, DecodeError):
-        raise TokenFormatError("not a token: expected the base64url text `om sh token get` "
-                               "writes") from None
-    if token.kind != KIND or not token.identifier:
-        raise TokenFormatError(f"not an {KIND} delegation token (kind {token.kind!r})")
-    return token
-
-
 # ------------------------------------------------------------------- validation ---
 
 def _invalid(message: str) -> OMError:
     return OMError(om_pb2.INVALID_TOKEN, message)
-
-
-def identifier_of(token: om_pb2.TokenProto) -> om_pb2.OMTokenProto:
-    """The token's identifier, parsed and shape-checked (not yet verified)."""
-    if token.kind != KIND:
-        raise _invalid(f"not an {KIND} delegation token (kind {token.kind!r})")
-    if not 0 < len(token.identifier) <= IDENTIFIER_MAX_BYTES:
-        raise _invalid(f"a token identifier is 1 to {IDENTIFIER_MAX_BYTES} bytes, not "
-                       f"{len(token.identifier)}")
-    try:
-        identifier = om_pb2.OMTokenProto.FromString(token.identifier)
-    except DecodeError:
-        raise _invalid("malformed token identifier") from None
-    if identifier.type != om_pb2.OMTokenProto.DELEGATION_TOKEN or not identifier.owner:
-        raise _invalid("the token identifier is not a delegation token with an owner")
-    return identifier
 
 
 @dataclass(frozen=True)
@@ -166,7 +94,10 @@ class Verified:
 def verify(token: om_pb2.TokenProto, view: ReadView) -> Verified:
     """The token, when a key this node holds signed it and its row exists; else
     INVALID_TOKEN. Says nothing about time or cancellation."""
-    identifier = identifier_of(token)
+    try:
+        identifier = identifier_of(token)
+    except TokenFormatError as error:
+        raise _invalid(str(error)) from None
     raw_key = view.get(om_pb2.SECRET_KEY, tables.secret_key_key(identifier.master_key_id))
     if raw_key is None:
         raise _invalid(f"token ({describe(identifier)}) was signed by secret key "

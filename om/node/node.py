@@ -13,15 +13,14 @@ import secrets
 import time
 from collections.abc import Callable
 
-from om import gc_policy, node_membership, node_transfer
 from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
+from om.executor import tokens
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
-from om.executor.read_view import ReadView
 from om.executor.registry import error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
@@ -29,17 +28,21 @@ from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import audit_request, not_leader_response
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
-from om.node_integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
+from om.node import gc_policy
+from om.node import membership as node_membership
+from om.node import transfer as node_transfer
+from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
+from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
-from om.security import tokens
-from om.statemachine import log_entry, tables
+from om.schema import tables
+from om.schema.read_view import ReadView
+from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.store import Store
-from om.tracing import NullTracer, Tracer, TraceSink
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70

@@ -1,13 +1,13 @@
 """Growing, shrinking and servicing the ring of a cluster that ``om cluster up`` started:
 what ``om admin om add | decommission | maintenance`` (``om/cli/admin_membership.py``)
 and the chaos suite's membership nemesis run. It starts and stops the node
-processes and keeps ``cluster.toml`` true (``om/cluster_ring.py``).
+processes and keeps ``cluster.toml`` true (``om/cluster/ring.py``).
 
 * **add**: the new node starts as a *learner* (pysyncobj's read-only node: it
   takes the leader's snapshot and log, never votes, never leads, refuses
   writes with NOT_LEADER); once its applied index is within ``CATCH_UP_GAP``
   entries of the leader's and at least 90 % of it (etcd's promote rule), it
-  stops, the leader commits its addition as a voter (``om/node_membership.py``,
+  stops, the leader commits its addition as a voter (``om/node/membership.py``,
   etcd's strict check: the new ring's quorum must be up) and it restarts as a
   voter from the same journal and database.
 * **decommission**: refused for an unknown id, for a ring that would keep one
@@ -31,10 +31,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from om import cluster as om_cluster
-from om import cluster_ring
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
+from om.cluster import lifecycle as om_cluster
+from om.cluster import ring as cluster_ring
 from om.config import NodeAddress
 from om.consensus.pysyncobj.membership import quorum
 from om.protocol import om_pb2
