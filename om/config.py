@@ -117,7 +117,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Raft:
-    """pysyncobj tuning (see the README's durability section)."""
+    """pysyncobj tuning (see docs/RELIABILITY.md, Durability)."""
 
     election_timeout_min_s: float = 0.4
     election_timeout_max_s: float = 0.8

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 # The old flow's retry cache lives in memory (as Ratis's does): restarting every
 # node forgets it, which the exactly-once checker rightly reports. The old flow
-# is therefore checked without restart_all; the README documents why.
+# is therefore checked without restart_all; docs/RELIABILITY.md documents why.
 OLD_FLOW_FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers")
 
 

@@ -1,6 +1,6 @@
 """Both flows, fed the same request sequence, answer alike and store identical tables.
 
-Intended differences (also in README and om/statemachine/replicated_apply.py):
+Intended differences (also in docs/RELIABILITY.md and om/statemachine/replicated_apply.py):
 the old flow keeps its retry cache in memory, so clientRequestReplyTable and
 clientRequestExpiryTable stay empty there; and transactionInfoTable records
 log positions, which differ (the leader flow logs batches, the old flow

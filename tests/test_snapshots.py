@@ -70,7 +70,7 @@ def test_the_blocking_hook_of_pysyncobj_stalls_it(tmp_path: Path) -> None:
 def test_a_wiped_follower_catches_up_by_snapshot_without_an_election(tmp_path: Path) -> None:
     """Its data directory deleted, a follower installs the leader's snapshot (the log
     before it is compacted away) while writes go on: no node changes term, and the
-    replicas agree. scripts/wipe_catch_up.py does the same at 10M keys."""
+    replicas agree. `python -m bench.figures wipe-catch-up` does the same at 10M keys."""
     cluster = harness.start(tmp_path / "cluster", COMPACTING_RAFT)
     try:
         with harness.client(cluster) as om:

@@ -24,7 +24,7 @@ class RetryPolicy:
     deadline_s: float = 30.0
     attempt_timeout_s: float = 10.0
     backoff_initial_s: float = 0.02
-    # A failover takes a few hundred milliseconds (README): a longer wait between
+    # A failover takes a few hundred milliseconds (docs/RELIABILITY.md): a longer wait between
     # attempts would mostly add to it.
     backoff_max_s: float = 0.1
 

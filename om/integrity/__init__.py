@@ -9,8 +9,7 @@
   keep (bucket and volume usage, parents exist, ids below the managed index,
   expired retry-cache rows purged), re-checked before they are reported.
 
-The wiring, on a live cluster (README, "Replica verification, repair and the
-auditor"):
+The wiring, on a live cluster (docs/OPERATIONS.md, "Verify, repair and audit"):
 
 * ``verifier``: a node's verifications: a checkpoint taken in apply at each
   verify entry, the trees computed behind it by ``compute`` (a process of its

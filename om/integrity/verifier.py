@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 VERIFY_DIR = "verify"
 KEEP = 3
-# Measured at 100k keys under write load on 2 cores (README): three nodes scanning at
+# Measured at 100k keys under write load on 2 cores (docs/OPERATIONS.md): three nodes scanning at
 # 200k rows/s cut writes by ~40%, at 50k by ~15%, and finished no later.
 DEFAULT_ROWS_PER_S = 50_000
 PAGE_ROWS_MAX = 10_000
