@@ -1,6 +1,6 @@
 """The in-process ceiling: the OM's own request path with no RPC and no Raft.
 
-``in_process_node`` builds a single-node ``om.node.Node`` on a real RocksDB
+``in_process_node`` builds a single-node ``om.node.node.Node`` on a real RocksDB
 store in a directory (not synced: see ``in_process_node``): the same
 ``LeaderService`` (locks, retry cache, group commit), handlers and
 ``StateMachine`` as a server, with ``LocalReplicator`` (an entry is committed

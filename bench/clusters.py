@@ -1,6 +1,6 @@
 """Fresh local clusters for benchmarks, each node writing its own server trace.
 
-``traced_cluster`` starts one with ``om.cluster.up``, every node with
+``traced_cluster`` starts one with ``om.cluster.lifecycle.up``, every node with
 ``om serve --trace <dir>/server-<id>.jsonl --trace-flow <flow>`` (so each OM
 process has its own trace file), and always stops every node on the way out,
 whatever happened.
@@ -27,7 +27,7 @@ def traced_cluster(directory: Path, nodes: int, execution: str, extra_toml: str,
                    trace_dir: Path, flow: str, timeout_s: float = 60.0,
                    secure: bool = True) -> Iterator[Cluster]:
     """A fresh cluster in ``directory`` with a ready leader; stopped on exit. Secure
-    (Raft secret, client TLS) unless ``secure`` is False, as ``om cluster up``."""
+    (Raft secret, client TLS) unless ``secure`` is False, as ``om.cluster.lifecycle.up``."""
     cluster = om_cluster.up(
         directory, nodes, om_cluster.free_port_base(nodes), execution, extra_toml, timeout_s,
         remember_it=False, secure=secure,

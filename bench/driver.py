@@ -30,7 +30,7 @@ stopped). Every phase is bounded in time, every cluster start by a timeout.
 
 The preloaded namespace is generated once per run, offline, into
 ``OUT/seed/db`` (``om freon generate``: the real handlers, apply's write, one
-write batch per chunk; ``om/preload.py``), and every node of every OM flow
+write batch per chunk; ``om/cluster/preload.py``), and every node of every OM flow
 starts on a byte-identical copy of it, so nodes agree before their first Raft
 entry. The seed's applied position is 0, so each fresh cluster's Raft log,
 which starts empty, is applied in full over it. (It used to be loaded over
@@ -170,7 +170,7 @@ class FlowDirs:
         / ``db``: ``data_dir/<id>/db`` in a cluster, ``data_dir/db`` for one node)."""
         if flow.in_process:
             return [self.data / "db"]
-        data_dir = self.cluster.resolve() / "data"   # om.cluster.write_config's data_dir
+        data_dir = self.cluster.resolve() / "data"   # om.cluster.lifecycle.write_config's data_dir
         return [data_dir / node.id / "db" for node in om_cluster.node_addresses(nodes, 0)]
 
     @property

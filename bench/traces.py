@@ -1,7 +1,7 @@
 """Client-side trace records (docs/TRACES.md, schema v1) and trace-file helpers.
 
 ``ClientTrace`` writes one ``client_request`` record per request through
-``om.tracing.Tracer`` (buffered, written in blocks, at most 4096 records in
+``om.observe.tracing.Tracer`` (buffered, written in blocks, at most 4096 records in
 memory). ``client_request_problems`` checks a record against the schema, for
 tests and for sanity checks of a run. ``copy_window`` copies the records of
 one time window from a server trace into a run directory, so warm-up traffic

@@ -88,7 +88,7 @@ def peer_port(port_base: int, member: int) -> int:
 
 @contextmanager
 def etcd_cluster(directory: Path, port_base: int) -> Iterator[dict[str, int]]:
-    """Three etcd members on 127.0.0.1 (ports as ``om.cluster.free_port_base`` checks
+    """Three etcd members on 127.0.0.1 (ports as ``om.cluster.lifecycle.free_port_base`` checks
     them); yields {member: pid}; always stops them."""
     peers = ",".join(f"e{i}=http://127.0.0.1:{peer_port(port_base, i)}"
                      for i in range(1, MEMBERS + 1))

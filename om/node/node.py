@@ -177,7 +177,7 @@ class Node:
                                         self.replicator, settings, self.tracer,
                                         metrics=self.metrics, audit=audit)
         gc_gauges = tuple(StateGauge(name, f"om_{name}", "Python's garbage collector "
-                                     "(om/gc_policy.py)") for name in gc_policy.metrics())
+                                     "(om/node/gc_policy.py)") for name in gc_policy.metrics())
         self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
         self.metrics.add_state(INTEGRITY_GAUGES, self.integrity.state)
         if self.raft is not None:
@@ -249,7 +249,7 @@ class Node:
                 "cluster: TLS with client certificates (om cluster up, not --no-tls) and [tokens] "
                 "enabled"))
         if request.cmd_type == om_pb2.GetDelegationToken:
-            # the next secret key, should one be due (om/security/tokens.py); a client's
+            # the next secret key, should one be due (om/executor/tokens.py); a client's
             # own bytes never get this far
             request.secret_key_candidate = secrets.token_bytes(tokens.SECRET_BYTES)
         elif request.secret_key_candidate:

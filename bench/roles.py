@@ -1,0 +1,113 @@
+"""Where the cores go: CPU per acknowledged write by role, and one leader's projection.
+
+``per_role`` turns the CPU meter's shares of a core (``bench.machine.CpuMeter``,
+labels ``om1``, ``om1-raft``, ``om1-w0``..., ``e1``..., ``bench``) over the
+measured window into microseconds of CPU per acknowledged write request, for
+each role a storage engineer sizes a host for:
+
+* OM clusters: the leader's server (its core process: execution, group
+  commit, apply), the leader's front workers (TLS, framing, parsing, reply
+  encoding), the leader's Raft process, each follower's server and Raft
+  process (their mean), and the load generator;
+* etcd: its leader, each follower (their mean), and its load generator.
+
+``project`` answers "where would one leader stop on a host of N cores?" from
+those costs alone, for a leader host that runs only the leader's processes
+(followers and clients elsewhere, as in production). Three ceilings, the
+lowest wins:
+
+* the core process is one thread: ``1e6 / leader server µs``;
+* the Raft process is one thread: ``1e6 / leader Raft µs``;
+* the host's cores: ``cores * 1e6 / (all leader-side µs)``, workers spread
+  over the cores left.
+
+The measured per-write costs are taken as they are; at a higher rate batches
+grow, so the Raft process's and apply's per-write cost can only fall: the
+projection is conservative on those terms, and it knows nothing of the disk or
+the network (both far from saturated at these rates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LEADER_SERVER = "leader server"
+LEADER_WORKERS = "leader workers"
+LEADER_RAFT = "leader Raft"
+FOLLOWER_SERVER = "follower server (each)"
+FOLLOWER_RAFT = "follower Raft (each)"
+LOAD_GENERATOR = "load generator"
+ETCD_LEADER = "etcd leader"
+ETCD_FOLLOWER = "etcd follower (each)"
+LEADER_SIDE = "leader side (all leader processes)"
+ALL_SERVERS = "all servers"
+CLIENT_LABEL = "bench"
+PROJECTED_CORES = (2, 4, 8, 16, 32, 64)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def per_role(cpu_percent: dict[str, float], leader: str, duration_s: float, writes: int,
+             client_label: str = CLIENT_LABEL) -> dict[str, float]:
+    """Microseconds of CPU per acknowledged write by role (empty without writes).
+
+    ``leader`` is the leading node's label (``om2``, ``e1``); an etcd run is told by
+    its member labels (``e1``..), an OM run by its ``-raft`` processes."""
+    if writes <= 0 or duration_s <= 0:
+        return {}
+    us = {label: share / 100.0 * duration_s * 1e6 / writes
+          for label, share in cpu_percent.items()}
+    client = us.pop(client_label, 0.0)
+    etcd = not any(label.endswith("-raft") for label in us) and leader.startswith("e")
+    if etcd:
+        followers = [v for label, v in us.items() if label != leader]
+        roles = {ETCD_LEADER: us.get(leader, 0.0), ETCD_FOLLOWER: _mean(followers),
+                 LOAD_GENERATOR: client}
+        roles[ALL_SERVERS] = sum(us.values())
+        roles[LEADER_SIDE] = roles[ETCD_LEADER]
+        return roles
+    nodes = {label for label in us if "-" not in label}
+    followers = sorted(nodes - {leader})
+    workers = [v for label, v in us.items() if label.startswith(f"{leader}-w")]
+    roles = {LEADER_SERVER: us.get(leader, 0.0), LEADER_WORKERS: sum(workers),
+             LEADER_RAFT: us.get(f"{leader}-raft", 0.0),
+             FOLLOWER_SERVER: _mean([us[f] + sum(v for label, v in us.items()
+                                                 if label.startswith(f"{f}-w"))
+                                     for f in followers]),
+             FOLLOWER_RAFT: _mean([us.get(f"{f}-raft", 0.0) for f in followers]),
+             LOAD_GENERATOR: client}
+    roles[LEADER_SIDE] = roles[LEADER_SERVER] + roles[LEADER_WORKERS] + roles[LEADER_RAFT]
+    roles[ALL_SERVERS] = sum(us.values())
+    return roles
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One leader on a host of ``cores`` cores: its write rate and what binds it."""
+
+    cores: int
+    writes_per_s: float
+    bound_by: str
+
+
+def project(roles: dict[str, float], cores: int) -> Projection:
+    """The write rate one leader would reach on ``cores`` cores (module docstring)."""
+    assert cores > 0
+    ceilings = {"the core process (one thread)": roles.get(LEADER_SERVER, 0.0),
+                "the Raft process (one thread)": roles.get(LEADER_RAFT, 0.0)}
+    rates = {name: 1e6 / us for name, us in ceilings.items() if us > 0}
+    side = roles.get(LEADER_SIDE, 0.0)
+    if side > 0:
+        rates[f"the host's {cores} cores"] = cores * 1e6 / side
+    if not rates:
+        return Projection(cores, 0.0, "nothing measured")
+    bound = min(rates, key=lambda name: rates[name])
+    return Projection(cores, rates[bound], bound)
+
+
+def projections(roles: dict[str, float],
+                cores: tuple[int, ...] = PROJECTED_CORES) -> list[Projection]:
+    """``project`` for each core count."""
+    return [project(roles, n) for n in cores]
