@@ -7,7 +7,8 @@
   speaks ``protocol``) import no other package. ``executor`` imports only leaves;
   ``gatekeeper`` imports leaves and ``executor``, never the other way round. The
   state machine never imports the flows, the gatekeeper or consensus; consensus sees
-  entries and snapshots as opaque bytes (``config``, ``observe`` and ``disk`` only).
+  entries and snapshots as opaque bytes (``config``, ``observe``, ``disk``, and
+  ``protocol`` for the framing of its process channel).
 * The flows use consensus through its port (``ONLY_THROUGH``), never the adapter.
 * Only ``om/node`` wires processes and sockets: the pieces that start a process or a
   thread or open a socket for a node (``WIRED``) are imported, outside their own
@@ -55,7 +56,7 @@ EDGES: dict[str, tuple[str, ...]] = {
     "gatekeeper": (*CORE, "config", "executor"),
     # the replicated state (the old flow's apply runs handlers) and consensus
     "statemachine": (*CORE, "disk", "executor"),
-    "consensus": ("config", "observe", "disk"),
+    "consensus": ("protocol", "config", "observe", "disk"),
     "security": ("protocol",),
     "integrity": (*CORE, "disk", "executor", "statemachine"),
     "flows": (*CORE, "config", "observe", "executor", "gatekeeper", "statemachine",

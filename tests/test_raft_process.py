@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from om.cluster import lifecycle as om_cluster
-from om.consensus.pysyncobj.channel import ChannelError, FrameReader, encode
+from om.protocol.channel import ChannelError, FrameReader, encode
 from tests import cluster_harness as harness
 
 pytestmark = pytest.mark.integration

@@ -40,11 +40,11 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.consensus.pysyncobj import journal
-from om.consensus.pysyncobj.channel import FrameReader, Message, encode
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 from om.disk.durable_files import fsync_path
+from om.protocol.channel import FrameReader, Message, encode
 
 logger = logging.getLogger(__name__)
 PARENT_SILENCE_S = 1.5

@@ -13,6 +13,15 @@ Leadership follows the same rules as ``replicator.RaftReplicator``: ready only
 once a barrier of the current term is applied; on losing leadership every
 pending entry fails with LEADER_CHANGED.
 
+The channel's messages (``om.protocol.channel`` frames them): parent to child,
+``submit(request id, entry)``, ``keepalive()``, ``snapshot_written(error)``,
+``snapshot_installed(raft data | error)``, ``close()``; child to parent, in the
+order the child produced them, ``apply(position, entry)`` for every committed
+entry, ``result(request id, reason, position)`` for every submitted one,
+``state(...)`` when its role, term, leader or commit index changed,
+``snapshot_write(tmp file, raft data)`` and ``snapshot_install(file)``
+(answered before the child goes on).
+
 Fate sharing: the node fails stop (``on_child_exit``) if the child dies; the
 child exits when this process dies (the channel closes) and stops ticking if
 this process stops talking (a keepalive goes every ``KEEPALIVE_S``).
@@ -44,9 +53,9 @@ from om.consensus.port import (
     Role,
     SnapshotHooks,
 )
-from om.consensus.pysyncobj.channel import FrameReader, Message, encode
 from om.consensus.pysyncobj.replicator import ENTRY_BYTES_MAX, status_of
 from om.observe.histogram import Snapshot
+from om.protocol.channel import FrameReader, Message, encode
 
 logger = logging.getLogger(__name__)
 KEEPALIVE_S = 0.1

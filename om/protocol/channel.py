@@ -1,17 +1,11 @@
-"""The parent-child channel of a node whose Raft runs in its own process.
+"""The channel between processes of one node: pickled messages, length-framed.
 
 Messages are tuples whose first item names them, pickled (protocol 5) and
-framed with a 4-byte length. The channel is a private socketpair between two
-processes of the same program, so the pickles may carry objects (pysyncobj's
-snapshot data holds its Node objects); nothing from the network reaches it.
-
-Parent to child: ``submit(request id, entry)``, ``keepalive()``,
-``snapshot_written(error)``, ``snapshot_installed(raft data | error)``,
-``close()``. Child to parent, in the order the child produced them:
-``apply(position, entry)`` for every committed entry, ``result(request id,
-reason, position)`` for every submitted one, ``state(...)`` when its role,
-term, leader or commit index changed, ``snapshot_write(tmp file, raft data)``
-and ``snapshot_install(file)`` (answered before the child goes on).
+framed with a 4-byte length. A channel is a private socketpair between two
+processes of the same program (a node and its Raft process,
+``om.consensus.pysyncobj.process``; a node and its front workers,
+``om.node.fronts``), so the pickles may carry objects; nothing from the network
+reaches it. Sans-IO: ``encode`` makes a frame, ``FrameReader`` cuts them.
 """
 
 from __future__ import annotations
