@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,6 +44,7 @@ EXECUTIONS = ("leader", "replicated")
 READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
 READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)
+WORKERS_MAX = 64
 LIFETIME_PER_ROTATION_MAX = 1000   # om.executor.tokens keeps at most ~this many secret keys
 
 
@@ -254,6 +256,10 @@ class ServerConfig:
     # Raft snapshot (a slow disk on the leader), so a test can prove that a slow
     # snapshot never stalls Raft (tests/test_snapshots.py).
     unsafe_snapshot_delay_s: float = 0.0
+    # Processes that serve client connections (TLS, framing, back-pressure) for the
+    # node's core process (om/node/fronts.py). 1: the core serves them itself. 0: one
+    # per two cores beyond the first two, at most WORKERS_MAX (``workers_count``).
+    workers: int = 0
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)
@@ -285,8 +291,20 @@ class ServerConfig:
         """This node's data directory: data_dir itself for one node, else data_dir/<id>."""
         return self.data_dir if len(self.nodes) == 1 else self.data_dir / self.node_id
 
+    def workers_count(self, cores: int | None = None) -> int:
+        """The processes serving client connections: ``workers``, or when 0 one per
+        two cores of ``cores`` (default: this machine's) beyond the first two, which
+        the core and Raft processes take; 1 means the core serves them itself."""
+        if self.workers:
+            return self.workers
+        available = cores if cores is not None else len(os.sched_getaffinity(0))
+        return max(1, min(WORKERS_MAX, (available - 2) // 2))
+
     def validate(self) -> ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""
+        if not 0 <= self.workers <= WORKERS_MAX:
+            raise ConfigError(f"workers must be 0 (from the cores) to {WORKERS_MAX}, "
+                              f"not {self.workers}")
         if self.execution not in EXECUTIONS:
             raise ConfigError(f"execution must be one of {EXECUTIONS}, not '{self.execution}'")
         if self.read_mode not in READ_MODES:

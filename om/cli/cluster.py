@@ -44,6 +44,9 @@ def register(commands: Any) -> None:
                          "unauthenticated (default: TLS with client certificates, a CA and "
                          "certificates in DIR/tls that the tools find through DIR or as the "
                          "last cluster started)")
+    up.add_argument("--workers", type=int, default=0,
+                    help="processes serving client connections on each node (TLS, framing);"
+                         " 1: the node's own process; default 0: from the cores")
     up.set_defaults(run=run_up)
     status = actions.add_parser("status", help="which nodes are up; exit 1 without a "
                                 "ready leader")
@@ -59,9 +62,11 @@ def run_up(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 9:
         print("om cluster up: --nodes must be 1 to 9", file=sys.stderr)
         return 2
+    workers = f"workers = {args.workers}" if args.workers else ""
     try:
         cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution,
-                                secure=not args.insecure, tls=args.tls and not args.insecure)
+                                top_level_toml=workers, secure=not args.insecure,
+                                tls=args.tls and not args.insecure)
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1

@@ -33,6 +33,9 @@ def register(commands: Any) -> None:
                    help="metrics port, /prom (single node; default 9874; 0: off)")
     p.add_argument("--execution", choices=om_config.EXECUTIONS,
                    help="leader (default) or replicated (Ozone's old flow)")
+    p.add_argument("--workers", type=int,
+                   help="processes serving client connections (TLS, framing) for this node; "
+                        "1: this process; default 0: from the cores (printed at start)")
     p.add_argument("--trace", type=Path, dest="trace_path", help="write server traces here")
     p.add_argument("--trace-flow", help="flow name recorded in traces")
     p.add_argument("--log-level", default="WARNING")
@@ -43,7 +46,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     """The configuration from the file and flags."""
     overrides: dict[str, Any] = {
         "node_id": args.node_id, "data_dir": args.data_dir, "execution": args.execution,
-        "trace_path": args.trace_path, "trace_flow": args.trace_flow,
+        "trace_path": args.trace_path, "trace_flow": args.trace_flow, "workers": args.workers,
     }
     if args.host is not None or args.port is not None or args.http_port is not None:
         base = om_config.load(args.config, node_id=args.node_id)

@@ -111,7 +111,7 @@ class Node:
             logger.warning("the retry cache is DISABLED (unsafe_disable_retry_cache): retries "
                            "of committed writes execute again; for tests only")
         self.config = config
-        self._fail_stop = fail_stop
+        self.fail_stop = fail_stop
         NodeIntegrity.check_startable(config)   # before anything is opened or applied
         self.tracer: TraceSink = NullTracer()
         if config.trace_path is not None:
@@ -207,7 +207,7 @@ class Node:
             logger.critical("cannot apply committed entry at position %d to %s: %s: stopping "
                             "this node (a full disk? free space and restart it: it catches up "
                             "from the others)", position, self.store.path, error, exc_info=True)
-            self._fail_stop()
+            self.fail_stop()
             raise
 
     async def start(self) -> None:
