@@ -62,8 +62,8 @@ def per_role(cpu_percent: dict[str, float], leader: str, duration_s: float, writ
     client = us.pop(client_label, 0.0)
     etcd = not any(label.endswith("-raft") for label in us) and leader.startswith("e")
     if etcd:
-        followers = [v for label, v in us.items() if label != leader]
-        roles = {ETCD_LEADER: us.get(leader, 0.0), ETCD_FOLLOWER: _mean(followers),
+        members = [v for label, v in us.items() if label != leader]
+        roles = {ETCD_LEADER: us.get(leader, 0.0), ETCD_FOLLOWER: _mean(members),
                  LOAD_GENERATOR: client}
         roles[ALL_SERVERS] = sum(us.values())
         roles[LEADER_SIDE] = roles[ETCD_LEADER]
