@@ -25,12 +25,13 @@ def server_trace_path(trace_dir: Path, node_id: str) -> Path:
 @contextmanager
 def traced_cluster(directory: Path, nodes: int, execution: str, extra_toml: str,
                    trace_dir: Path, flow: str, timeout_s: float = 60.0,
-                   secure: bool = True) -> Iterator[Cluster]:
+                   secure: bool = True, workers: int = 0) -> Iterator[Cluster]:
     """A fresh cluster in ``directory`` with a ready leader; stopped on exit. Secure
-    (Raft secret, client TLS) unless ``secure`` is False, as ``om.cluster.lifecycle.up``."""
+    (Raft secret, client TLS) unless ``secure`` is False, as ``om.cluster.lifecycle.up``;
+    ``workers`` front workers per node (0: the product's default)."""
     cluster = om_cluster.up(
         directory, nodes, om_cluster.free_port_base(nodes), execution, extra_toml, timeout_s,
-        remember_it=False, secure=secure,
+        remember_it=False, secure=secure, top_level_toml=f"workers = {workers}",
         node_args=lambda node_id: ("--trace", str(server_trace_path(trace_dir, node_id)),
                                    "--trace-flow", flow))
     try:

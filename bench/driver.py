@@ -54,10 +54,10 @@ from bench.clusters import traced_cluster
 from bench.etcd import EtcdUnavailable
 from bench.failover import FailoverResult
 from bench.freon import FreonConfig, FreonResult
-from bench.machine import CpuMeter, children, rss_mb
+from bench.machine import CpuMeter, children, command_line, rss_mb
 from bench.manifest import build_manifest, write_json
 from bench.progress import StepLog
-from bench.session import RequestCaller
+from bench.session import PooledCaller, RequestCaller
 from bench.summary import CLIENT_PROCESS, FlowMeasurement, build_summary
 from bench.traces import batch_sizes, copy_window
 from om import config as om_config
@@ -86,6 +86,8 @@ class Profile:
     mixed_read_pct: int = 70
     mixed_list_pct: int = 10
     failover_trials: int = 0   # kill -9 of the leader, after the leader flow's phases
+    connections: int = 1       # client connections per node the load is spread over
+    flows: tuple[str, ...] = ()  # the flows run by default (empty: every flow but scaling's)
 
 
 PROFILES: dict[str, Profile] = {
@@ -96,6 +98,11 @@ PROFILES: dict[str, Profile] = {
     # For tests: a couple of seconds per flow.
     "smoke": Profile("smoke", warmup_s=0.3, measure_s=1.5, threads=8, mixed_s=0.5,
                      half_load_s=0.5, failover_trials=1),
+    # Where the cores go as workers are added: one node, then three, with 1, 2 and 4
+    # front workers, the load spread over 8 connections per node.
+    "scaling": Profile("scaling", warmup_s=2.0, measure_s=12.0, threads=64, connections=8,
+                       flows=("leader-1node", "leader-1node-w2", "leader-w1", "leader-w2",
+                              "leader-w4")),
 }
 
 
@@ -109,6 +116,8 @@ class FlowSpec:
     in_process: bool = False
     etcd: bool = False          # not an OM: a 3-member etcd (bench/etcd)
     failover: bool = False      # measure failover on its cluster (bench/failover)
+    nodes: int = 0              # 0: the profile's
+    workers: int = 0            # front workers per node (0: the product's default)
 
 
 FLOWS: tuple[FlowSpec, ...] = (
@@ -120,8 +129,16 @@ FLOWS: tuple[FlowSpec, ...] = (
              extra_toml="\n[batch]\nenabled = false\ninflight_batches_max = 256\n"),
     FlowSpec("ceiling", in_process=True),
     FlowSpec("etcd", etcd=True),
+    # the scaling profile's
+    FlowSpec("leader-1node", nodes=1, workers=1),
+    FlowSpec("leader-1node-w2", nodes=1, workers=2),
+    FlowSpec("leader-w1", workers=1),
+    FlowSpec("leader-w2", workers=2),
+    FlowSpec("leader-w4", workers=4),
 )
 FLOW_NAMES = tuple(f.name for f in FLOWS)
+SCALING_FLOWS = PROFILES["scaling"].flows
+DEFAULT_FLOWS = tuple(name for name in FLOW_NAMES if name not in SCALING_FLOWS)
 
 
 @dataclass(frozen=True)
@@ -213,8 +230,7 @@ def select_flows(names: list[str]) -> tuple[FlowSpec, ...]:
 def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
     """Runs every flow and writes manifest.json and summary.json; returns the summary."""
     config.out.mkdir(parents=True, exist_ok=True)
-    flow_configs = {f.name: {**asdict(f), "nodes": 1 if f.in_process else config.profile.nodes}
-                    for f in config.flows}
+    flow_configs = {f.name: {**asdict(f), "nodes": _nodes(config, f)} for f in config.flows}
     write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
     seed = generate_seed(config, log)
     measurements: list[FlowMeasurement] = []
@@ -285,13 +301,13 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
     leader = "in-process"
     try:
         if seed is not None and not flow.etcd:
-            nodes = 1 if flow.in_process else config.profile.nodes
+            nodes = _nodes(config, flow)
             seed_flow(seed, flow, dirs, nodes)
             log.step(f"{flow.name}: {nodes} node(s) seeded with {seed.result.keys:,} keys")
         if flow.in_process:
             phases = uvloop.run(_in_process(config, flow, dirs, log))
         elif flow.etcd:
-            phases, leader = _on_etcd(config, dirs, log), "etcd"
+            phases, leader = _on_etcd(config, dirs, log)
         else:
             phases, leader = _on_cluster(config, flow, dirs, log)
     except EtcdUnavailable as reason:
@@ -324,7 +340,7 @@ def _durable(config: BenchConfig, flow: FlowSpec) -> bool:
     return om_config.load(toml).raft.fsync if toml.exists() else ServerConfig().raft.fsync
 
 
-def _on_etcd(config: BenchConfig, dirs: FlowDirs, log: StepLog) -> Phases:
+def _on_etcd(config: BenchConfig, dirs: FlowDirs, log: StepLog) -> tuple[Phases, str]:
     """A 3-member etcd under the same load shape: in flight, warm-up and measured time.
     There is no preload, half-load or mixed phase: etcd has no OM requests."""
     profile = config.profile
@@ -333,28 +349,52 @@ def _on_etcd(config: BenchConfig, dirs: FlowDirs, log: StepLog) -> Phases:
              f"{profile.measure_s:g} s measured")
     run = etcd.run_etcd(dirs.cluster, dirs.traces / "client-etcdbench.jsonl", profile.threads,
                         profile.warmup_s, profile.measure_s, om_cluster.free_port_base())
-    return Phases(run.result, rss_mb=run.rss_mb, cpu=run.cpu)
+    return Phases(run.result, rss_mb=run.rss_mb, cpu=run.cpu), run.leader or "etcd"
+
+
+def _nodes(config: BenchConfig, flow: FlowSpec) -> int:
+    return 1 if flow.in_process else flow.nodes or config.profile.nodes
+
+
+def _helpers(pids: dict[str, int]) -> dict[str, int]:
+    """Each node's child processes by label: ``om1-raft`` (its Raft process) and
+    ``om1-w0``, ``om1-w1``... (its front workers)."""
+    labels: dict[str, int] = {}
+    for node, pid in pids.items():
+        workers = 0
+        for child in children(pid):
+            if "pysyncobj" in command_line(child):
+                labels[f"{node}-raft"] = child
+            else:
+                labels[f"{node}-w{workers}"] = child
+                workers += 1
+    return labels
 
 
 def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
                 log: StepLog) -> tuple[Phases, str]:
     security = "secure" if config.secure else "INSECURE: no Raft secret, no TLS"
-    log.step(f"{flow.name}: starting {config.profile.nodes} nodes "
-             f"(execution={flow.execution}, {security}) in {dirs.cluster}")
-    with traced_cluster(dirs.cluster, config.profile.nodes, flow.execution, flow.extra_toml,
-                        dirs.raw, flow.name, secure=config.secure) as cluster:
+    nodes = _nodes(config, flow)
+    log.step(f"{flow.name}: starting {nodes} node(s) "
+             f"(execution={flow.execution}, workers={flow.workers or 'default'}, {security}) "
+             f"in {dirs.cluster}")
+    extra = flow.extra_toml
+    with traced_cluster(dirs.cluster, nodes, flow.execution, extra, dirs.raw, flow.name,
+                        secure=config.secure, workers=flow.workers) as cluster:
         first = cluster.wait_for_leader()
         leader = first.node_id
         log.step(f"{flow.name}: leader {leader}")
         addresses, tls = cluster.addresses, cluster.client_tls()
+        connections = config.profile.connections
 
         def connect() -> RequestCaller:
             # with TLS the user is the certificate's: claiming another one is refused
-            return AsyncOMClient(addresses, user=None if tls else USER, policy=POLICY, tls=tls)
+            return PooledCaller([AsyncOMClient(addresses, user=None if tls else USER,
+                                               policy=POLICY, tls=tls)
+                                 for _ in range(connections)])
 
         pids = {n.id: pid for n in cluster.nodes if (pid := cluster.pid(n.id)) is not None}
-        raft = {f"{node}-raft": child for node, pid in pids.items() for child in children(pid)}
-        meter = CpuMeter({**pids, **raft, CLIENT_PROCESS: os.getpid()})
+        meter = CpuMeter({**pids, **_helpers(pids), CLIENT_PROCESS: os.getpid()})
         phases = uvloop.run(run_phases(config, flow, dirs, connect, log, meter))
         phases.elections = cluster.wait_for_leader().term - first.term
         for node in cluster.nodes:
@@ -374,7 +414,7 @@ def _failover(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
     trials = config.profile.failover_trials
     log.step(f"{flow.name}: failover, {trials} trials of kill -9 of the leader, "
              f"on a fresh cluster in {dirs.failover}")
-    cluster = om_cluster.up(dirs.failover, config.profile.nodes, om_cluster.free_port_base(),
+    cluster = om_cluster.up(dirs.failover, _nodes(config, flow), om_cluster.free_port_base(),
                             flow.execution, flow.extra_toml, remember_it=False,
                             secure=config.secure)
     try:

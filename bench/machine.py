@@ -40,6 +40,14 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def command_line(pid: int) -> str:
+    """Process ``pid``'s command line, space-separated ("" if unknown)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True)
 class CpuSample:
     """Scheduler times of one process's threads so far, in ns: tid -> (running, waiting

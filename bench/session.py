@@ -36,6 +36,25 @@ class RequestCaller(Protocol):
         ...
 
 
+class PooledCaller:
+    """Spreads calls over several callers (connections) in turn: a server's front
+    workers each get some of them (SO_REUSEPORT spreads connections, not requests)."""
+
+    def __init__(self, callers: list[RequestCaller]) -> None:
+        assert callers
+        self._callers = callers
+        self._next = 0
+
+    async def call_raw(self, request: om_pb2.OMRequest) -> tuple[om_pb2.OMResponse, int]:
+        caller = self._callers[self._next]
+        self._next = (self._next + 1) % len(self._callers)
+        return await caller.call_raw(request)
+
+    async def close(self) -> None:
+        for caller in self._callers:
+            await caller.close()
+
+
 class RequestFailed(Exception):
     """A request ended with a status other than OK."""
 

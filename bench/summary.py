@@ -16,11 +16,25 @@ denominator is zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.failover import FailoverResult
 from bench.freon import FreonResult
+from bench.roles import (
+    ALL_SERVERS,
+    ETCD_FOLLOWER,
+    ETCD_LEADER,
+    FOLLOWER_RAFT,
+    FOLLOWER_SERVER,
+    LEADER_RAFT,
+    LEADER_SERVER,
+    LEADER_SIDE,
+    LEADER_WORKERS,
+    LOAD_GENERATOR,
+    per_role,
+    projections,
+)
 
 # (numerator, denominator) flows of the ratios, keyed "<num>_over_<den>" with '-' -> '_'.
 RATIO_FLOWS: tuple[tuple[str, str], ...] = (
@@ -28,6 +42,12 @@ RATIO_FLOWS: tuple[tuple[str, str], ...] = (
     ("leader", "ceiling"),
     ("leader", "leader-nobatch"),
     ("leader", "etcd"),
+)
+# The scaling profile's: each worker count against one worker (reported when both ran).
+SCALING_RATIOS: tuple[tuple[str, str], ...] = (
+    ("leader-1node-w2", "leader-1node"),
+    ("leader-w2", "leader-w1"),
+    ("leader-w4", "leader-w1"),
 )
 # The label of the bench process (the load generator; in-process, the node too).
 CLIENT_PROCESS = "bench"
@@ -101,6 +121,7 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
                                       for label, use in flow.cpu.items()}
     summary["thread_demand_percent"] = {label: use["thread_demand"]
                                         for label, use in flow.cpu.items()}
+    summary.update(_per_write(flow))
     summary["preloaded_keys"] = flow.preloaded_keys
     summary["elections_during_load"] = flow.elections
     summary["leader"] = flow.leader
@@ -111,6 +132,20 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     if flow.failover is not None:
         summary["failover"] = flow.failover.summary()
     return summary
+
+
+def _per_write(flow: FlowMeasurement) -> dict[str, Any]:
+    """CPU µs per acknowledged write by role and, for a leader, where one leader would
+    stop on more cores (``bench.roles``)."""
+    measure = flow.measure
+    if measure is None or not flow.cpu:
+        return {}
+    cpu = {label: use["cpu"] for label, use in flow.cpu.items()}
+    roles = per_role(cpu, flow.leader, measure.duration_s, measure.ok_writes)
+    found: dict[str, Any] = {"cpu_us_per_write": roles}
+    if roles and LEADER_SERVER in roles:
+        found["projection"] = [asdict(p) for p in projections(roles)]
+    return found
 
 
 def _half_load(result: FreonResult) -> dict[str, Any]:
@@ -126,7 +161,9 @@ def _half_load(result: FreonResult) -> dict[str, Any]:
 def ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     """Write-throughput ratios of ``RATIO_FLOWS``."""
     found: dict[str, float | None] = {}
-    for numerator, denominator in RATIO_FLOWS:
+    pairs = RATIO_FLOWS + tuple((top, bottom) for top, bottom in SCALING_RATIOS
+                                if top in flows and bottom in flows)
+    for numerator, denominator in pairs:
         top = flows.get(numerator, {}).get("write_requests_per_s")
         bottom = flows.get(denominator, {}).get("write_requests_per_s")
         found[ratio_name(numerator, denominator)] = (
@@ -198,6 +235,7 @@ def render_table(summary: dict[str, Any]) -> str:
     lines.append("")
     lines += [f"{name:<28} {_number(value, 2)}" + ("x" if value is not None else "")
               for name, value in summary["ratios"].items()]
+    lines += ["", *render_roles(summary)]
     for name, flow in summary["flows"].items():
         found = flow.get("failover")
         if found and found["trials"]:
@@ -205,3 +243,39 @@ def render_table(summary: dict[str, Any]) -> str:
                          f"max {found['max_s']:.3f} s of write unavailability over "
                          f"{found['trials']} kill -9 trials")
     return "\n".join(lines)
+
+
+_ROLE_COLUMNS = ((LEADER_SERVER, ETCD_LEADER), (LEADER_WORKERS,), (LEADER_RAFT,),
+                 (FOLLOWER_SERVER, ETCD_FOLLOWER), (FOLLOWER_RAFT,), (LOAD_GENERATOR,),
+                 (LEADER_SIDE,), (ALL_SERVERS,))
+
+
+def render_roles(summary: dict[str, Any]) -> list[str]:
+    """CPU µs per acknowledged write by role, one row a flow; then, for the leader
+    flow, where one leader would stop on more cores."""
+    header = ("CPU us per write", "leader server", "leader workers", "leader Raft",
+              "follower server (each)", "follower Raft (each)", "load generator",
+              "leader side", "all servers")
+    rows = []
+    for name, flow in summary["flows"].items():
+        roles = flow.get("cpu_us_per_write")
+        if not roles:
+            continue
+        cells = [next((_number(roles[k], 0) for k in keys if k in roles), "-")
+                 for keys in _ROLE_COLUMNS]
+        rows.append((name, *cells))
+    if not rows:
+        return []
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w)
+                       for i, (c, w) in enumerate(zip(header, widths, strict=True)))]
+    lines += ["  ".join(v.rjust(w) if i else v.ljust(w)
+                        for i, (v, w) in enumerate(zip(row, widths, strict=True)))
+              for row in rows]
+    leader = summary["flows"].get("leader", {}).get("projection")
+    if leader:
+        lines.append("")
+        lines.append("one leader on more cores (from the leader flow's costs; bench/roles.py):")
+        lines += [f"  {p['cores']:>3} cores: {p['writes_per_s']:>9,.0f} write req/s, bound by "
+                  f"{p['bound_by']}" for p in leader]
+    return lines

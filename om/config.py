@@ -258,7 +258,7 @@ class ServerConfig:
     unsafe_snapshot_delay_s: float = 0.0
     # Processes that serve client connections (TLS, framing, back-pressure) for the
     # node's core process (om/node/fronts.py). 1: the core serves them itself. 0: one
-    # per two cores beyond the first two, at most WORKERS_MAX (``workers_count``).
+    # per eight cores, at least one (``workers_count``).
     workers: int = 0
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
@@ -293,12 +293,15 @@ class ServerConfig:
 
     def workers_count(self, cores: int | None = None) -> int:
         """The processes serving client connections: ``workers``, or when 0 one per
-        two cores of ``cores`` (default: this machine's) beyond the first two, which
-        the core and Raft processes take; 1 means the core serves them itself."""
+        eight cores of ``cores`` (default: this machine's), at least one; 1 means the
+        core serves them itself. Few: a front takes TLS, framing and connection
+        handling off the core, but the link to it costs the core about what TLS did
+        (docs/PERFORMANCE.md, *Workers*), so fronts pay only where connections are
+        many or handshakes frequent."""
         if self.workers:
             return self.workers
         available = cores if cores is not None else len(os.sched_getaffinity(0))
-        return max(1, min(WORKERS_MAX, (available - 2) // 2))
+        return max(1, min(WORKERS_MAX, available // 8))
 
     def validate(self) -> ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""

@@ -52,6 +52,7 @@ class EtcdRun:
     result: FreonResult
     cpu: dict[str, dict[str, float]]
     rss_mb: dict[str, float]
+    leader: str                  # the member that led (e1, e2, e3), "" if unknown
 
 
 def client_binary() -> Path:
@@ -137,6 +138,25 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def leader(port_base: int) -> str:
+    """The member that leads now ("" when no member says): etcd's maintenance status
+    (``/v3/maintenance/status`` on its gRPC gateway) names each member and its leader."""
+    ids: dict[int, str] = {}
+    leader_id = 0
+    for i in range(1, MEMBERS + 1):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{client_port(port_base, i)}/v3/maintenance/status", data=b"{}",
+            method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:
+                status = json.loads(answer.read())
+        except (OSError, ValueError):
+            continue
+        ids[int(status["header"]["member_id"])] = f"e{i}"
+        leader_id = int(status.get("leader", 0)) or leader_id
+    return ids.get(leader_id, "")
+
+
 def run_etcd(directory: Path, trace: Path, threads: int, warmup_s: float, measure_s: float,
              port_base: int) -> EtcdRun:
     """Starts etcd in ``directory``, loads it, and returns what the client measured."""
@@ -154,6 +174,7 @@ def run_etcd(directory: Path, trace: Path, threads: int, warmup_s: float, measur
         meter.start()
         time.sleep(measure_s)
         cpu = meter.stop()
+        led = leader(port_base)
         rss = {name: value for name, pid in pids.items() if (value := rss_mb(pid)) is not None}
         try:
             _, err = client.communicate(timeout=120)
@@ -163,7 +184,7 @@ def run_etcd(directory: Path, trace: Path, threads: int, warmup_s: float, measur
             raise RuntimeError("etcdbench did not finish in time") from None
     if client.returncode != 0:
         raise RuntimeError(f"etcdbench failed: {err.decode().strip()[-400:]}")
-    return EtcdRun(read_result(trace, threads, measure_s), cpu, rss)
+    return EtcdRun(read_result(trace, threads, measure_s), cpu, rss, led)
 
 
 def read_result(trace: Path, threads: int, measure_s: float) -> FreonResult:

@@ -1,12 +1,15 @@
 """``om bench``: the leader flow against the old flow and the in-process ceiling.
 
-    om bench [--profile quick|full] [--out DIR] [--keys N] [--flows leader,replicated,...]
-             [--insecure]
+    om bench [--profile quick|full|scaling] [--out DIR] [--keys N]
+             [--flows leader,replicated,...] [--insecure]
 
 Starts a fresh local 3-node cluster per flow (127.0.0.1, free ports), drives
 the same ``freon omkg`` load through each, and writes traces
 (docs/TRACES.md), ``DIR/manifest.json`` and ``DIR/summary.json``; prints a
-table at the end. ``quick`` takes under three minutes on two cores. Exits 1
+table at the end, and CPU per acknowledged write by role with one leader's
+projection to more cores (``bench/roles.py``). ``quick`` takes under three
+minutes on two cores; ``scaling`` runs one node and three nodes with 1, 2
+and 4 front workers, the load spread over 8 connections per node. Exits 1
 when a flow failed, 2 on a usage error.
 
 The OM clusters run secure, as ``om cluster up`` starts them (Raft secret,
@@ -28,7 +31,7 @@ from bench import driver
 from bench.progress import StepLog
 from bench.summary import render_table
 
-_VISIBLE_PROFILES = ("quick", "full")
+_VISIBLE_PROFILES = ("quick", "full", "scaling")
 
 
 def register(commands: Any) -> None:
@@ -39,13 +42,14 @@ def register(commands: Any) -> None:
     p.add_argument("--profile", default="quick", choices=sorted(driver.PROFILES),
                    metavar="{" + ",".join(_VISIBLE_PROFILES) + "}",
                    help="quick: ~15 s of load per flow; full: longer, more concurrency, "
-                        "and a mixed read/list phase")
+                        "and a mixed read/list phase; scaling: 1 and 3 nodes with 1, 2 and 4 "
+                        "front workers")
     p.add_argument("--out", type=Path, help="run directory (default bench-out/<time>)")
     p.add_argument("--keys", type=int, default=0,
                    help="namespace size: every node starts on a copy of a database with this "
                         "many keys, generated once offline (om freon generate)")
-    p.add_argument("--flows", default=",".join(driver.FLOW_NAMES),
-                   help=f"comma-separated subset of {','.join(driver.FLOW_NAMES)}")
+    p.add_argument("--flows", help=f"comma-separated subset of {','.join(driver.FLOW_NAMES)} "
+                                   "(default: the profile's)")
     p.add_argument("--duration", type=float, help="override the measured seconds per flow")
     p.add_argument("--threads", type=int, help="override the operations in flight")
     p.add_argument("--insecure", action="store_true",
@@ -67,7 +71,9 @@ def config_from(args: argparse.Namespace) -> driver.BenchConfig:
         if args.threads < 1:
             raise ValueError("--threads must be >= 1")
         profile = dataclasses.replace(profile, threads=args.threads)
-    flows = driver.select_flows([f.strip() for f in args.flows.split(",") if f.strip()])
+    names = (args.flows.split(",") if args.flows else
+             list(profile.flows or driver.DEFAULT_FLOWS))
+    flows = driver.select_flows([f.strip() for f in names if f.strip()])
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return driver.BenchConfig(out=out, profile=profile, keys=args.keys, flows=flows,
                               secure=not args.insecure)
