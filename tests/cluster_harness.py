@@ -24,11 +24,20 @@ leader_fallback_timeout_s = 1.5
 """
 
 
-def start(directory: Path, extra_toml: str = "", execution: str = "leader") -> om_cluster.Cluster:
+def start(directory: Path, extra_toml: str = "", execution: str = "leader",
+          workers: int = 1) -> om_cluster.Cluster:
     """A fresh 3-node cluster with a ready leader, secure as ``om cluster up`` makes it (a
-    Raft secret, TLS with client certificates); ``extra_toml`` lands in [raft]."""
+    Raft secret, TLS with client certificates); ``extra_toml`` lands in [raft];
+    ``workers`` front workers per node (1: each node serves its clients itself)."""
     return om_cluster.up(directory, 3, om_cluster.free_port_base(), execution,
-                         FAST_RAFT + extra_toml, timeout_s=60, remember_it=False)
+                         FAST_RAFT + extra_toml, timeout_s=60, remember_it=False,
+                         top_level_toml=f"workers = {workers}")
+
+
+# The flows a cluster test runs under: each execution, and the leader flow with its
+# clients served by two front workers (execution, workers).
+FLOWS = {"leader": ("leader", 1), "replicated": ("replicated", 1),
+         "leader-2-workers": ("leader", 2)}
 
 
 def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, user: str | None = None,

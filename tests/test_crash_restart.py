@@ -37,12 +37,13 @@ def _victims(cluster: om_cluster.Cluster, kind: str) -> list[str]:
     return [n.id for n in cluster.nodes]
 
 
-@pytest.mark.parametrize("execution", ["leader", "replicated"])
+@pytest.mark.parametrize("flow", sorted(harness.FLOWS))
 def test_kill_9_anywhere_loses_no_acknowledged_write_and_applies_nothing_twice(
-        tmp_path: Path, execution: str) -> None:
+        tmp_path: Path, flow: str) -> None:
+    execution, workers = harness.FLOWS[flow]
     cluster = om_cluster.up(tmp_path / "cluster", 3, om_cluster.free_port_base(), execution,
                             harness.FAST_RAFT + CRASHY, timeout_s=60, remember_it=False,
-                            top_level_toml="unsafe_store_without_wal = true")
+                            top_level_toml=f"unsafe_store_without_wal = true\nworkers = {workers}")
     try:
         with harness.client(cluster) as om:
             om.create_volume("vol")

@@ -27,9 +27,10 @@ pytestmark = pytest.mark.integration
 ROUNDS = 3
 
 
-@pytest.fixture(params=["leader", "replicated"])
+@pytest.fixture(params=sorted(harness.FLOWS))
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
-    started = harness.start(tmp_path / "cluster", execution=request.param)
+    execution, workers = harness.FLOWS[request.param]
+    started = harness.start(tmp_path / "cluster", execution=execution, workers=workers)
     with harness.client(started) as om:
         om.create_volume("register")
     yield started

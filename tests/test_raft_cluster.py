@@ -22,9 +22,10 @@ compaction_min_time_s = 1.0
 """
 
 
-@pytest.fixture(params=["leader", "replicated"])
+@pytest.fixture(params=sorted(harness.FLOWS))
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
-    started = harness.start(tmp_path / "cluster", execution=request.param)
+    execution, workers = harness.FLOWS[request.param]
+    started = harness.start(tmp_path / "cluster", execution=execution, workers=workers)
     with harness.client(started) as om:
         om.create_volume("vol")
         om.create_bucket("vol", "bkt")

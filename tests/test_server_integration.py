@@ -21,9 +21,10 @@ from tests.processes import REPO, ServerProcess, free_port, om_command
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path / "data", free_port())
+@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A node serving clients itself, or through two front workers."""
+    process = ServerProcess(tmp_path / "data", free_port(), "--workers", str(request.param))
     yield process
     process.kill()
 
