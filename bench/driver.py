@@ -58,7 +58,7 @@ from bench.machine import CpuMeter, children, command_line, rss_mb
 from bench.manifest import build_manifest, write_json
 from bench.progress import StepLog
 from bench.session import PooledCaller, RequestCaller
-from bench.summary import CLIENT_PROCESS, FlowMeasurement, build_summary
+from bench.summary import CLIENT_PROCESS, IN_PROCESS, FlowMeasurement, build_summary
 from bench.traces import batch_sizes, copy_window
 from om import config as om_config
 from om.client import AsyncOMClient
@@ -298,7 +298,7 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
     """One flow from a fresh start to collected traces; failures become ``error``."""
     dirs = FlowDirs.of(config.out, flow.name)
     dirs.reset()
-    leader = "in-process"
+    leader = IN_PROCESS
     try:
         if seed is not None and not flow.etcd:
             nodes = _nodes(config, flow)

@@ -51,6 +51,7 @@ SCALING_RATIOS: tuple[tuple[str, str], ...] = (
 )
 # The label of the bench process (the load generator; in-process, the node too).
 CLIENT_PROCESS = "bench"
+IN_PROCESS = "in-process"    # the leader of the ceiling flow: the bench process itself
 _TABLE_COLUMNS = ("flow", "durable", "write req/s", "p50 ms", "p99 ms", "max ms", "req/batch",
                   "CommitKey p99 ms at half load", "OM RSS MB", "OM CPU%", "bench CPU%",
                   "busiest thread", "failures")
@@ -138,8 +139,8 @@ def _per_write(flow: FlowMeasurement) -> dict[str, Any]:
     """CPU µs per acknowledged write by role and, for a leader, where one leader would
     stop on more cores (``bench.roles``)."""
     measure = flow.measure
-    if measure is None or not flow.cpu:
-        return {}
+    if measure is None or not flow.cpu or flow.leader == IN_PROCESS:
+        return {}   # in-process, node and load generator share one process
     cpu = {label: use["cpu"] for label, use in flow.cpu.items()}
     roles = per_role(cpu, flow.leader, measure.duration_s, measure.ok_writes)
     found: dict[str, Any] = {"cpu_us_per_write": roles}

@@ -82,7 +82,8 @@ class FlowFacts:
     phases and `OUTSIDE`), `tail_split` and `tail_threshold_ms` (the phases of the server
     requests at or above the p99 server time), `requests_per_batch`, `batches_per_s`.
     From `om bench`'s records: `processes`, `in_flight`, `bench_write_rps` (the rate the
-    CPU figures were measured at) and `cores` (the machine's usable CPUs).
+    CPU figures were measured at), `cores` (the machine's usable CPUs) and `roles` (CPU µs
+    per acknowledged write by role: `bench/roles.py`).
     """
 
     run: str
@@ -100,6 +101,7 @@ class FlowFacts:
     in_flight: int | None
     bench_write_rps: float | None
     cores: int | None
+    roles: tuple[tuple[str, float], ...] = ()
 
     @property
     def cpu_percent_total(self) -> float | None:
@@ -195,6 +197,13 @@ def processes(bench_flow: Mapping[str, Any]) -> tuple[ProcessUse, ...]:
     )
 
 
+def roles(bench_flow: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """CPU µs per acknowledged write by role, as `om bench` recorded them."""
+    found = {name: number(raw) for name, raw in
+             _object(bench_flow.get("cpu_us_per_write")).items()}
+    return tuple((name, value) for name, value in found.items() if value is not None)
+
+
 def cores(manifest: Mapping[str, Any] | None) -> int | None:
     """The CPUs the run could use: the manifest's CPU affinity, else its CPU count."""
     machine = _object(_object(manifest).get("machine"))
@@ -242,4 +251,5 @@ def _facts_of(results: Results, manifest: dict[str, Any] | None,
         in_flight=None if in_flight is None else int(in_flight),
         bench_write_rps=number(bench_flow.get("write_requests_per_s")),
         cores=cores(manifest),
+        roles=roles(bench_flow),
     )

@@ -303,6 +303,10 @@ def why_section(results: Results) -> Section:
     processes = Table(("flow", "process", "CPU (% of a core)", "busiest thread (% of window)",
                        "RSS (MB; a node's server and Raft process together)"),
                       _process_rows(facts))
+    role_rows = tuple((flow.label, name, f"{value:,.0f}") for flow in facts
+                      for name, value in flow.roles)
+    roles = (Table(("flow", "role", "CPU µs per acknowledged write"), role_rows),) \
+        if role_rows else ()
     return Section(WHY, (intro, *ratio_blocks(results, facts), splits,
                          *(flow_paragraph(found) for found in facts), *_pair_blocks(facts),
-                         processes))
+                         processes, *roles))

@@ -17,6 +17,7 @@ from spark_analysis.facts import (
     cores,
     mean_split,
     processes,
+    roles,
     split,
 )
 from spark_analysis.schema import PHASES
@@ -133,3 +134,11 @@ def test_bench_records_are_read_defensively() -> None:
     assert cores(None) is None
     assert resources_sentence(replace(facts("x"), processes=())) == (
         "summary.json records no CPU for it.")
+
+
+def test_cpu_per_write_by_role_is_read_defensively() -> None:
+    found = roles({"cpu_us_per_write": {"leader server": 376.4, "leader Raft": 62,
+                                        "bad": "x", "flag": True}})
+    assert found == (("leader server", 376.4), ("leader Raft", 62.0))
+    assert roles({"cpu_us_per_write": [1, 2]}) == ()
+    assert roles({}) == ()
