@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import uvloop
 
-from bench.figures import cli, integrity, runner, scale, wipe_catch_up
+from bench.figures import cli, core_cpu, integrity, runner, scale, wipe_catch_up
 from bench.figures.figure import Figure
 from om.protocol import om_pb2
 
@@ -116,7 +117,8 @@ def _database(path: Path) -> Path:
 
 def test_every_figure_is_a_command() -> None:
     help_text = cli.build_parser().format_help()
-    assert [f.name for f in cli.FIGURES] == ["integrity", "scale", "wipe-catch-up"]
+    assert [f.name for f in cli.FIGURES] == ["integrity", "scale", "wipe-catch-up",
+                                           "core-cpu"]
     for figure in cli.FIGURES:
         assert figure.name in help_text
 
@@ -153,6 +155,8 @@ def test_wipe_catch_up_takes_a_seed(tmp_path: Path) -> None:
     ["integrity", "--keys", "many"],
     ["wipe-catch-up"],                               # no seed
     ["scale", "DB", "100", "DB", "1000"],            # no rounds
+    ["core-cpu", "--writes", "0"],
+    ["core-cpu", "--group", "-4"],
 ])
 def test_usage_errors_exit_2_and_run_nothing(argv: list[str],
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -190,3 +194,10 @@ def test_main_runs_the_figure_named_and_returns_its_status() -> None:
     figures = [_fake("one", calls, status=3), _fake("two", calls)]
     assert cli.main(["one", "--keys", "5"], figures=figures) == 3
     assert [(a.figure, a.keys) for a in calls] == [("one", 5)]
+
+
+def test_core_cpu_measures_the_core_in_process() -> None:
+    found = uvloop.run(core_cpu.measure(writes=400, group=32))
+    assert found["writes"] == 400
+    assert found["writes_per_s"] > 0
+    assert found["cpu_us_per_write"] > 0

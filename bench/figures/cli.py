@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from bench.figures import integrity, scale, wipe_catch_up
+from bench.figures import core_cpu, integrity, scale, wipe_catch_up
 from bench.figures.figure import Figure
 
-FIGURES: tuple[Figure, ...] = (integrity.FIGURE, scale.FIGURE, wipe_catch_up.FIGURE)
+FIGURES: tuple[Figure, ...] = (integrity.FIGURE, scale.FIGURE, wipe_catch_up.FIGURE,
+                                core_cpu.FIGURE)
 
 
 def build_parser(figures: Sequence[Figure] = FIGURES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.figures",
-        description="The figures behind docs/: each starts its own local cluster(s), "
-                    "measures, and prints JSON. Run nothing else meanwhile.")
+        description="The figures behind docs/: each starts its own local cluster(s) or "
+                    "in-process node, measures, and prints JSON. Run nothing else meanwhile.")
     commands = parser.add_subparsers(dest="figure", metavar="FIGURE", required=True)
     for figure in figures:
         sub = commands.add_parser(figure.name, help=figure.summary,
