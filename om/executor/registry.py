@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -75,6 +76,11 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.ListKeys, "list_keys", False, list_keys.execute),
     _kind(om_pb2.DeleteKey, "delete_key", True, delete_key.execute),
     _kind(om_pb2.RenameKey, "rename_key", True, rename_key.execute),
+    _kind(om_pb2.CreateDirectory, "create_directory", True, fso_keys.create_directory),
+    _kind(om_pb2.CreateFile, "create_file", True, fso_keys.create_file),
+    _kind(om_pb2.LookupFile, "lookup_file", False, fso_keys.lookup_file),
+    _kind(om_pb2.GetFileStatus, "get_file_status", False, fso_keys.get_file_status),
+    _kind(om_pb2.ListStatus, "list_status", False, fso_keys.list_status),
     _kind(om_pb2.AddAcl, "add_acl", True, add_acl.execute),
     _kind(om_pb2.RemoveAcl, "remove_acl", True, remove_acl.execute),
     _kind(om_pb2.SetAcl, "set_acl", True, set_acl.execute),

@@ -46,7 +46,8 @@ from om.flows.template import (
     wall_clock_ms,
 )
 from om.gatekeeper.authorize import AclPolicy
-from om.gatekeeper.lock_plan import plan_locks
+from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs_locks
+from om.gatekeeper.lock_plan import LockRequest, plan_locks
 from om.gatekeeper.retry_cache import RetryCache, RetryCacheConfig, StoredReply, expired_row_deletes
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
@@ -139,13 +140,27 @@ class LeaderService(RequestService):
         """Step 1: takes the write's locks; executes at once when all are free, else in a
         task once they are granted (its place in each lock's queue is taken now)."""
         self.retry_cache.begin(write.key)
-        owner = self.locks.begin(plan_locks(write.request))
-        if owner.granted:
+        self._lock_and_execute(write, replans=0)
+
+    def _plan(self, request: om_pb2.OMRequest) -> tuple[tuple[LockRequest, ...], bool]:
+        """The request's lock plan, and whether it was resolved against applied state
+        (a file-system bucket's, ``om/gatekeeper/fs_locks.py``) and so must be checked
+        again after a wait."""
+        resolved = plan_fs_locks(request, self._store, self._limits.key_name_max_bytes)
+        if resolved is not None:
+            return resolved, True
+        return plan_locks(request), False
+
+    def _lock_and_execute(self, write: Write, replans: int) -> None:
+        plan, resolved = self._plan(write.request)
+        owner = self.locks.begin(plan)
+        if owner.granted:   # nothing was applied since the plan: it stands
             self._execute(write, owner)
         else:
-            self.spawn(self._execute_when_granted(write, owner))
+            self.spawn(self._execute_when_granted(write, owner, resolved, replans))
 
-    async def _execute_when_granted(self, write: Write, owner: LockOwner) -> None:
+    async def _execute_when_granted(self, write: Write, owner: LockOwner, resolved: bool,
+                                    replans: int) -> None:
         started = time.perf_counter_ns()
         try:
             await self.locks.finish(owner)
@@ -158,7 +173,16 @@ class LeaderService(RequestService):
                 write.request, om_pb2.LEADER_NOT_READY,
                 f"OM:{self.node_id} is shutting down; retry"), None)
             raise
-        write.trace.lock_wait_ns = time.perf_counter_ns() - started
+        write.trace.lock_wait_ns += time.perf_counter_ns() - started
+        if resolved and self._plan(write.request)[0] != owner.plan:
+            self.locks.release(owner)   # what the path names moved meanwhile: plan again
+            if replans < REPLAN_MAX:
+                self._lock_and_execute(write, replans + 1)
+            else:
+                self._end_write(write, error_response(
+                    write.request, om_pb2.TIMEOUT, f"the path kept changing under "
+                    f"{REPLAN_MAX} lock plans; retry"), None)
+            return
         self._execute(write, owner)
 
     def _execute(self, write: Write, owner: LockOwner) -> None:
