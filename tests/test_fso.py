@@ -56,14 +56,16 @@ async def test_mkdir_p_creates_every_missing_parent_in_one_request(
     await leader.ok(build.create_directory(V, B, "/a/b/d/"))
     assert _rows(leader, om_pb2.DIRECTORY) == 4
     found = (await leader.ok(build.get_file_status(V, B, "a/b"))).get_file_status.status
-    assert found.is_directory and found.path == "a/b"
+    assert found.is_directory
+    assert found.path == "a/b"
 
 
 async def test_files_live_in_their_directory(leader: LeaderUnderTest) -> None:
     info = await _put(leader, "logs/2026/app.log", 100)
     assert info.key_name == "logs/2026/app.log", "answers carry the whole path"
     assert _rows(leader, om_pb2.DIRECTORY) == 2
-    assert _rows(leader, om_pb2.FILE) == 1 and _rows(leader, om_pb2.OPEN_FILE) == 0
+    assert _rows(leader, om_pb2.FILE) == 1
+    assert _rows(leader, om_pb2.OPEN_FILE) == 0
     looked = (await leader.ok(build.lookup_key(V, B, "logs/2026/app.log"))).lookup_key
     assert looked.key_info.data_size == 100
     assert await _status(leader, build.lookup_file(V, B, "logs/2026")) == "NOT_A_FILE"
