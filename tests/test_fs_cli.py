@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from om.cli.fs import FsUsageError, normalize, parse_path
+from om.client import OMClient
+from om.protocol import om_pb2
 from tests.processes import REPO, ServerProcess, free_port, om_command
 
 pytestmark = pytest.mark.integration
@@ -79,3 +81,12 @@ def test_paths_and_spelling() -> None:
     assert normalize(["fs", "-ls", "/v/b"]) == ["fs", "ls", "/v/b"]
     assert normalize(["sh", "-ls"]) == ["sh", "-ls"]
     assert Path(REPO).exists()
+
+
+def test_a_client_may_not_send_the_leaders_purge(server: ServerProcess) -> None:
+    with OMClient([server.address], user="alice") as client:
+        response = client.call_raw(om_pb2.OMRequest(
+            cmd_type=om_pb2.PurgeDirectories, purge_directories=om_pb2.PurgeDirectoriesRequest(
+                volume="vol1", bucket="lake", rows_max=10)))
+    assert response.status == om_pb2.INVALID_REQUEST
+    assert "leader's own request" in response.message

@@ -14,6 +14,8 @@ import pytest
 
 from om.client import requests as build
 from om.executor.fs import FSO
+from om.flows.purge import PurgeConfig
+from om.integrity import fs_audit
 from om.protocol import om_pb2
 from tests.leader_harness import LeaderUnderTest, config
 
@@ -154,3 +156,26 @@ async def test_object_store_buckets_refuse_file_system_requests(
         "NOT_SUPPORTED_OPERATION"
     assert await _status(leader, build.create_bucket(V, "bad", layout="LEGACY")) == \
         "INVALID_REQUEST"
+
+
+async def test_the_purge_empties_a_deleted_subtree_in_bounded_steps(
+        leader: LeaderUnderTest) -> None:
+    for n in range(5):
+        await _put(leader, f"big/sub{n % 2}/f{n}", 10)
+    await leader.ok(build.create_directory(V, B, "big/sub1/deeper/deepest"))
+    await leader.ok(build.delete_key(V, B, "big", recursive=True))
+    purger = leader.service.purger
+    assert purger.pending() == 1
+    purger.config = PurgeConfig(interval_s=1.0, rows_max=2)
+    steps = 0
+    while await purger.step():
+        steps += 1
+        assert steps < 50, "the purge ends"
+    assert purger.pending() == 0
+    assert leader.store.count(om_pb2.DIRECTORY) == 0
+    assert leader.store.count(om_pb2.FILE) == 0
+    bucket = leader.bucket(V, B)
+    assert (bucket.used_namespace, bucket.used_bytes) == (0, 0), "every count released"
+    assert steps > 3, "bounded steps"
+    assert fs_audit.fs_problems(leader.store) == []
+    await leader.ok(build.delete_bucket(V, B))

@@ -380,3 +380,50 @@ def _listed(body: om_pb2.ListKeysRequest, name: str, entry: Entry) -> om_pb2.Key
                           modification_time=entry.modification_time,
                           object_id=entry.object_id, update_id=entry.update_id,
                           acls=entry.acls, parent_object_id=entry.parent_object_id)
+
+
+# ------------------------------------------------------------------ purge ---
+
+def purge_directories(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+                      ctx: ExecContext) -> om_pb2.OMResponse:
+    """PurgeDirectories (the leader's own request, Ozone's type 95): one bounded step of
+    purging the bucket's first deleted subtree. Its directory's direct entries go, at
+    most ``rows_max``: files to deletedTable with their bytes and namespace released,
+    directories to deletedDirectoryTable (their own subtrees are purged in later
+    steps); once it has none left, the tombstone goes too. Unreachable rows only: no
+    client request can lock or see them, and a step is computed from applied state,
+    so a step lost with a leadership change is simply computed again."""
+    body = request.purge_directories
+    bucket = load_bucket(view, body.volume, body.bucket)
+    require_fso(bucket, "PurgeDirectories")
+    if body.rows_max == 0:
+        raise OMError(om_pb2.INVALID_REQUEST, "rows_max must be at least 1")
+    ids = ids_of(load_volume(view, body.volume), bucket)
+    scope = f"/{ids.volume_id}/{ids.bucket_id}/".encode()
+    found = view.scan(om_pb2.DELETED_DIRECTORY, scope, None, 1)
+    if not found:
+        raise OMError(om_pb2.DIRECTORY_NOT_FOUND, "no deleted directory waits for its purge")
+    tombstone_key, raw = found[0]
+    gone = om_pb2.DirectoryInfo.FromString(raw)
+    purged = released_bytes = 0
+    done = True
+    for name, entry in children(view, ids, gone.object_id):
+        if purged == body.rows_max:
+            done = False
+            break
+        purged += 1
+        if isinstance(entry, om_pb2.DirectoryInfo):
+            recorder.delete(om_pb2.DIRECTORY, ids.key(gone.object_id, name))
+            recorder.put(om_pb2.DELETED_DIRECTORY, tables.deleted_directory_key(
+                ids.volume_id, ids.bucket_id, gone.object_id, name, entry.object_id),
+                encode_entry(entry))
+        else:
+            recorder.delete(om_pb2.FILE, ids.key(gone.object_id, name))
+            retire(recorder, entry, ctx)
+            released_bytes += replicated_size(entry.data_size, entry.replication_factor)
+    if done:
+        recorder.delete(om_pb2.DELETED_DIRECTORY, tombstone_key)
+    if purged:
+        charge_namespace(recorder, bucket, -released_bytes, -purged)
+    return om_pb2.OMResponse(purge_directories=om_pb2.PurgeDirectoriesResponse(
+        purged=purged, tombstone_removed=done))

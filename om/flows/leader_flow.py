@@ -37,6 +37,7 @@ from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
+from om.flows.purge import DirectoryPurger, PurgeConfig
 from om.flows.read_rounds import ReadRound
 from om.flows.template import (
     Clock,
@@ -59,6 +60,7 @@ from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
+PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class LeaderConfig:
     limits: Limits = field(default_factory=Limits)
     retry_cache_enabled: bool = True
     read_mode: str = READ_LINEARIZABLE
+    purge: PurgeConfig = field(default_factory=PurgeConfig)
 
 
 class LeaderService(RequestService):
@@ -98,17 +101,24 @@ class LeaderService(RequestService):
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
                                       self.metrics.batches)
         self._sweeper: asyncio.Task[None] | None = None
+        self.purger = DirectoryPurger(store, self.submit, lambda: self.role().ready,
+                                      config.purge, PURGE_USER)
+        self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Starts group commit and the retry-cache sweeper."""
+        """Starts group commit, the retry-cache sweeper and the purge of deleted
+        subtrees."""
         self.pipeline.start()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+        self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
     async def close(self) -> None:
-        """Stops the sweeper, lets every admitted write finish, then stops group commit."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
+        """Stops the sweeper and the purge, lets every admitted write finish, then stops
+        group commit."""
+        for task in (self._sweeper, self._purging):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.drain()
         await self.pipeline.close()
 

@@ -131,6 +131,9 @@ _PLANNERS = {
     # on a file-system bucket
     om_pb2.CreateDirectory: _key_plan,
     om_pb2.CreateFile: _key_plan,
+    # a purge step changes unreachable rows and the bucket's counters: the bucket's read
+    # lock keeps a bucket property change (which puts the row) out of its batch
+    om_pb2.PurgeDirectories: _key_plan,
     om_pb2.AddAcl: _acl_plan,
     om_pb2.RemoveAcl: _acl_plan,
     om_pb2.SetAcl: _acl_plan,

@@ -189,6 +189,10 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     CreateFile: _Type.ValueType  # 72
     LookupFile: _Type.ValueType  # 73
     ListStatus: _Type.ValueType  # 74
+    PurgeDirectories: _Type.ValueType  # 95
+    """The leader's own, never a client's (om/flows/purge.py): one bounded step of
+    purging a deleted subtree of a file-system bucket.
+    """
     AddAcl: _Type.ValueType  # 75
     """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
     RemoveAcl: _Type.ValueType  # 76
@@ -244,6 +248,10 @@ CreateDirectory: Type.ValueType  # 71
 CreateFile: Type.ValueType  # 72
 LookupFile: Type.ValueType  # 73
 ListStatus: Type.ValueType  # 74
+PurgeDirectories: Type.ValueType  # 95
+"""The leader's own, never a client's (om/flows/purge.py): one bounded step of
+purging a deleted subtree of a file-system bucket.
+"""
 AddAcl: Type.ValueType  # 75
 """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
 RemoveAcl: Type.ValueType  # 76
@@ -1531,6 +1539,32 @@ class LookupFileRequest(_message.Message):
 Global___LookupFileRequest: _TypeAlias = LookupFileRequest  # noqa: Y015
 
 @_typing.final
+class PurgeDirectoriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    ROWS_MAX_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    rows_max: _builtins.int
+    """entries of the deleted subtree purged at most"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        rows_max: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "rows_max", b"rows_max", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeDirectoriesRequest: _TypeAlias = PurgeDirectoriesRequest  # noqa: Y015
+
+@_typing.final
 class GetFileStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2029,6 +2063,7 @@ class OMRequest(_message.Message):
     CREATE_FILE_FIELD_NUMBER: _builtins.int
     LOOKUP_FILE_FIELD_NUMBER: _builtins.int
     LIST_STATUS_FIELD_NUMBER: _builtins.int
+    PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -2116,6 +2151,8 @@ class OMRequest(_message.Message):
     @_builtins.property
     def list_status(self) -> Global___ListStatusRequest: ...
     @_builtins.property
+    def purge_directories(self) -> Global___PurgeDirectoriesRequest: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclRequest: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclRequest: ...
@@ -2173,6 +2210,7 @@ class OMRequest(_message.Message):
         create_file: Global___CreateFileRequest | None = ...,
         lookup_file: Global___LookupFileRequest | None = ...,
         list_status: Global___ListStatusRequest | None = ...,
+        purge_directories: Global___PurgeDirectoriesRequest | None = ...,
         add_acl: Global___AddAclRequest | None = ...,
         remove_acl: Global___RemoveAclRequest | None = ...,
         set_acl: Global___SetAclRequest | None = ...,
@@ -2185,11 +2223,11 @@ class OMRequest(_message.Message):
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
         change_membership: Global___ChangeMembershipRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -2578,6 +2616,30 @@ class LookupFileResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LookupFileResponse: _TypeAlias = LookupFileResponse  # noqa: Y015
+
+@_typing.final
+class PurgeDirectoriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_FIELD_NUMBER: _builtins.int
+    TOMBSTONE_REMOVED_FIELD_NUMBER: _builtins.int
+    purged: _builtins.int
+    """directories and files removed from the subtree"""
+    tombstone_removed: _builtins.bool
+    """the deleted directory had nothing left: it is gone"""
+    def __init__(
+        self,
+        *,
+        purged: _builtins.int = ...,
+        tombstone_removed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged", "tombstone_removed", b"tombstone_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeDirectoriesResponse: _TypeAlias = PurgeDirectoriesResponse  # noqa: Y015
 
 @_typing.final
 class FileStatus(_message.Message):
@@ -3305,6 +3367,7 @@ class OMResponse(_message.Message):
     CREATE_FILE_FIELD_NUMBER: _builtins.int
     LOOKUP_FILE_FIELD_NUMBER: _builtins.int
     LIST_STATUS_FIELD_NUMBER: _builtins.int
+    PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -3376,6 +3439,8 @@ class OMResponse(_message.Message):
     @_builtins.property
     def list_status(self) -> Global___ListStatusResponse: ...
     @_builtins.property
+    def purge_directories(self) -> Global___PurgeDirectoriesResponse: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclResponse: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclResponse: ...
@@ -3431,6 +3496,7 @@ class OMResponse(_message.Message):
         create_file: Global___CreateFileResponse | None = ...,
         lookup_file: Global___LookupFileResponse | None = ...,
         list_status: Global___ListStatusResponse | None = ...,
+        purge_directories: Global___PurgeDirectoriesResponse | None = ...,
         add_acl: Global___AddAclResponse | None = ...,
         remove_acl: Global___RemoveAclResponse | None = ...,
         set_acl: Global___SetAclResponse | None = ...,
@@ -3443,11 +3509,11 @@ class OMResponse(_message.Message):
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
         change_membership: Global___ChangeMembershipResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
