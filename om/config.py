@@ -195,6 +195,16 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class Purge:
+    """The purge of deleted subtrees of file-system buckets (om/flows/purge.py), on the
+    leader: one step of at most ``rows_max`` entries every ``interval_s`` while any
+    waits."""
+
+    interval_s: float = 1.0
+    rows_max: int = 1000
+
+
+@dataclass(frozen=True)
 class Auditor:
     """The periodic report-only auditor (``om.integrity.periodic``), on followers only.
 
@@ -265,6 +275,7 @@ class ServerConfig:
     raft: Raft = field(default_factory=Raft)
     audit: Audit = field(default_factory=Audit)
     auditor: Auditor = field(default_factory=Auditor)
+    purge: Purge = field(default_factory=Purge)
     tls: Tls = field(default_factory=Tls)
     tokens: Tokens = field(default_factory=Tokens)
 
@@ -305,6 +316,8 @@ class ServerConfig:
 
     def validate(self) -> ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""
+        if self.purge.interval_s <= 0 or self.purge.rows_max < 1:
+            raise ConfigError("[purge] interval_s must be > 0 and rows_max >= 1")
         if not 0 <= self.workers <= WORKERS_MAX:
             raise ConfigError(f"workers must be 0 (from the cores) to {WORKERS_MAX}, "
                               f"not {self.workers}")
@@ -428,7 +441,8 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         if "nodes" in values:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
-                          ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens)):
+                          ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens),
+                          ("purge", Purge)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

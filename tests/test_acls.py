@@ -438,7 +438,10 @@ class TestEachRightIsEnforced:
         # CreateVolume and ListVolume: the two tests after the table; the token requests
         # need no right (authentication only: tests/test_tokens.py)
         tokens = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
-        assert covered | {"CreateVolume", "ListVolume"} | tokens == {
+        # the file-system requests: TestFileSystemBuckets (the leader's own purge step
+        # needs no right: clients' are refused at the intake, tests/test_fs_cli.py)
+        fs = set(FS_RULES) | {"PurgeDirectories"}
+        assert covered | {"CreateVolume", "ListVolume"} | tokens | fs == {
             k.name for k in KINDS.values()}
 
     @pytest.mark.parametrize("name", list(RULES))
@@ -620,3 +623,52 @@ class TestConfig:
         path.write_text(toml.format(groups=tmp_path / "g.toml", missing=tmp_path / "none"))
         with pytest.raises(ConfigError, match=message):
             load(path)
+
+
+# ======================================================= file-system buckets ===
+
+FS_BUCKET = "fsbucket"
+FS_RULES: dict[str, tuple[Callable[[], om_pb2.OMRequest], str, str]] = {
+    # request, carol's bucket right it needs, the right Ozone's denial names without it
+    # (as for CreateKey: a new path's CREATE is decided by the bucket's WRITE)
+    "CreateDirectory": (lambda: build.create_directory(V, FS_BUCKET, "a/new"), "w", "CREATE"),
+    "CreateFile": (lambda: build.create_file(V, FS_BUCKET, "a/f", recursive=True), "w", "CREATE"),
+    "LookupFile": (lambda: build.lookup_file(V, FS_BUCKET, "a/file"), "r", "READ"),
+    "GetFileStatus": (lambda: build.get_file_status(V, FS_BUCKET, "a"), "r", "READ"),
+    "ListStatus": (lambda: build.list_status(V, FS_BUCKET, "a"), "l", "LIST"),
+}
+
+
+def fs_world(h: Harness, bucket_rights: str) -> None:
+    """vol1/fsbucket (file-system layout) holding a/file, the admin's, carol holding
+    READ on the volume and ``bucket_rights`` on the bucket."""
+    h.ok(build.create_volume(V), user=ADMIN)
+    h.ok(build.create_bucket(V, FS_BUCKET, layout="FILE_SYSTEM_OPTIMIZED"), user=ADMIN)
+    opened = h.ok(build.create_file(V, FS_BUCKET, "a/file", recursive=True),
+                  user=ADMIN).create_file
+    h.ok(build.commit_key(V, FS_BUCKET, "a/file", opened.client_session_id, 0), user=ADMIN)
+    _set(h, build.acl_object(V), "r")
+    _set(h, build.acl_object(V, FS_BUCKET), bucket_rights)
+
+
+class TestFileSystemBuckets:
+    """The bucket's and volume's rights decide for paths in a file-system bucket (a
+    directory's or file's own entries are not consulted yet: om/gatekeeper/authorize.py)."""
+
+    @pytest.mark.parametrize("name", list(FS_RULES))
+    def test_the_bucket_right_allows_it(self, lo: Harness, name: str) -> None:
+        request, right, _ = FS_RULES[name]
+        fs_world(lo, right)
+        response = run_as(lo, CAROL, request())
+        assert status_name(response) == "OK", response.message
+
+    @pytest.mark.parametrize("name", list(FS_RULES))
+    def test_without_it_the_request_is_denied(self, lo: Harness, name: str) -> None:
+        request, right, word = FS_RULES[name]
+        fs_world(lo, BASIC.replace(right, ""))
+        before = lo.data_digests()
+        response = run_as(lo, CAROL, request())
+        assert status_name(response) == "PERMISSION_DENIED"
+        assert response.message.startswith(f"User {CAROL} doesn't have {word} permission"), \
+            response.message
+        assert lo.data_digests() == before

@@ -1,4 +1,5 @@
-"""The ``om`` command: serve, sh (like ``ozone sh``), admin, cluster, freon, bench, chaos."""
+"""The ``om`` command: serve, sh (like ``ozone sh``), fs (like ``ozone fs``), admin, cluster,
+freon, bench, chaos."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from om.cli import (
     chaos,
     cluster,
     freon,
+    fs,
     serve,
     sh,
     verify,
@@ -28,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
     sh.register(commands)
+    fs.register(commands)
     admin_actions = commands.add_parser(
         "admin", help="administration (like `ozone admin om`)").add_subparsers(
         dest="action", required=True)
@@ -48,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
-    args = parser().parse_args(argv)
+    args = parser().parse_args(fs.normalize(sys.argv[1:] if argv is None else argv))
     status: int = args.run(args)
     return status
 

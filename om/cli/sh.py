@@ -174,7 +174,8 @@ def _bucket_commands(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--user", "-u", dest="owner", metavar="USER",
                         help="its owner (default: you)")
     create.add_argument("--layout", "-l", type=_layout,
-                        help="obs / OBJECT_STORE (the only layout om serves)")
+                        help="obs / OBJECT_STORE (the default: flat keys) or fso / "
+                             "FILE_SYSTEM_OPTIMIZED (directories; om fs)")
     _quota_options(create)
     _command(actions, "info", do.bucket_info, "bucket", "print a bucket")
     _list_options(_command(actions, "list", do.bucket_list, "volume", "list buckets", ("ls",)))

@@ -140,11 +140,12 @@ def volume_delete(client: OMClient, args: argparse.Namespace, at: Address) -> No
 # ------------------------------------------------------------------ buckets ---
 
 def bucket_create(client: OMClient, args: argparse.Namespace, at: Address) -> None:
-    """``bucket create /vol/bucket [--user OWNER] [--layout obs] [quotas]``."""
-    if args.layout not in (None, "OBJECT_STORE"):
-        raise NotSupported(f"{args.layout} buckets: om serves OBJECT_STORE buckets only")
+    """``bucket create /vol/bucket [--user OWNER] [--layout obs|fso] [quotas]``."""
+    if args.layout == "LEGACY":
+        raise NotSupported("LEGACY buckets: om serves OBJECT_STORE and FILE_SYSTEM_OPTIMIZED")
     space, namespace = _quotas(args)
-    client.call(build.create_bucket(at.volume, at.bucket, space, namespace, args.owner or ""))
+    client.call(build.create_bucket(at.volume, at.bucket, space, namespace, args.owner or "",
+                                    layout=args.layout or ""))
     if args.verbose:
         _show(bucket_json(client.info_bucket(at.volume, at.bucket)))
 

@@ -118,7 +118,7 @@ def key_json(info: om_pb2.KeyInfo, details: bool = False) -> dict[str, Any]:
     if details:
         data["ozoneKeyLocations"] = []
         data["generation"] = info.update_id
-    data["file"] = True
+    data["file"] = not info.key_name.endswith("/")   # a directory of an FSO bucket lists as "dir/"
     return data
 
 

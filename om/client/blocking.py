@@ -122,8 +122,10 @@ class OMClient(ClientIdentity):
         return self.call(build.list_volumes(prefix, start_key, max_keys)).list_volume
 
     def create_bucket(self, volume: str, bucket: str, quota_in_bytes: int = 0,
-                      quota_in_namespace: int = 0) -> om_pb2.BucketInfo:
-        request = build.create_bucket(volume, bucket, quota_in_bytes, quota_in_namespace)
+                      quota_in_namespace: int = 0, layout: str = "") -> om_pb2.BucketInfo:
+        """A bucket; ``layout`` "FILE_SYSTEM_OPTIMIZED" for directories as rows."""
+        request = build.create_bucket(volume, bucket, quota_in_bytes, quota_in_namespace,
+                                      layout=layout)
         return self.call(request).create_bucket.bucket_info
 
     def info_bucket(self, volume: str, bucket: str) -> om_pb2.BucketInfo:
@@ -158,8 +160,35 @@ class OMClient(ClientIdentity):
     def lookup_key(self, volume: str, bucket: str, key: str) -> om_pb2.KeyInfo:
         return self.call(build.lookup_key(volume, bucket, key)).lookup_key.key_info
 
-    def delete_key(self, volume: str, bucket: str, key: str) -> om_pb2.KeyInfo:
-        return self.call(build.delete_key(volume, bucket, key)).delete_key.key_info
+    def delete_key(self, volume: str, bucket: str, key: str,
+                   recursive: bool = False) -> om_pb2.KeyInfo:
+        """A key (a file, or in an FSO bucket a directory: ``recursive`` for a non-empty
+        one)."""
+        return self.call(build.delete_key(volume, bucket, key, recursive)).delete_key.key_info
+
+    # -- file-system buckets (FILE_SYSTEM_OPTIMIZED) --------------------------------------
+
+    def create_directory(self, volume: str, bucket: str, path: str) -> None:
+        """The directory and its missing parents; DIRECTORY_ALREADY_EXISTS if it exists."""
+        self.call(build.create_directory(volume, bucket, path))
+
+    def create_file(self, volume: str, bucket: str, path: str, data_size: int = 0,
+                    recursive: bool = False,
+                    overwrite: bool = False) -> om_pb2.CreateFileResponse:
+        """An open file: commit it with ``commit_key`` and the session id."""
+        request = build.create_file(volume, bucket, path, data_size, recursive, overwrite)
+        return self.call(request).create_file
+
+    def lookup_file(self, volume: str, bucket: str, path: str) -> om_pb2.KeyInfo:
+        return self.call(build.lookup_file(volume, bucket, path)).lookup_file.key_info
+
+    def get_file_status(self, volume: str, bucket: str, path: str) -> om_pb2.FileStatus:
+        return self.call(build.get_file_status(volume, bucket, path)).get_file_status.status
+
+    def list_status(self, volume: str, bucket: str, path: str = "", recursive: bool = False,
+                    start_key: str = "", num_entries: int = 0) -> om_pb2.ListStatusResponse:
+        request = build.list_status(volume, bucket, path, recursive, start_key, num_entries)
+        return self.call(request).list_status
 
     def rename_key(self, volume: str, bucket: str, key: str, to_key: str) -> om_pb2.KeyInfo:
         return self.call(build.rename_key(volume, bucket, key, to_key)).rename_key.key_info

@@ -37,10 +37,11 @@ def list_volumes(prefix: str = "", start_key: str = "", max_keys: int = 0) -> om
 
 
 def create_bucket(volume: str, bucket: str, quota_in_bytes: int = 0,
-                  quota_in_namespace: int = 0, owner: str = "") -> om_pb2.OMRequest:
+                  quota_in_namespace: int = 0, owner: str = "",
+                  layout: str = "") -> om_pb2.OMRequest:
     return om_pb2.OMRequest(cmd_type=om_pb2.CreateBucket, create_bucket=om_pb2.CreateBucketRequest(
         volume=volume, bucket=bucket, quota_in_bytes=quota_in_bytes,
-        quota_in_namespace=quota_in_namespace, owner=owner))
+        quota_in_namespace=quota_in_namespace, owner=owner, layout=layout))
 
 
 def set_bucket_property(volume: str, bucket: str, quota_in_bytes: int = 0,
@@ -87,9 +88,41 @@ def lookup_key(volume: str, bucket: str, key: str) -> om_pb2.OMRequest:
         volume=volume, bucket=bucket, key=key))
 
 
-def delete_key(volume: str, bucket: str, key: str) -> om_pb2.OMRequest:
+def delete_key(volume: str, bucket: str, key: str, recursive: bool = False) -> om_pb2.OMRequest:
     return om_pb2.OMRequest(cmd_type=om_pb2.DeleteKey, delete_key=om_pb2.DeleteKeyRequest(
-        volume=volume, bucket=bucket, key=key))
+        volume=volume, bucket=bucket, key=key, recursive=recursive))
+
+
+def create_directory(volume: str, bucket: str, path: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CreateDirectory,
+                            create_directory=om_pb2.CreateDirectoryRequest(
+                                volume=volume, bucket=bucket, key=path))
+
+
+def create_file(volume: str, bucket: str, path: str, data_size: int = 0,
+                recursive: bool = False, overwrite: bool = False,
+                replication_factor: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CreateFile, create_file=om_pb2.CreateFileRequest(
+        volume=volume, bucket=bucket, key=path, data_size=data_size, recursive=recursive,
+        overwrite=overwrite, replication_factor=replication_factor))
+
+
+def lookup_file(volume: str, bucket: str, path: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.LookupFile, lookup_file=om_pb2.LookupFileRequest(
+        volume=volume, bucket=bucket, key=path))
+
+
+def get_file_status(volume: str, bucket: str, path: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.GetFileStatus,
+                            get_file_status=om_pb2.GetFileStatusRequest(
+                                volume=volume, bucket=bucket, key=path))
+
+
+def list_status(volume: str, bucket: str, path: str = "", recursive: bool = False,
+                start_key: str = "", num_entries: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.ListStatus, list_status=om_pb2.ListStatusRequest(
+        volume=volume, bucket=bucket, key=path, recursive=recursive, start_key=start_key,
+        num_entries=num_entries))
 
 
 def rename_key(volume: str, bucket: str, key: str, to_key: str) -> om_pb2.OMRequest:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -46,16 +47,20 @@ Execute = Callable[[om_pb2.OMRequest, ReadView, ChangeRecorder, ExecContext], om
 
 @dataclass(frozen=True)
 class RequestKind:
-    """How one request type is handled."""
+    """How one request type is handled; ``internal``: only the leader issues it (a
+    client's is refused at the intake)."""
 
     name: str
     body_field: str
     write: bool
     execute: Execute
+    internal: bool = False
 
 
-def _kind(cmd: int, body_field: str, write: bool, execute: Execute) -> tuple[int, RequestKind]:
-    return cmd, RequestKind(om_pb2.Type.Name(cmd), body_field, write, execute)  # type: ignore[arg-type]
+def _kind(cmd: int, body_field: str, write: bool, execute: Execute,
+          internal: bool = False) -> tuple[int, RequestKind]:
+    return cmd, RequestKind(om_pb2.Type.Name(cmd), body_field, write, execute,  # type: ignore[arg-type]
+                            internal)
 
 
 KINDS: dict[int, RequestKind] = dict([
@@ -75,6 +80,13 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.ListKeys, "list_keys", False, list_keys.execute),
     _kind(om_pb2.DeleteKey, "delete_key", True, delete_key.execute),
     _kind(om_pb2.RenameKey, "rename_key", True, rename_key.execute),
+    _kind(om_pb2.CreateDirectory, "create_directory", True, fso_keys.create_directory),
+    _kind(om_pb2.CreateFile, "create_file", True, fso_keys.create_file),
+    _kind(om_pb2.LookupFile, "lookup_file", False, fso_keys.lookup_file),
+    _kind(om_pb2.GetFileStatus, "get_file_status", False, fso_keys.get_file_status),
+    _kind(om_pb2.ListStatus, "list_status", False, fso_keys.list_status),
+    _kind(om_pb2.PurgeDirectories, "purge_directories", True, fso_keys.purge_directories,
+          internal=True),
     _kind(om_pb2.AddAcl, "add_acl", True, add_acl.execute),
     _kind(om_pb2.RemoveAcl, "remove_acl", True, remove_acl.execute),
     _kind(om_pb2.SetAcl, "set_acl", True, set_acl.execute),

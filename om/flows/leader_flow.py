@@ -37,6 +37,7 @@ from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
+from om.flows.purge import DirectoryPurger, PurgeConfig
 from om.flows.read_rounds import ReadRound
 from om.flows.template import (
     Clock,
@@ -46,7 +47,8 @@ from om.flows.template import (
     wall_clock_ms,
 )
 from om.gatekeeper.authorize import AclPolicy
-from om.gatekeeper.lock_plan import plan_locks
+from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs_locks
+from om.gatekeeper.lock_plan import LockRequest, plan_locks
 from om.gatekeeper.retry_cache import RetryCache, RetryCacheConfig, StoredReply, expired_row_deletes
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
@@ -58,6 +60,7 @@ from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
+PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class LeaderConfig:
     limits: Limits = field(default_factory=Limits)
     retry_cache_enabled: bool = True
     read_mode: str = READ_LINEARIZABLE
+    purge: PurgeConfig = field(default_factory=PurgeConfig)
 
 
 class LeaderService(RequestService):
@@ -97,17 +101,24 @@ class LeaderService(RequestService):
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
                                       self.metrics.batches)
         self._sweeper: asyncio.Task[None] | None = None
+        self.purger = DirectoryPurger(store, self.submit, lambda: self.role().ready,
+                                      config.purge, PURGE_USER)
+        self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Starts group commit and the retry-cache sweeper."""
+        """Starts group commit, the retry-cache sweeper and the purge of deleted
+        subtrees."""
         self.pipeline.start()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+        self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
     async def close(self) -> None:
-        """Stops the sweeper, lets every admitted write finish, then stops group commit."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
+        """Stops the sweeper and the purge, lets every admitted write finish, then stops
+        group commit."""
+        for task in (self._sweeper, self._purging):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.drain()
         await self.pipeline.close()
 
@@ -139,13 +150,27 @@ class LeaderService(RequestService):
         """Step 1: takes the write's locks; executes at once when all are free, else in a
         task once they are granted (its place in each lock's queue is taken now)."""
         self.retry_cache.begin(write.key)
-        owner = self.locks.begin(plan_locks(write.request))
-        if owner.granted:
+        self._lock_and_execute(write, replans=0)
+
+    def _plan(self, request: om_pb2.OMRequest) -> tuple[tuple[LockRequest, ...], bool]:
+        """The request's lock plan, and whether it was resolved against applied state
+        (a file-system bucket's, ``om/gatekeeper/fs_locks.py``) and so must be checked
+        again after a wait."""
+        resolved = plan_fs_locks(request, self._store, self._limits.key_name_max_bytes)
+        if resolved is not None:
+            return resolved, True
+        return plan_locks(request), False
+
+    def _lock_and_execute(self, write: Write, replans: int) -> None:
+        plan, resolved = self._plan(write.request)
+        owner = self.locks.begin(plan)
+        if owner.granted:   # nothing was applied since the plan: it stands
             self._execute(write, owner)
         else:
-            self.spawn(self._execute_when_granted(write, owner))
+            self.spawn(self._execute_when_granted(write, owner, resolved, replans))
 
-    async def _execute_when_granted(self, write: Write, owner: LockOwner) -> None:
+    async def _execute_when_granted(self, write: Write, owner: LockOwner, resolved: bool,
+                                    replans: int) -> None:
         started = time.perf_counter_ns()
         try:
             await self.locks.finish(owner)
@@ -158,7 +183,16 @@ class LeaderService(RequestService):
                 write.request, om_pb2.LEADER_NOT_READY,
                 f"OM:{self.node_id} is shutting down; retry"), None)
             raise
-        write.trace.lock_wait_ns = time.perf_counter_ns() - started
+        write.trace.lock_wait_ns += time.perf_counter_ns() - started
+        if resolved and self._plan(write.request)[0] != owner.plan:
+            self.locks.release(owner)   # what the path names moved meanwhile: plan again
+            if replans < REPLAN_MAX:
+                self._lock_and_execute(write, replans + 1)
+            else:
+                self._end_write(write, error_response(
+                    write.request, om_pb2.TIMEOUT, f"the path kept changing under "
+                    f"{REPLAN_MAX} lock plans; retry"), None)
+            return
         self._execute(write, owner)
 
     def _execute(self, write: Write, owner: LockOwner) -> None:

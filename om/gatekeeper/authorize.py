@@ -21,6 +21,12 @@ LookupKey              READ on the key
 DeleteKey              DELETE on the key
 RenameKey              DELETE on the key, CREATE on the new name
 ListKeys               LIST on the bucket
+CreateDirectory/File   CREATE on the path (file-system buckets: the bucket's and
+                       volume's rights decide; a file's own entries are not
+                       consulted yet)
+LookupFile, GetFileStatus  READ on the path
+ListStatus             LIST on the bucket
+PurgeDirectories       none: the leader's own request (refused from clients)
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
 *DelegationToken       none: authentication only (om/executor/tokens.py
@@ -213,6 +219,13 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.DeleteKey: _on(KEY, acls.DELETE),
     om_pb2.RenameKey: _rename_key,
     om_pb2.ListKeys: _on(BUCKET, acls.LIST),
+    om_pb2.CreateDirectory: _on(KEY, acls.CREATE),
+    om_pb2.CreateFile: _on(KEY, acls.CREATE),
+    om_pb2.LookupFile: _on(KEY, acls.READ),
+    om_pb2.GetFileStatus: _on(KEY, acls.READ),
+    om_pb2.ListStatus: _on(BUCKET, acls.LIST),
+    # the leader's own step of a purge (clients' are refused at the intake)
+    om_pb2.PurgeDirectories: lambda body: (),
     om_pb2.AddAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.RemoveAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.SetAcl: _acl_request(acls.WRITE_ACL),

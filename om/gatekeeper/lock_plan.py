@@ -32,6 +32,7 @@ class Level(enum.IntEnum):
     VOLUME = 0
     BUCKET = 1
     KEY = 2
+    SLOT = 3    # a name in a directory of a file-system bucket (om/gatekeeper/fs_locks.py)
 
 
 class Mode(enum.Enum):
@@ -61,7 +62,8 @@ def _volume(volume: str, mode: Mode) -> LockRequest:
     return LockRequest(Level.VOLUME, volume, mode)
 
 
-def _bucket(volume: str, bucket: str, mode: Mode) -> LockRequest:
+def bucket_lock(volume: str, bucket: str, mode: Mode) -> LockRequest:
+    """The lock on a bucket (its name: "volume/bucket")."""
     return LockRequest(Level.BUCKET, f"{volume}/{bucket}", mode)
 
 
@@ -81,12 +83,12 @@ def _bucket_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     if cmd == om_pb2.SetBucketProperty or (
             cmd == om_pb2.CreateBucket and body.quota_in_bytes not in (0, -1)):
         volume_mode = Mode.WRITE
-    return (_volume(body.volume, volume_mode), _bucket(body.volume, body.bucket, Mode.WRITE))
+    return (_volume(body.volume, volume_mode), bucket_lock(body.volume, body.bucket, Mode.WRITE))
 
 
 def _key_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     body = getattr(request, request.WhichOneof("body") or "")
-    locks = [_bucket(body.volume, body.bucket, Mode.READ)]
+    locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
     if request.cmd_type in (om_pb2.CommitKey, om_pb2.DeleteKey):
         locks.append(_key(body.volume, body.bucket, body.key))
     elif request.cmd_type == om_pb2.RenameKey:
@@ -100,9 +102,10 @@ def _acl_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     if obj.res_type == om_pb2.OzoneObj.VOLUME:
         return (_volume(obj.volume, Mode.WRITE),)
     if obj.res_type == om_pb2.OzoneObj.BUCKET:
-        return (_volume(obj.volume, Mode.READ), _bucket(obj.volume, obj.bucket, Mode.WRITE))
+        return (_volume(obj.volume, Mode.READ), bucket_lock(obj.volume, obj.bucket, Mode.WRITE))
     if obj.res_type == om_pb2.OzoneObj.KEY:
-        return (_bucket(obj.volume, obj.bucket, Mode.READ), _key(obj.volume, obj.bucket, obj.key))
+        return (bucket_lock(obj.volume, obj.bucket, Mode.READ),
+                _key(obj.volume, obj.bucket, obj.key))
     return ()   # malformed or a prefix: the handler refuses it and writes nothing
 
 
@@ -124,6 +127,13 @@ _PLANNERS = {
     om_pb2.CommitKey: _key_plan,
     om_pb2.DeleteKey: _key_plan,
     om_pb2.RenameKey: _key_plan,
+    # on an object-store bucket (refused there); om/gatekeeper/fs_locks.py plans them
+    # on a file-system bucket
+    om_pb2.CreateDirectory: _key_plan,
+    om_pb2.CreateFile: _key_plan,
+    # a purge step changes unreachable rows and the bucket's counters: the bucket's read
+    # lock keeps a bucket property change (which puts the row) out of its batch
+    om_pb2.PurgeDirectories: _key_plan,
     om_pb2.AddAcl: _acl_plan,
     om_pb2.RemoveAcl: _acl_plan,
     om_pb2.SetAcl: _acl_plan,

@@ -21,7 +21,9 @@ Invariants checked, per row of the store:
   batch's timestamp) minus the expiry and a grace for the sweeper's period,
   and every reply has its expiry-index row and every index row its reply (a
   reply without one is never swept);
-* every row parses and sits under the key its own fields name.
+* every row parses and sits under the key its own fields name;
+* each file-system bucket's tree (``fs_audit``): no orphan, no cycle, no name that
+  is both a directory and a file, unique ids, usage equal to the tree.
 
 Plus ``check_cluster`` over facts the wiring collects from every node:
 applied <= commit, follower lag within a bound, Raft membership equal to the
@@ -45,8 +47,9 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from om.executor.fs import is_fso
 from om.executor.quota import replicated_size
-from om.integrity import merkle
+from om.integrity import fs_audit, merkle
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import IDS_PER_INDEX, OBJECT_ID_EPOCH
@@ -65,6 +68,8 @@ RETRY_INDEX_ORPHAN = "retry_index_orphan"
 ROW_MALFORMED = "row_malformed"
 STORE_CATEGORIES = (KEY_WITHOUT_BUCKET, BUCKET_WITHOUT_VOLUME, BUCKET_USAGE, VOLUME_NAMESPACE,
                     ID_ABOVE_MANAGED_INDEX, RETRY_NOT_PURGED, RETRY_INDEX_ORPHAN, ROW_MALFORMED)
+# the file-system buckets' tree (om/integrity/fs_audit.py): counted when found
+FS_CATEGORIES = fs_audit.FS_CATEGORIES
 
 APPLIED_AHEAD_OF_COMMIT = "applied_ahead_of_commit"
 FOLLOWER_LAG = "follower_lag"
@@ -154,10 +159,15 @@ _Outcome = Violation | Literal["cleared", "unsettled"]
 
 def audit(view: ReadView, config: AuditConfig = AuditConfig(),
           recheck_view: ReadView | None = None) -> AuditReport:
-    """Checks every row of ``view``; re-checks candidates on ``recheck_view`` (or ``view``)."""
+    """Checks every row of ``view``; re-checks candidates on ``recheck_view`` (or ``view``).
+    A file-system finding (``fs_audit``) is reported when the second pass finds it too."""
     candidates, rows = find_candidates(view, config)
     report = confirm(candidates, view if recheck_view is None else recheck_view, config)
-    return AuditReport(report.violations, rows, report.candidates, report.cleared,
+    first = fs_audit.fs_problems(view)
+    second = fs_audit.fs_problems(view if recheck_view is None else recheck_view) if first else []
+    tree = [Violation(*found) for found in first if found in second]
+    return AuditReport((*report.violations, *tree), rows,
+                       report.candidates + len(first), report.cleared + len(first) - len(tree),
                        report.unsettled)
 
 
@@ -265,7 +275,9 @@ def _check_bucket(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Pr
     if view.get(om_pb2.VOLUME, tables.volume_key(info.volume_name)) is None:
         problems[BUCKET_WITHOUT_VOLUME] = f"volume {info.volume_name} does not exist"
     used_bytes, used_namespace = _bucket_usage(view, info)
-    if (info.used_bytes, info.used_namespace) != (used_bytes, used_namespace):
+    if is_fso(info):
+        pass   # a file-system bucket's usage is its tree's (fs_audit.FS_USAGE)
+    elif (info.used_bytes, info.used_namespace) != (used_bytes, used_namespace):
         problems[BUCKET_USAGE] = (
             f"used_bytes {info.used_bytes}, used_namespace {info.used_namespace}, but its "
             f"keys sum to {used_bytes} replicated bytes in {used_namespace} keys")
@@ -373,6 +385,27 @@ def _check_delegation_token(view: ReadView, key: bytes, value: bytes,
     return {}
 
 
+def _check_directory(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Problems:
+    """A directoryTable or deletedDirectoryTable row: it parses, its ids are below the
+    managed index (where it sits in its bucket's tree: ``fs_audit``)."""
+    row = _parse(om_pb2.DirectoryInfo, value)
+    if row is None or not row.name or not key.endswith(
+            (f"/{row.parent_object_id}/{row.name}".encode(),
+             f"/{row.parent_object_id}/{row.name}/{row.object_id}".encode())):
+        return {ROW_MALFORMED: _malformed("DirectoryInfo", row)}
+    return _id_problems(facts, object_ids=[row.object_id], update_ids=[row.update_id])
+
+
+def _check_file(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Problems:
+    """A fileTable or openFileTable row: it parses, its ids are below the managed index."""
+    info = _parse(om_pb2.KeyInfo, value)
+    if info is None or info.replication_factor < 1 or f"/{info.parent_object_id}/".encode() \
+            not in key:
+        return {ROW_MALFORMED: _malformed("file KeyInfo", info)}
+    ids = [info.object_id, *([info.open_client_id] if info.open_client_id else [])]
+    return _id_problems(facts, object_ids=ids, update_ids=[info.update_id])
+
+
 _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.VOLUME: _check_volume,
     om_pb2.BUCKET: _check_bucket,
@@ -384,6 +417,10 @@ _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.TRANSACTION_INFO: _check_transaction_info,
     om_pb2.SECRET_KEY: _check_secret_key,
     om_pb2.DELEGATION_TOKEN: _check_delegation_token,
+    om_pb2.DIRECTORY: _check_directory,
+    om_pb2.FILE: _check_file,
+    om_pb2.OPEN_FILE: _check_file,
+    om_pb2.DELETED_DIRECTORY: _check_directory,
 }
 assert set(_ROW_CHECKS) == set(tables.TABLE_NAMES), "every table has a row check"
 

@@ -22,6 +22,7 @@ from functools import partial
 
 from google.protobuf.message import DecodeError
 
+from om.executor.registry import KINDS
 from om.node.connections import Requester, invalid_frame, status_frame
 from om.node.node import Node
 from om.protocol import om_pb2
@@ -46,6 +47,12 @@ class Intake:
                 request = om_pb2.OMRequest.FromString(frame)
             except DecodeError:
                 connection.deliver(invalid_frame("frame is not an OMRequest"))
+                continue
+            kind = KINDS.get(request.cmd_type)
+            if kind is not None and kind.internal:
+                connection.deliver(invalid_frame(
+                    f"{kind.name} is the leader's own request; a client may not send it",
+                    request.call_id))
                 continue
             user = connection.user
             if user is not None:

@@ -24,6 +24,7 @@ from om.executor.errors import OMError
 from om.executor.registry import error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import audit_request, not_leader_response
 from om.gatekeeper.authorize import acl_policy
@@ -100,6 +101,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
         limits=handler_limits(config),
         retry_cache_enabled=not config.unsafe_disable_retry_cache,
         read_mode=config.read_mode,
+        purge=PurgeConfig(config.purge.interval_s, config.purge.rows_max),
     )
 
 
@@ -350,7 +352,10 @@ class Node:
             "leader_changes": self.raft.leader_changes.count if self.raft else 0,
             **gc_policy.metrics()}
         if isinstance(service, LeaderService):
-            values.update(retry_cache_hits=service.retry_cache.hits,
+            values.update(purge_pending_directories=service.purger.pending(),
+                          purge_steps=service.purger.steps,
+                          purge_entries=service.purger.purged,
+                          retry_cache_hits=service.retry_cache.hits,
                           retry_cache_entries=service.retry_cache.statistics()["recent"],
                           lock_waiters=service.locks.table.statistics().waiters)
         machine = self.state_machine

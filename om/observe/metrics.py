@@ -104,6 +104,13 @@ NODE_STATE: tuple[StateGauge, ...] = (
     StateGauge("retry_cache_entries", "om_retry_cache_entries",
                "Replies the retry cache holds in memory"),
     StateGauge("lock_waiters", "om_lock_waiters", "Writes waiting for a lock now"),
+    StateGauge("purge_pending_directories", "om_purge_pending_directories",
+               "Deleted directories of file-system buckets waiting for their purge "
+               "(counted up to 10,000)"),
+    StateGauge("purge_steps", "om_purge_steps", "Purge steps this leader applied",
+               counter=True),
+    StateGauge("purge_entries", "om_purge_entries",
+               "Directories and files these purge steps removed", counter=True),
     StateGauge("double_buffer_flushes", "om_double_buffer_flushes",
                "The old flow's double-buffer flushes", counter=True),
     StateGauge("double_buffer_transactions", "om_double_buffer_transactions",

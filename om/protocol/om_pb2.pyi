@@ -57,13 +57,22 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     TOKEN_EXPIRED: _Status.ValueType  # 35
     INVALID_REQUEST: _Status.ValueType  # 39
     TOKEN_CREATION_ERROR: _Status.ValueType  # 43
+    FILE_NOT_FOUND: _Status.ValueType  # 44
+    """File-system buckets (FILE_SYSTEM_OPTIMIZED): Ozone's numbers."""
+    DIRECTORY_NOT_FOUND: _Status.ValueType  # 45
+    FILE_ALREADY_EXISTS: _Status.ValueType  # 46
+    NOT_A_FILE: _Status.ValueType  # 47
     PERMISSION_DENIED: _Status.ValueType  # 48
     TIMEOUT: _Status.ValueType  # 49
     INVALID_BUCKET_NAME: _Status.ValueType  # 58
+    CANNOT_CREATE_DIRECTORY_AT_ROOT: _Status.ValueType  # 59
+    DIRECTORY_ALREADY_EXISTS: _Status.ValueType  # 60
     INVALID_VOLUME_NAME: _Status.ValueType  # 61
     NOT_SUPPORTED_OPERATION: _Status.ValueType  # 64
     QUOTA_EXCEEDED: _Status.ValueType  # 66
     QUOTA_ERROR: _Status.ValueType  # 67
+    DIRECTORY_NOT_EMPTY: _Status.ValueType  # 68
+    RENAME_OPEN_FILE: _Status.ValueType  # 90
     TOO_MANY_BUCKETS: _Status.ValueType  # 94
     NOT_LEADER: _Status.ValueType  # 1001
     """Not ResultCodes in Ozone (it raises OMNotLeaderException and
@@ -109,13 +118,22 @@ INVALID_TOKEN: Status.ValueType  # 34
 TOKEN_EXPIRED: Status.ValueType  # 35
 INVALID_REQUEST: Status.ValueType  # 39
 TOKEN_CREATION_ERROR: Status.ValueType  # 43
+FILE_NOT_FOUND: Status.ValueType  # 44
+"""File-system buckets (FILE_SYSTEM_OPTIMIZED): Ozone's numbers."""
+DIRECTORY_NOT_FOUND: Status.ValueType  # 45
+FILE_ALREADY_EXISTS: Status.ValueType  # 46
+NOT_A_FILE: Status.ValueType  # 47
 PERMISSION_DENIED: Status.ValueType  # 48
 TIMEOUT: Status.ValueType  # 49
 INVALID_BUCKET_NAME: Status.ValueType  # 58
+CANNOT_CREATE_DIRECTORY_AT_ROOT: Status.ValueType  # 59
+DIRECTORY_ALREADY_EXISTS: Status.ValueType  # 60
 INVALID_VOLUME_NAME: Status.ValueType  # 61
 NOT_SUPPORTED_OPERATION: Status.ValueType  # 64
 QUOTA_EXCEEDED: Status.ValueType  # 66
 QUOTA_ERROR: Status.ValueType  # 67
+DIRECTORY_NOT_EMPTY: Status.ValueType  # 68
+RENAME_OPEN_FILE: Status.ValueType  # 90
 TOO_MANY_BUCKETS: Status.ValueType  # 94
 NOT_LEADER: Status.ValueType  # 1001
 """Not ResultCodes in Ozone (it raises OMNotLeaderException and
@@ -165,6 +183,16 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
     RenewDelegationToken: _Type.ValueType  # 62
     CancelDelegationToken: _Type.ValueType  # 63
+    GetFileStatus: _Type.ValueType  # 70
+    """File-system buckets (om fs): Ozone's numbers."""
+    CreateDirectory: _Type.ValueType  # 71
+    CreateFile: _Type.ValueType  # 72
+    LookupFile: _Type.ValueType  # 73
+    ListStatus: _Type.ValueType  # 74
+    PurgeDirectories: _Type.ValueType  # 95
+    """The leader's own, never a client's (om/flows/purge.py): one bounded step of
+    purging a deleted subtree of a file-system bucket.
+    """
     AddAcl: _Type.ValueType  # 75
     """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
     RemoveAcl: _Type.ValueType  # 76
@@ -214,6 +242,16 @@ GetDelegationToken: Type.ValueType  # 61
 """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
 RenewDelegationToken: Type.ValueType  # 62
 CancelDelegationToken: Type.ValueType  # 63
+GetFileStatus: Type.ValueType  # 70
+"""File-system buckets (om fs): Ozone's numbers."""
+CreateDirectory: Type.ValueType  # 71
+CreateFile: Type.ValueType  # 72
+LookupFile: Type.ValueType  # 73
+ListStatus: Type.ValueType  # 74
+PurgeDirectories: Type.ValueType  # 95
+"""The leader's own, never a client's (om/flows/purge.py): one bounded step of
+purging a deleted subtree of a file-system bucket.
+"""
 AddAcl: Type.ValueType  # 75
 """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
 RemoveAcl: Type.ValueType  # 76
@@ -292,6 +330,16 @@ class _TableEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Table.ValueType
     """secretKeyTable: the keys that sign delegation tokens"""
     DELEGATION_TOKEN: _Table.ValueType  # 10
     """delegationTokenTable (Ozone's dTokenTable)"""
+    DIRECTORY: _Table.ValueType  # 11
+    """File-system buckets, keyed by object ids (om/schema/tables.py).
+    directoryTable
+    """
+    FILE: _Table.ValueType  # 12
+    """fileTable"""
+    OPEN_FILE: _Table.ValueType  # 13
+    """openFileTable"""
+    DELETED_DIRECTORY: _Table.ValueType  # 14
+    """deletedDirectoryTable"""
 
 class Table(_Table, metaclass=_TableEnumTypeWrapper):
     """------------------------------------------------- replication (PersistDb) ---
@@ -320,6 +368,16 @@ SECRET_KEY: Table.ValueType  # 9
 """secretKeyTable: the keys that sign delegation tokens"""
 DELEGATION_TOKEN: Table.ValueType  # 10
 """delegationTokenTable (Ozone's dTokenTable)"""
+DIRECTORY: Table.ValueType  # 11
+"""File-system buckets, keyed by object ids (om/schema/tables.py).
+directoryTable
+"""
+FILE: Table.ValueType  # 12
+"""fileTable"""
+OPEN_FILE: Table.ValueType  # 13
+"""openFileTable"""
+DELETED_DIRECTORY: Table.ValueType  # 14
+"""deletedDirectoryTable"""
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
@@ -588,7 +646,7 @@ class BucketInfo(_message.Message):
     object_id: _builtins.int
     update_id: _builtins.int
     layout: _builtins.str
-    """"OBJECT_STORE"; the only layout served"""
+    """"OBJECT_STORE" or "FILE_SYSTEM_OPTIMIZED" """
     @_builtins.property
     def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]: ...
     def __init__(
@@ -635,6 +693,7 @@ class KeyInfo(_message.Message):
     UPDATE_ID_FIELD_NUMBER: _builtins.int
     OPEN_CLIENT_ID_FIELD_NUMBER: _builtins.int
     ACLS_FIELD_NUMBER: _builtins.int
+    PARENT_OBJECT_ID_FIELD_NUMBER: _builtins.int
     volume_name: _builtins.str
     bucket_name: _builtins.str
     key_name: _builtins.str
@@ -646,6 +705,11 @@ class KeyInfo(_message.Message):
     update_id: _builtins.int
     open_client_id: _builtins.int
     """the open session's id; 0 once committed"""
+    parent_object_id: _builtins.int
+    """File-system buckets: the directory (or the bucket, at the top) the file is in. A
+    fileTable or openFileTable row holds the file's own name in key_name; answers
+    carry its whole path in the bucket.
+    """
     @_builtins.property
     def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]:
         """set at CreateKey, kept by CommitKey and RenameKey"""
@@ -664,14 +728,59 @@ class KeyInfo(_message.Message):
         update_id: _builtins.int = ...,
         open_client_id: _builtins.int = ...,
         acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
+        parent_object_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "parent_object_id", b"parent_object_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KeyInfo: _TypeAlias = KeyInfo  # noqa: Y015
+
+@_typing.final
+class DirectoryInfo(_message.Message):
+    """A row of directoryTable ("/<volume id>/<bucket id>/<parent id>/<name>") or of
+    deletedDirectoryTable (a directory deleted with everything below it, waiting for
+    the purge: key "/<volume id>/<bucket id>/<parent id>/<name>/<object id>").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OBJECT_ID_FIELD_NUMBER: _builtins.int
+    PARENT_OBJECT_ID_FIELD_NUMBER: _builtins.int
+    CREATION_TIME_FIELD_NUMBER: _builtins.int
+    MODIFICATION_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    object_id: _builtins.int
+    parent_object_id: _builtins.int
+    """the bucket's object id at the top"""
+    creation_time: _builtins.int
+    modification_time: _builtins.int
+    update_id: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        object_id: _builtins.int = ...,
+        parent_object_id: _builtins.int = ...,
+        creation_time: _builtins.int = ...,
+        modification_time: _builtins.int = ...,
+        update_id: _builtins.int = ...,
+        acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "creation_time", b"creation_time", "modification_time", b"modification_time", "name", b"name", "object_id", b"object_id", "parent_object_id", b"parent_object_id", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DirectoryInfo: _TypeAlias = DirectoryInfo  # noqa: Y015
 
 @_typing.final
 class RepeatedKeyInfo(_message.Message):
@@ -1011,6 +1120,7 @@ class CreateBucketRequest(_message.Message):
     QUOTA_IN_BYTES_FIELD_NUMBER: _builtins.int
     QUOTA_IN_NAMESPACE_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     volume: _builtins.str
     bucket: _builtins.str
     quota_in_bytes: _builtins.int
@@ -1018,6 +1128,8 @@ class CreateBucketRequest(_message.Message):
     quota_in_namespace: _builtins.int
     """0 or -1: unlimited"""
     owner: _builtins.str
+    layout: _builtins.str
+    """"" or "OBJECT_STORE", or "FILE_SYSTEM_OPTIMIZED" """
     def __init__(
         self,
         *,
@@ -1026,10 +1138,11 @@ class CreateBucketRequest(_message.Message):
         quota_in_bytes: _builtins.int = ...,
         quota_in_namespace: _builtins.int = ...,
         owner: _builtins.str = ...,
+        layout: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "owner", b"owner", "quota_in_bytes", b"quota_in_bytes", "quota_in_namespace", b"quota_in_namespace", "volume", b"volume"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "layout", b"layout", "owner", b"owner", "quota_in_bytes", b"quota_in_bytes", "quota_in_namespace", b"quota_in_namespace", "volume", b"volume"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1236,19 +1349,23 @@ class DeleteKeyRequest(_message.Message):
     VOLUME_FIELD_NUMBER: _builtins.int
     BUCKET_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
     volume: _builtins.str
     bucket: _builtins.str
     key: _builtins.str
+    recursive: _builtins.bool
+    """a directory and everything below it (FSO buckets)"""
     def __init__(
         self,
         *,
         volume: _builtins.str = ...,
         bucket: _builtins.str = ...,
         key: _builtins.str = ...,
+        recursive: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "volume", b"volume"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "recursive", b"recursive", "volume", b"volume"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1328,6 +1445,185 @@ class ServiceListRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ServiceListRequest: _TypeAlias = ServiceListRequest  # noqa: Y015
+
+@_typing.final
+class CreateDirectoryRequest(_message.Message):
+    """File-system buckets: a path names a file or a directory below the bucket."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateDirectoryRequest: _TypeAlias = CreateDirectoryRequest  # noqa: Y015
+
+@_typing.final
+class CreateFileRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    DATA_SIZE_FIELD_NUMBER: _builtins.int
+    REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
+    OVERWRITE_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    data_size: _builtins.int
+    replication_factor: _builtins.int
+    """0: 3"""
+    recursive: _builtins.bool
+    """create missing parent directories"""
+    overwrite: _builtins.bool
+    """replace an existing file"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        data_size: _builtins.int = ...,
+        replication_factor: _builtins.int = ...,
+        recursive: _builtins.bool = ...,
+        overwrite: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "data_size", b"data_size", "key", b"key", "overwrite", b"overwrite", "recursive", b"recursive", "replication_factor", b"replication_factor", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateFileRequest: _TypeAlias = CreateFileRequest  # noqa: Y015
+
+@_typing.final
+class LookupFileRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LookupFileRequest: _TypeAlias = LookupFileRequest  # noqa: Y015
+
+@_typing.final
+class PurgeDirectoriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    ROWS_MAX_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    rows_max: _builtins.int
+    """entries of the deleted subtree purged at most"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        rows_max: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "rows_max", b"rows_max", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeDirectoriesRequest: _TypeAlias = PurgeDirectoriesRequest  # noqa: Y015
+
+@_typing.final
+class GetFileStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFileStatusRequest: _TypeAlias = GetFileStatusRequest  # noqa: Y015
+
+@_typing.final
+class ListStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
+    START_KEY_FIELD_NUMBER: _builtins.int
+    NUM_ENTRIES_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    """the directory ("" : the bucket's top)"""
+    recursive: _builtins.bool
+    start_key: _builtins.str
+    """exclusive: a path below ``key``"""
+    num_entries: _builtins.int
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        recursive: _builtins.bool = ...,
+        start_key: _builtins.str = ...,
+        num_entries: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "num_entries", b"num_entries", "recursive", b"recursive", "start_key", b"start_key", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStatusRequest: _TypeAlias = ListStatusRequest  # noqa: Y015
 
 @_typing.final
 class GetDelegationTokenRequest(_message.Message):
@@ -1762,6 +2058,12 @@ class OMRequest(_message.Message):
     GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     CANCEL_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
+    GET_FILE_STATUS_FIELD_NUMBER: _builtins.int
+    CREATE_DIRECTORY_FIELD_NUMBER: _builtins.int
+    CREATE_FILE_FIELD_NUMBER: _builtins.int
+    LOOKUP_FILE_FIELD_NUMBER: _builtins.int
+    LIST_STATUS_FIELD_NUMBER: _builtins.int
+    PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -1839,6 +2141,18 @@ class OMRequest(_message.Message):
     @_builtins.property
     def cancel_delegation_token(self) -> Global___CancelDelegationTokenRequest: ...
     @_builtins.property
+    def get_file_status(self) -> Global___GetFileStatusRequest: ...
+    @_builtins.property
+    def create_directory(self) -> Global___CreateDirectoryRequest: ...
+    @_builtins.property
+    def create_file(self) -> Global___CreateFileRequest: ...
+    @_builtins.property
+    def lookup_file(self) -> Global___LookupFileRequest: ...
+    @_builtins.property
+    def list_status(self) -> Global___ListStatusRequest: ...
+    @_builtins.property
+    def purge_directories(self) -> Global___PurgeDirectoriesRequest: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclRequest: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclRequest: ...
@@ -1891,6 +2205,12 @@ class OMRequest(_message.Message):
         get_delegation_token: Global___GetDelegationTokenRequest | None = ...,
         renew_delegation_token: Global___RenewDelegationTokenRequest | None = ...,
         cancel_delegation_token: Global___CancelDelegationTokenRequest | None = ...,
+        get_file_status: Global___GetFileStatusRequest | None = ...,
+        create_directory: Global___CreateDirectoryRequest | None = ...,
+        create_file: Global___CreateFileRequest | None = ...,
+        lookup_file: Global___LookupFileRequest | None = ...,
+        list_status: Global___ListStatusRequest | None = ...,
+        purge_directories: Global___PurgeDirectoriesRequest | None = ...,
         add_acl: Global___AddAclRequest | None = ...,
         remove_acl: Global___RemoveAclRequest | None = ...,
         set_acl: Global___SetAclRequest | None = ...,
@@ -1903,11 +2223,11 @@ class OMRequest(_message.Message):
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
         change_membership: Global___ChangeMembershipRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -2237,6 +2557,168 @@ class ListKeysResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListKeysResponse: _TypeAlias = ListKeysResponse  # noqa: Y015
+
+@_typing.final
+class CreateDirectoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateDirectoryResponse: _TypeAlias = CreateDirectoryResponse  # noqa: Y015
+
+@_typing.final
+class CreateFileResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_INFO_FIELD_NUMBER: _builtins.int
+    CLIENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    client_session_id: _builtins.int
+    """pass back in CommitKeyRequest"""
+    @_builtins.property
+    def key_info(self) -> Global___KeyInfo: ...
+    def __init__(
+        self,
+        *,
+        key_info: Global___KeyInfo | None = ...,
+        client_session_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["key_info", b"key_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_session_id", b"client_session_id", "key_info", b"key_info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateFileResponse: _TypeAlias = CreateFileResponse  # noqa: Y015
+
+@_typing.final
+class LookupFileResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_INFO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def key_info(self) -> Global___KeyInfo: ...
+    def __init__(
+        self,
+        *,
+        key_info: Global___KeyInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["key_info", b"key_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_info", b"key_info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LookupFileResponse: _TypeAlias = LookupFileResponse  # noqa: Y015
+
+@_typing.final
+class PurgeDirectoriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_FIELD_NUMBER: _builtins.int
+    TOMBSTONE_REMOVED_FIELD_NUMBER: _builtins.int
+    purged: _builtins.int
+    """directories and files removed from the subtree"""
+    tombstone_removed: _builtins.bool
+    """the deleted directory had nothing left: it is gone"""
+    def __init__(
+        self,
+        *,
+        purged: _builtins.int = ...,
+        tombstone_removed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged", "tombstone_removed", b"tombstone_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeDirectoriesResponse: _TypeAlias = PurgeDirectoriesResponse  # noqa: Y015
+
+@_typing.final
+class FileStatus(_message.Message):
+    """A file or a directory, with its whole path in the bucket."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    IS_DIRECTORY_FIELD_NUMBER: _builtins.int
+    KEY_INFO_FIELD_NUMBER: _builtins.int
+    DIRECTORY_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    is_directory: _builtins.bool
+    @_builtins.property
+    def key_info(self) -> Global___KeyInfo:
+        """a file"""
+
+    @_builtins.property
+    def directory(self) -> Global___DirectoryInfo:
+        """a directory"""
+
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        is_directory: _builtins.bool = ...,
+        key_info: Global___KeyInfo | None = ...,
+        directory: Global___DirectoryInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["directory", b"directory", "key_info", b"key_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory", b"directory", "is_directory", b"is_directory", "key_info", b"key_info", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileStatus: _TypeAlias = FileStatus  # noqa: Y015
+
+@_typing.final
+class GetFileStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___FileStatus: ...
+    def __init__(
+        self,
+        *,
+        status: Global___FileStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFileStatusResponse: _TypeAlias = GetFileStatusResponse  # noqa: Y015
+
+@_typing.final
+class ListStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUSES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileStatus]: ...
+    def __init__(
+        self,
+        *,
+        statuses: _abc.Iterable[Global___FileStatus] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["statuses", b"statuses", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStatusResponse: _TypeAlias = ListStatusResponse  # noqa: Y015
 
 @_typing.final
 class AddAclResponse(_message.Message):
@@ -2880,6 +3362,12 @@ class OMResponse(_message.Message):
     GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     CANCEL_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
+    GET_FILE_STATUS_FIELD_NUMBER: _builtins.int
+    CREATE_DIRECTORY_FIELD_NUMBER: _builtins.int
+    CREATE_FILE_FIELD_NUMBER: _builtins.int
+    LOOKUP_FILE_FIELD_NUMBER: _builtins.int
+    LIST_STATUS_FIELD_NUMBER: _builtins.int
+    PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -2941,6 +3429,18 @@ class OMResponse(_message.Message):
     @_builtins.property
     def cancel_delegation_token(self) -> Global___CancelDelegationTokenResponse: ...
     @_builtins.property
+    def get_file_status(self) -> Global___GetFileStatusResponse: ...
+    @_builtins.property
+    def create_directory(self) -> Global___CreateDirectoryResponse: ...
+    @_builtins.property
+    def create_file(self) -> Global___CreateFileResponse: ...
+    @_builtins.property
+    def lookup_file(self) -> Global___LookupFileResponse: ...
+    @_builtins.property
+    def list_status(self) -> Global___ListStatusResponse: ...
+    @_builtins.property
+    def purge_directories(self) -> Global___PurgeDirectoriesResponse: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclResponse: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclResponse: ...
@@ -2991,6 +3491,12 @@ class OMResponse(_message.Message):
         get_delegation_token: Global___GetDelegationTokenResponse | None = ...,
         renew_delegation_token: Global___RenewDelegationTokenResponse | None = ...,
         cancel_delegation_token: Global___CancelDelegationTokenResponse | None = ...,
+        get_file_status: Global___GetFileStatusResponse | None = ...,
+        create_directory: Global___CreateDirectoryResponse | None = ...,
+        create_file: Global___CreateFileResponse | None = ...,
+        lookup_file: Global___LookupFileResponse | None = ...,
+        list_status: Global___ListStatusResponse | None = ...,
+        purge_directories: Global___PurgeDirectoriesResponse | None = ...,
         add_acl: Global___AddAclResponse | None = ...,
         remove_acl: Global___RemoveAclResponse | None = ...,
         set_acl: Global___SetAclResponse | None = ...,
@@ -3003,11 +3509,11 @@ class OMResponse(_message.Message):
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
         change_membership: Global___ChangeMembershipResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_volume", b"list_volume", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

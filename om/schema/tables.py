@@ -14,6 +14,17 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 * secretKeyTable       ``<4-byte big-endian key id>``: the keys that sign delegation tokens
 * delegationTokenTable ``<8-byte big-endian max date ms><8-byte big-endian sequence number>``:
   dead tokens (past their max date) first, so they are purged without a scan.
+
+File-system buckets (FILE_SYSTEM_OPTIMIZED) key their rows by object ids, as Ozone's
+FSO tables do, so a directory rename rewrites one row whatever lies below it:
+
+* directoryTable         ``/<volume id>/<bucket id>/<parent id>/<name>``
+* fileTable              ``/<volume id>/<bucket id>/<parent id>/<name>``
+* openFileTable          ``/<volume id>/<bucket id>/<parent id>/<name>/<client session id>``
+* deletedDirectoryTable  ``/<volume id>/<bucket id>/<parent id>/<name>/<object id>``
+
+The parent of a bucket's top-level entries is the bucket itself (its object id).
+Ids are decimal: a directory's children are the rows under ``fs_prefix``, by name.
 """
 
 from __future__ import annotations
@@ -36,6 +47,10 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.CLIENT_REQUEST_EXPIRY: "clientRequestExpiryTable",
     om_pb2.SECRET_KEY: "secretKeyTable",
     om_pb2.DELEGATION_TOKEN: "delegationTokenTable",
+    om_pb2.DIRECTORY: "directoryTable",
+    om_pb2.FILE: "fileTable",
+    om_pb2.OPEN_FILE: "openFileTable",
+    om_pb2.DELETED_DIRECTORY: "deletedDirectoryTable",
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
@@ -121,3 +136,36 @@ def delegation_token_key_max_date_ms(key: bytes) -> int:
     """The max date a delegationTokenTable key starts with."""
     assert len(key) == _TOKEN.size
     return int(_TOKEN.unpack(key)[0])
+
+
+def fs_prefix(volume_id: int, bucket_id: int, parent_id: int) -> bytes:
+    """The prefix of every directoryTable or fileTable key of a directory's children."""
+    assert volume_id > 0
+    assert bucket_id > 0
+    assert parent_id > 0
+    return f"/{volume_id}/{bucket_id}/{parent_id}/".encode()
+
+
+def fs_key(volume_id: int, bucket_id: int, parent_id: int, name: str) -> bytes:
+    """The directoryTable or fileTable key of the entry ``name`` of a directory."""
+    assert name
+    assert "/" not in name
+    return fs_prefix(volume_id, bucket_id, parent_id) + name.encode()
+
+
+def fs_name(key: bytes, prefix: bytes) -> str:
+    """The entry name of a directoryTable or fileTable key under ``prefix``."""
+    assert key.startswith(prefix)
+    return key[len(prefix):].decode()
+
+
+def open_file_key(volume_id: int, bucket_id: int, parent_id: int, name: str,
+                  session_id: int) -> bytes:
+    """The openFileTable key of a file being written by one client session."""
+    return fs_key(volume_id, bucket_id, parent_id, name) + f"/{session_id}".encode()
+
+
+def deleted_directory_key(volume_id: int, bucket_id: int, parent_id: int, name: str,
+                          object_id: int) -> bytes:
+    """The deletedDirectoryTable key of a directory deleted with its subtree."""
+    return fs_key(volume_id, bucket_id, parent_id, name) + f"/{object_id}".encode()

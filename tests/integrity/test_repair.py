@@ -242,3 +242,35 @@ def test_the_marker_persists_and_an_unreadable_one_stops_the_node(tmp_path: Path
         marker.load(tmp_path)
     marker.clear(tmp_path)
     assert marker.load(tmp_path) is None
+
+
+def test_file_system_tables_are_verified_and_repaired(trio: tuple[Store, Store, Store]) -> None:
+    """directoryTable and fileTable rows (an FSO bucket's) are compared and repaired like
+    any other: a changed directory and a missing file row are named, then restored."""
+    directory = tables.fs_key(1, 2, 2, "dir")
+    file = tables.fs_key(1, 2, 3, "file")
+    for store in trio:
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.DIRECTORY, directory, om_pb2.DirectoryInfo(
+            name="dir", object_id=3, parent_object_id=2).SerializeToString())
+        store.batch_put(batch, om_pb2.FILE, file, om_pb2.KeyInfo(
+            key_name="file", object_id=4, parent_object_id=3).SerializeToString())
+        store.write(batch)
+    batch = trio[1].new_batch()
+    trio[1].batch_put(batch, om_pb2.DIRECTORY, directory, om_pb2.DirectoryInfo(
+        name="dir", object_id=9, parent_object_id=2).SerializeToString())
+    trio[1].batch_delete(batch, om_pb2.FILE, file)
+    trio[1].write(batch)
+    replicas = {f"om{i + 1}": StoreReplica(f"om{i + 1}", s) for i, s in enumerate(trio)}
+    found = compare.compare(9, {n: _roots(r.store) for n, r in replicas.items()}, replicas, 3)
+    assert {(d.row.key, d.row.kind) for d in found.differences} == {
+        (directory, "different"), (file, "missing")}
+    _halted(trio[1])
+    result = _repair(trio[1], [StoreReplica("om1", trio[0]), StoreReplica("om3", trio[2])])
+    assert result.cleared
+    assert {r.table for r in result.planned} == {"directoryTable", "fileTable"}
+    assert trio[1].digests() == trio[0].digests()
+
+
+def test_every_table_is_named_so_verification_covers_it() -> None:
+    assert set(tables.TABLE_NAMES) == set(om_pb2.Table.values()) - {om_pb2.TABLE_UNSPECIFIED}

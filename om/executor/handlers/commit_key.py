@@ -8,9 +8,11 @@ the old version to deletedTable under its object id and releases its bytes.
 
 from __future__ import annotations
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
+from om.executor.fs import is_fso
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.retired_keys import retire
 from om.executor.rows import encode, load_bucket, load_key
@@ -35,6 +37,8 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.commit_key
     bucket = load_bucket(view, body.volume, body.bucket)
+    if is_fso(bucket):
+        return fso_keys.commit_key(request, view, recorder, ctx)
     info = _open_key(view, body)
     old = load_key(view, body.volume, body.bucket, body.key)
     new_bytes = replicated_size(body.data_size, info.replication_factor)

@@ -1,9 +1,11 @@
 """CreateBucket.
 
-Ozone's rules: VOLUME_NOT_FOUND, BUCKET_ALREADY_EXISTS; a volume with a space
-quota requires a bucket space quota (QUOTA_ERROR) and the bucket quotas must
-fit in it (QUOTA_EXCEEDED); the volume's namespace (bucket count) goes up by
-one, through a quota delta, so concurrent creates under the volume read lock
+A bucket is OBJECT_STORE (flat keys; the default here, as Ozone's S3 gateway
+creates them) or FILE_SYSTEM_OPTIMIZED (directories as rows: ``om/executor/fs.py``;
+Ozone's server default). Ozone's rules: VOLUME_NOT_FOUND, BUCKET_ALREADY_EXISTS;
+a volume with a space quota requires a bucket space quota (QUOTA_ERROR) and the
+bucket quotas must fit in it (QUOTA_EXCEEDED); the volume's namespace (bucket
+count) goes up by one, through a quota delta, so concurrent creates under the volume read lock
 never lose an update. Its ACLs: the creator's defaults plus the volume's DEFAULT
 entries (om/executor/acl_rows.py).
 """
@@ -14,6 +16,7 @@ from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
+from om.executor.fs import FSO, LAYOUTS, OBS
 from om.executor.names import check_bucket_name
 from om.executor.quota import UNLIMITED, check_volume_namespace, normalize_quota
 from om.executor.rows import encode, load_volume
@@ -21,8 +24,6 @@ from om.executor.volume_buckets import sum_bucket_quotas
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
-
-LAYOUT = "OBJECT_STORE"
 
 
 def _check_space_quota(view: ReadView, volume: om_pb2.VolumeInfo, quota: int) -> None:
@@ -42,6 +43,10 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.create_bucket
     check_bucket_name(body.bucket)
+    layout = LAYOUTS.get(body.layout)
+    if layout is None:
+        raise OMError(om_pb2.INVALID_REQUEST, f"Unknown bucket layout '{body.layout}': use "
+                      f"{OBS} or {FSO}")
     volume = load_volume(view, body.volume)
     key = tables.bucket_key(body.volume, body.bucket)
     if view.get(om_pb2.BUCKET, key) is not None:
@@ -60,7 +65,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         modification_time=ctx.now_ms,
         object_id=ctx.object_id(),
         update_id=ctx.managed_index,
-        layout=LAYOUT,
+        layout=layout,
         acls=child_acls(request.user, volume, ctx),
     )
     recorder.put(om_pb2.BUCKET, key, encode(info))

@@ -11,10 +11,12 @@ keeps them.
 
 from __future__ import annotations
 
+from om.executor import fso_keys
 from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
+from om.executor.fs import is_fso
 from om.executor.names import check_key_name
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.rows import encode, load_bucket
@@ -41,6 +43,8 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     check_key_name(body.key, ctx.limits.key_name_max_bytes)
     replication = _replication(body.replication_factor)
     bucket = load_bucket(view, body.volume, body.bucket)
+    if is_fso(bucket):
+        return fso_keys.create_key(request, view, recorder, ctx)
     check_bucket_quota(bucket, ctx, replicated_size(body.data_size, replication), 1)
     session_id = ctx.object_id(1)
     info = om_pb2.KeyInfo(

@@ -8,8 +8,11 @@ keep the blocks alive, so nothing is held as pending-delete usage.
 
 from __future__ import annotations
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.errors import OMError
+from om.executor.fs import is_fso
 from om.executor.quota import replicated_size
 from om.executor.retired_keys import retire
 from om.executor.rows import load_bucket, require_key
@@ -22,6 +25,12 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.delete_key
     bucket = load_bucket(view, body.volume, body.bucket)
+    if is_fso(bucket):
+        return fso_keys.delete_key(request, view, recorder, ctx)
+    if body.recursive:
+        raise OMError(om_pb2.NOT_SUPPORTED_OPERATION,
+                      "a recursive delete needs a FILE_SYSTEM_OPTIMIZED bucket: an "
+                      "OBJECT_STORE bucket has no directories")
     info = require_key(view, body.volume, body.bucket, body.key)
     recorder.delete(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key))
     retire(recorder, info, ctx)

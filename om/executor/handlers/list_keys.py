@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.fs import is_fso
 from om.executor.listing import list_page, page_size
 from om.executor.rows import load_bucket
 from om.protocol import om_pb2
@@ -14,7 +16,8 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.list_keys
-    load_bucket(view, body.volume, body.bucket)
+    if is_fso(load_bucket(view, body.volume, body.bucket)):
+        return fso_keys.list_keys(request, view, recorder, ctx)
     limit = page_size(body.max_keys, ctx.limits)
     values, truncated = list_page(view, om_pb2.KEY, tables.key_prefix(body.volume, body.bucket),
                                   body.prefix, body.start_key, limit)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.fs import is_fso
 from om.executor.rows import load_bucket, require_key
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
@@ -12,6 +14,7 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.lookup_key
-    load_bucket(view, body.volume, body.bucket)
+    if is_fso(load_bucket(view, body.volume, body.bucket)):
+        return fso_keys.lookup_key(request, view, recorder, ctx)
     info = require_key(view, body.volume, body.bucket, body.key)
     return om_pb2.OMResponse(lookup_key=om_pb2.LookupKeyResponse(key_info=info))

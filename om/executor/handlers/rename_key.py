@@ -5,9 +5,11 @@ The key keeps its object id; its update id and modification time change.
 
 from __future__ import annotations
 
+from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
+from om.executor.fs import is_fso
 from om.executor.names import check_key_name
 from om.executor.rows import encode, load_bucket, load_key, require_key
 from om.protocol import om_pb2
@@ -20,7 +22,8 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     body = request.rename_key
     check_key_name(body.key, ctx.limits.key_name_max_bytes)
     check_key_name(body.to_key, ctx.limits.key_name_max_bytes)
-    load_bucket(view, body.volume, body.bucket)
+    if is_fso(load_bucket(view, body.volume, body.bucket)):
+        return fso_keys.rename_key(request, view, recorder, ctx)
     if load_key(view, body.volume, body.bucket, body.to_key) is not None:
         raise OMError(om_pb2.KEY_ALREADY_EXISTS,
                       f"Key '/{body.volume}/{body.bucket}/{body.to_key}' already exists")

@@ -1,0 +1,110 @@
+"""Locks of file-system requests: keyed by object ids, planned against applied state.
+
+A path in a FILE_SYSTEM_OPTIMIZED bucket resolves to object ids (``om.executor.fs``);
+the locks are keyed by what a request touches, never by the path's text, so an O(1)
+directory rename, which re-parents a subtree without touching its rows, leaves every
+other request's locks meaning what they meant:
+
+* **slot** ``(bucket id, parent id, name)``: one name in one directory.
+* A write takes the bucket's read lock (as every key write: bucket property changes
+  and deletes wait), a **shared** slot lock on every existing ancestor of each path it
+  touches, and an **exclusive** slot lock on each name it creates, removes, replaces
+  or renames (for a create below missing directories: the first missing one, which
+  every concurrent creator of that subtree needs too).
+
+Why this is enough:
+
+* *No two writers of one name*: they both want its slot exclusively.
+* *No create below a directory being removed or renamed*: the creator holds the
+  directory's slot shared (an ancestor), the remover or renamer exclusively.
+* *No cycle from crossing renames* (``mv /a /b/x`` with ``mv /b /a/y``): each rename
+  holds its source slot exclusively and every ancestor of its destination shared; a
+  cycle needs each destination inside the other's source, so each would hold shared
+  the slot the other holds exclusively: they conflict and run one after the other,
+  and the second sees the first applied and refuses to move a directory into itself.
+* *No deadlock*: locks are taken in one total order (level, then name), as every plan.
+
+**Plan, lock, re-validate.** The plan is computed without locks, from applied state,
+and the locks taken in order. A write that got every lock at once executes at once:
+nothing was applied in between. A write that waited re-plans once granted; if the
+plan changed (a rename or delete applied meanwhile moved what the path names), it
+releases everything and starts again (``REPLAN_MAX`` times, then TIMEOUT).
+"""
+
+from __future__ import annotations
+
+from om.executor.errors import OMError
+from om.executor.fs import Resolved, components, ids_of, is_fso, resolve
+from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
+from om.protocol import om_pb2
+from om.schema import tables
+from om.schema.read_view import ReadView
+
+REPLAN_MAX = 8
+# The FSO-aware writes and the body field holding their path(s).
+_PATHS = {
+    om_pb2.CreateDirectory: ("create_directory", ("key",)),
+    om_pb2.CreateFile: ("create_file", ("key",)),
+    om_pb2.CreateKey: ("create_key", ("key",)),
+    om_pb2.CommitKey: ("commit_key", ("key",)),
+    om_pb2.DeleteKey: ("delete_key", ("key",)),
+    om_pb2.RenameKey: ("rename_key", ("key", "to_key")),
+}
+
+
+def _slot(bucket_id: int, parent_id: int, name: str, mode: Mode) -> LockRequest:
+    return LockRequest(Level.SLOT, f"{bucket_id}/{parent_id}/{name}", mode)
+
+
+def _path_locks(resolved: Resolved) -> list[LockRequest]:
+    """Shared slots of the ancestors found, the exclusive slot of the first name below
+    them (the leaf, or the first missing directory)."""
+    bucket_id = resolved.ids.bucket_id
+    locks: list[LockRequest] = []
+    parent_id = bucket_id
+    for name, found in zip(resolved.parts, resolved.parents, strict=False):
+        locks.append(_slot(bucket_id, parent_id, name, Mode.READ))
+        parent_id = found.object_id
+    target = resolved.parts[len(resolved.parents)]
+    locks.append(_slot(bucket_id, parent_id, target, Mode.WRITE))
+    return locks
+
+
+def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView,
+                  key_name_max_bytes: int) -> tuple[LockRequest, ...] | None:
+    """The plan of a write on a file-system bucket, in lock order; None for any other
+    request (``om.gatekeeper.lock_plan.plan_locks`` plans it). A path the handler will
+    refuse locks the bucket only."""
+    found = _PATHS.get(request.cmd_type)
+    if found is None:
+        return None
+    field, names = found
+    body = getattr(request, field)
+    raw = view.get(om_pb2.BUCKET, tables.bucket_key(body.volume, body.bucket))
+    if raw is None:
+        return None
+    bucket = om_pb2.BucketInfo.FromString(raw)
+    if not is_fso(bucket):
+        return None
+    volume_raw = view.get(om_pb2.VOLUME, tables.volume_key(body.volume))
+    locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
+    if volume_raw is None:
+        return tuple(locks)
+    ids = ids_of(om_pb2.VolumeInfo.FromString(volume_raw), bucket)
+    for name in names:
+        try:
+            parts = components(getattr(body, name), key_name_max_bytes)
+        except OMError:
+            return tuple(locks)   # the handler refuses the path, writing nothing
+        locks.extend(_path_locks(resolve(view, ids, parts)))
+    return _in_order(locks)
+
+
+def _in_order(locks: list[LockRequest]) -> tuple[LockRequest, ...]:
+    """The locks sorted in the global order, each resource once in its strongest mode."""
+    strongest: dict[tuple[Level, str], Mode] = {}
+    for lock in locks:
+        if strongest.get(lock.resource) is not Mode.WRITE:
+            strongest[lock.resource] = lock.mode
+    return tuple(sorted(LockRequest(level, name, mode)
+                        for (level, name), mode in strongest.items()))
