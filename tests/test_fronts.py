@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
+from om.node.fronts import listening_sockets
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder
 from tests.processes import ServerProcess, free_port
@@ -106,6 +109,22 @@ def test_a_node_that_dies_takes_its_fronts_with_it(server: ServerProcess) -> Non
     while any(_alive(pid) for pid in fronts):
         assert time.monotonic() < deadline, "a front outlived its node"
         time.sleep(0.05)
+
+
+def test_a_front_whose_node_dies_before_its_setup_exits() -> None:
+    """The node killed while its front was still starting: the front must not wait forever."""
+    listener = listening_sockets("127.0.0.1", free_port(), 1)[0]
+    ours, theirs = socket.socketpair()
+    front = subprocess.Popen(
+        [sys.executable, "-m", "om.node.front", str(theirs.fileno()), str(listener.fileno())],
+        pass_fds=(theirs.fileno(), listener.fileno()))
+    theirs.close()
+    listener.close()
+    ours.close()                    # the node is gone before it sent the setup
+    try:
+        assert front.wait(timeout=30) == 0
+    finally:
+        front.kill()
 
 
 def test_a_graceful_stop_answers_what_is_in_flight_then_stops_the_fronts(

@@ -15,7 +15,9 @@ FROZEN_STATUS = {
     "BUCKET_ALREADY_EXISTS": 10, "KEY_ALREADY_EXISTS": 11, "KEY_NOT_FOUND": 12,
     "INVALID_KEY_NAME": 13, "INTERNAL_ERROR": 15, "METADATA_ERROR": 19,
     "INVALID_AUTH_METHOD": 33, "INVALID_TOKEN": 34, "TOKEN_EXPIRED": 35, "INVALID_REQUEST": 39,
-    "TOKEN_CREATION_ERROR": 43,
+    "TOKEN_CREATION_ERROR": 43, "FILE_NOT_FOUND": 44, "DIRECTORY_NOT_FOUND": 45,
+    "FILE_ALREADY_EXISTS": 46, "NOT_A_FILE": 47, "CANNOT_CREATE_DIRECTORY_AT_ROOT": 59,
+    "DIRECTORY_ALREADY_EXISTS": 60, "DIRECTORY_NOT_EMPTY": 68, "RENAME_OPEN_FILE": 90,
     "PERMISSION_DENIED": 48, "TIMEOUT": 49, "INVALID_BUCKET_NAME": 58,
     "INVALID_VOLUME_NAME": 61, "NOT_SUPPORTED_OPERATION": 64, "QUOTA_EXCEEDED": 66,
     "QUOTA_ERROR": 67, "TOO_MANY_BUCKETS": 94, "NOT_LEADER": 1001, "LEADER_NOT_READY": 1002,
@@ -28,13 +30,17 @@ FROZEN_TYPE = {
     "DeleteBucket": 24, "ListBuckets": 25, "CreateKey": 31, "LookupKey": 32, "RenameKey": 33,
     "DeleteKey": 34, "ListKeys": 35, "CommitKey": 36, "ServiceList": 51,
     "GetDelegationToken": 61, "RenewDelegationToken": 62, "CancelDelegationToken": 63,
+    "GetFileStatus": 70, "CreateDirectory": 71, "CreateFile": 72, "LookupFile": 73,
+    "ListStatus": 74, "AddAcl": 75, "RemoveAcl": 76, "SetAcl": 77, "GetAcl": 78,
+    "PurgeKeys": 81, "DeleteOpenKeys": 86, "PurgeDirectories": 95,
     "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
     "AuditReplica": 2005, "TransferLeadership": 2006, "ChangeMembership": 2007,
 }
 FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
                 "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8,
-                "SECRET_KEY": 9, "DELEGATION_TOKEN": 10}
+                "SECRET_KEY": 9, "DELEGATION_TOKEN": 10, "DIRECTORY": 11, "FILE": 12,
+                "OPEN_FILE": 13, "DELETED_DIRECTORY": 14}
 
 
 def test_generated_module_matches_proto(tmp_path: Path) -> None:

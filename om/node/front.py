@@ -14,8 +14,8 @@ frame the node sends back is written to its connection (dropped when that
 connection has closed). The node keeps identity checks, tokens, audit and
 execution, so the rules are the same for every worker count.
 
-It exits when the link closes (its node stopped or died), after writing the
-answers it holds; SIGINT and SIGTERM are ignored: its node stops it.
+It exits when the link closes (its node stopped or died, even before it sent
+the setup), after writing the answers it holds; SIGINT and SIGTERM are ignored: its node stops it.
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ class NodeLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if not self.setup.done():   # the node died while this front was starting
+            self.setup.set_exception(ConnectionError("the node closed the link before setup"))
         self.stop.set()
         self.closed.set()
 
@@ -129,7 +131,11 @@ async def serve(link_socket: socket.socket, listener: socket.socket) -> None:
     link = NodeLink()
     link_socket.setblocking(False)
     await loop.connect_accepted_socket(lambda: link, link_socket)
-    config, index = await link.setup
+    try:
+        config, index = await link.setup
+    except ConnectionError:
+        logger.warning("node gone before this front started; exiting")
+        return
     limits = config.limits
     workers = max(config.workers_count(), 1)
     connections = Connections(max(raise_fd_limit(limits.connections_max) // workers, 1),
