@@ -438,9 +438,9 @@ class TestEachRightIsEnforced:
         # CreateVolume and ListVolume: the two tests after the table; the token requests
         # need no right (authentication only: tests/test_tokens.py)
         tokens = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
-        # the file-system requests: TestFileSystemBuckets (the leader's own purge step
-        # needs no right: clients' are refused at the intake, tests/test_fs_cli.py)
-        fs = set(FS_RULES) | {"PurgeDirectories"}
+        # the file-system requests: TestFileSystemBuckets (the leader's own purge steps
+        # need no right: clients' are refused at the intake, tests/test_fs_cli.py)
+        fs = set(FS_RULES) | {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
         assert covered | {"CreateVolume", "ListVolume"} | tokens | fs == {
             k.name for k in KINDS.values()}
 

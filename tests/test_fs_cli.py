@@ -83,10 +83,20 @@ def test_paths_and_spelling() -> None:
     assert Path(REPO).exists()
 
 
-def test_a_client_may_not_send_the_leaders_purge(server: ServerProcess) -> None:
+@pytest.mark.parametrize("request_", [
+    om_pb2.OMRequest(cmd_type=om_pb2.PurgeDirectories,
+                     purge_directories=om_pb2.PurgeDirectoriesRequest(
+                         volume="vol1", bucket="lake", rows_max=10)),
+    om_pb2.OMRequest(cmd_type=om_pb2.PurgeKeys, purge_keys=om_pb2.PurgeKeysRequest(
+        keys=[b"/vol1/lake/k/1"], retired_before_ms=1 << 62)),
+    om_pb2.OMRequest(cmd_type=om_pb2.DeleteOpenKeys,
+                     delete_open_keys=om_pb2.DeleteOpenKeysRequest(
+                         open_keys=[om_pb2.OpenKeyRef(table=om_pb2.OPEN_KEY, key=b"k")],
+                         created_before_ms=1 << 62)),
+], ids=["PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"])
+def test_a_client_may_not_send_the_leaders_purges(server: ServerProcess,
+                                                  request_: om_pb2.OMRequest) -> None:
     with OMClient([server.address], user="alice") as client:
-        response = client.call_raw(om_pb2.OMRequest(
-            cmd_type=om_pb2.PurgeDirectories, purge_directories=om_pb2.PurgeDirectoriesRequest(
-                volume="vol1", bucket="lake", rows_max=10)))
+        response = client.call_raw(request_)
     assert response.status == om_pb2.INVALID_REQUEST
     assert "leader's own request" in response.message

@@ -120,6 +120,13 @@ def without_update_id(info: om_pb2.KeyInfo) -> om_pb2.KeyInfo:
     return copy
 
 
+def retired_at(info: om_pb2.KeyInfo, deletion_time: int) -> om_pb2.KeyInfo:
+    """``info`` as its deletedTable row holds it: stamped with when it left the namespace."""
+    copy = without_update_id(info)
+    copy.deletion_time = deletion_time
+    return copy
+
+
 def replicated(data_size: int, replicas: int = REPLICAS) -> int:
     return data_size * replicas
 
@@ -150,17 +157,25 @@ EVERY_REQUEST: list[tuple[str, Build]] = [
     ("SetAcl", lambda: build.set_acl(build.acl_object(V, B, "k"), [acls.parse("user:bob:r")
                                                                   .to_proto()])),
     ("GetAcl", lambda: build.get_acl(build.acl_object(V, B, "k"))),
+    ("CreateDirectory", lambda: build.create_directory(V, B, "d")),
+    ("CreateFile", lambda: build.create_file(V, B, "d/f")),
+    ("LookupFile", lambda: build.lookup_file(V, B, "d/f")),
+    ("GetFileStatus", lambda: build.get_file_status(V, B, "d")),
+    ("ListStatus", lambda: build.list_status(V, B, "d")),
 ]
 # outside the namespace: tests/test_tokens.py
 TOKEN_REQUESTS = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
-READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys",
-         "GetAcl"}
+# the leader's own, refused from clients: tests/test_purge.py, tests/test_fso.py
+INTERNAL_REQUESTS = {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
+OBS_READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys",
+             "GetAcl"}
+READS = OBS_READS | {"LookupFile", "GetFileStatus", "ListStatus"}
 
 
 class TestDispatch:
     def test_registry_serves_exactly_the_listed_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {
-            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS
+            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == READS
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
@@ -229,13 +244,34 @@ class TestDispatch:
         assert response.message == "late failure"
         assert om.store.get(om_pb2.VOLUME, b"/partial") is None
 
-    @pytest.mark.parametrize(("name", "make"), [r for r in EVERY_REQUEST if r[0] in READS],
-                             ids=[n for n, _ in EVERY_REQUEST if n in READS])
+    # FSO reads on FSO buckets: tests/test_fso.py
+    @pytest.mark.parametrize(("name", "make"), [r for r in EVERY_REQUEST if r[0] in OBS_READS],
+                             ids=[n for n, _ in EVERY_REQUEST if n in OBS_READS])
     def test_reads_record_and_write_nothing(self, obs: Harness, name: str, make: Build) -> None:
         obs.put_key(V, B, "k", 10)
         before = obs.store.digests()
         position = obs.position
         response = obs.ok(make())
+        assert response.WhichOneof("body") is not None
+        assert obs.last_recorder.empty
+        assert obs.position == position
+        assert obs.store.digests() == before
+
+    @pytest.mark.parametrize(("name", "make"), [r for r in EVERY_REQUEST
+                                                 if r[0] in READS - OBS_READS],
+                             ids=[n for n, _ in EVERY_REQUEST if n in READS - OBS_READS])
+    def test_file_system_reads_record_and_write_nothing(self, obs: Harness, name: str,
+                                                        make: Build) -> None:
+        obs.ok(build.create_bucket(V, "fsob", layout="FILE_SYSTEM_OPTIMIZED"))
+        opened = obs.ok(build.create_file(V, "fsob", "d/f", recursive=True)).create_file
+        session = opened.client_session_id
+        obs.ok(build.commit_key(V, "fsob", "d/f", session, 0))
+        before = obs.store.digests()
+        position = obs.position
+        request = make()
+        body = getattr(request, request.WhichOneof("body") or "")
+        body.bucket = "fsob"
+        response = obs.ok(request)
         assert response.WhichOneof("body") is not None
         assert obs.last_recorder.empty
         assert obs.position == position
@@ -843,7 +879,8 @@ class TestCommitKey:
         assert obs.key_row(V, B, "k") == new
         assert obs.keys_of(om_pb2.DELETED) == [f"/vol1/bucket1/k/{old.object_id}".encode()]
         deleted = present(obs.deleted_row(V, B, "k", old.object_id))
-        assert [without_update_id(k) for k in deleted.key_info] == [without_update_id(old)]
+        assert [without_update_id(k) for k in deleted.key_info] == [
+            retired_at(old, obs.clock.now_ms)]
         assert obs.usage(V, B) == (replicated(40), 1)   # only the difference was charged
 
     def test_overwrite_with_another_replication_factor(self, obs: Harness) -> None:
@@ -990,7 +1027,8 @@ class TestDeleteKey:
         assert obs.key_row(V, B, "keep") == keep
         assert obs.keys_of(om_pb2.DELETED) == [f"/vol1/bucket1/k/{gone.object_id}".encode()]
         deleted = present(obs.deleted_row(V, B, "k", gone.object_id))
-        assert [without_update_id(k) for k in deleted.key_info] == [without_update_id(gone)]
+        assert [without_update_id(k) for k in deleted.key_info] == [
+            retired_at(gone, obs.clock.now_ms)]
         assert obs.usage(V, B) == (replicated(5), 1)
 
     def test_releases_the_replicated_size_of_its_factor(self, obs: Harness) -> None:

@@ -2,8 +2,10 @@
 
 The version goes to deletedTable under ``/vol/bucket/key/<object id>`` with
 the retiring request's index as its update id, so a purge can tell versions
-apart. A version with no data is not kept: there is nothing to purge (Ozone
-skips such keys too).
+apart, and its time as the deletion time, from which its retention counts
+(``om.executor.handlers.purge_keys``). Object ids are never reused, so a row is
+written once and never appended to. A version with no data is not kept: there
+is nothing to purge (Ozone skips such keys too).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def retire(recorder: ChangeRecorder, info: om_pb2.KeyInfo, ctx: ExecContext) -> 
     retired = om_pb2.KeyInfo()
     retired.CopyFrom(info)
     retired.update_id = ctx.managed_index
+    retired.deletion_time = ctx.now_ms
     recorder.put(om_pb2.DELETED,
                  tables.deleted_key(info.volume_name, info.bucket_name, info.key_name,
                                     info.object_id),

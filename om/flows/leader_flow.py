@@ -37,7 +37,7 @@ from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
-from om.flows.purge import DirectoryPurger, PurgeConfig
+from om.flows.purge import PurgeConfig, Purger
 from om.flows.read_rounds import ReadRound
 from om.flows.template import (
     Clock,
@@ -101,7 +101,7 @@ class LeaderService(RequestService):
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
                                       self.metrics.batches)
         self._sweeper: asyncio.Task[None] | None = None
-        self.purger = DirectoryPurger(store, self.submit, lambda: self.role().ready,
+        self.purger = Purger(store, self.submit, lambda: self.role().ready,
                                       config.purge, PURGE_USER)
         self._purging: asyncio.Task[None] | None = None
 

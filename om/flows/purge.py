@@ -1,19 +1,29 @@
-"""The leader's background purge of deleted subtrees (Ozone's DirectoryDeletingService).
+"""The leader's background purges: replicated system writes, bounded and paced.
 
-``rm -r`` of a directory in a file-system bucket writes one tombstone
-(deletedDirectoryTable) and returns: the subtree is unreachable at once. This
-service then purges it, on the leader only, in bounded steps: each step is a
-``PurgeDirectories`` request the leader submits through its own write path (so it
-takes the bucket's read lock, gets a managed index, and is replicated and applied
-like any write: followers never compute anything). A step removes at most
-``rows_max`` entries of one deleted directory (``om.executor.fso_keys``), releasing
-their bytes and namespace from the bucket; nested directories become tombstones of
-their own. Steps run one at a time, at most one every ``interval_s`` while there is
-work, so a purge never crowds out client writes.
+Three kinds of rows outlive the requests that made them, and the leader removes
+each in bounded steps, every step a request of its own submitted through the
+leader's write path (so it is locked as its plan says, replicated and applied
+like any write: followers never compute anything):
 
-Idempotent across leader changes and crashes: each step is computed from applied
-state by whoever leads; a deposed leader's step that commits after its successor's
-barrier is skipped at apply (an older term), one that commits before it is seen.
+* **deleted subtrees** (Ozone's DirectoryDeletingService): ``rm -r`` of a
+  directory in a file-system bucket writes one tombstone (deletedDirectoryTable)
+  and returns; a ``PurgeDirectories`` step removes at most ``rows_max`` entries of
+  one deleted directory (``om.executor.fso_keys``), releasing their bytes and
+  namespace; nested directories become tombstones of their own.
+* **deletedTable rows past their retention** (``PurgeKeys``, Ozone's type 81):
+  versions deleted or overwritten more than ``deleted_retention_s`` ago.
+* **open keys and files never committed** (``DeleteOpenKeys``, Ozone's open-key
+  cleanup): created more than ``open_key_expire_s`` ago.
+
+Each interval, while this node is the ready leader, each kind gets at most one
+step, one at a time, so purges never crowd out client writes. The row kinds are
+scanned from a cursor, at most ``SCAN_PAGES * rows_max`` rows a step, wrapping
+round at the end: a step's cost is bounded whatever the table holds.
+
+Idempotent across leader changes and crashes: a step is computed from applied
+state by whoever leads and names its cutoff; its handler re-checks each row
+against it and skips rows already gone. A deposed leader's step that commits
+after its successor's barrier is skipped at apply (an older term).
 """
 
 from __future__ import annotations
@@ -21,32 +31,44 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf.message import Message
+
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 
 logger = logging.getLogger(__name__)
 Submit = Callable[[om_pb2.OMRequest], asyncio.Future[om_pb2.OMResponse]]
 
 
+SCAN_PAGES = 4    # a keys step scans at most this many times rows_max rows
+DAY_S = 86_400.0
+
+
 @dataclass(frozen=True)
 class PurgeConfig:
-    """How fast deleted subtrees are purged."""
+    """How fast and after how long the purges remove rows."""
 
     interval_s: float = 1.0
     rows_max: int = 1000
+    deleted_retention_s: float = DAY_S
+    open_key_expire_s: float = 7 * DAY_S   # Ozone's ozone.om.open.key.expire.threshold
 
     def __post_init__(self) -> None:
         assert self.interval_s > 0
         assert self.rows_max > 0
+        assert self.deleted_retention_s >= 0
+        assert self.open_key_expire_s > 0
 
 
-class DirectoryPurger:
-    """Submits purge steps while deleted subtrees wait, one at a time."""
+class Purger:
+    """Submits purge steps while rows wait, one at a time."""
 
     def __init__(self, view: ReadView, submit: Submit, ready: Callable[[], bool],
                  config: PurgeConfig, user: str) -> None:
@@ -57,8 +79,11 @@ class DirectoryPurger:
         self._user = user
         self._client_id = f"om-purge-{uuid.uuid4()}"
         self._calls = itertools.count(1)
+        self._cursors: dict[TableId, bytes | None] = {}
         self.steps = 0
         self.purged = 0
+        self.keys_purged = 0
+        self.open_keys_deleted = 0
 
     def pending(self, limit: int = 10_000) -> int:
         """Deleted directories waiting for their purge (counted up to ``limit``)."""
@@ -81,31 +106,84 @@ class DirectoryPurger:
         return None
 
     async def step(self) -> bool:
-        """Submits one purge step; True when one was applied."""
+        """Submits one step of purging deleted subtrees; True when one was applied."""
         found = self.next_bucket()
         if found is None:
             return False
         volume, bucket = found
-        request = om_pb2.OMRequest(
-            cmd_type=om_pb2.PurgeDirectories, client_id=self._client_id,
-            call_id=next(self._calls), user=self._user,
-            purge_directories=om_pb2.PurgeDirectoriesRequest(
-                volume=volume, bucket=bucket, rows_max=self.config.rows_max))
-        answer = await self._submit(request)
-        if answer.status != om_pb2.OK:
-            logger.info("purge step in /%s/%s: %s %s", volume, bucket,
-                        om_pb2.Status.Name(answer.status), answer.message)
+        answer = await self._send(om_pb2.PurgeDirectories, "purge_directories",
+                                  om_pb2.PurgeDirectoriesRequest(
+                                      volume=volume, bucket=bucket,
+                                      rows_max=self.config.rows_max))
+        if answer is None:
             return False
         self.steps += 1
         self.purged += answer.purge_directories.purged
         return True
 
+    async def purge_deleted_keys(self) -> int:
+        """One step over deletedTable: removes rows past their retention; how many."""
+        cutoff = self._cutoff_ms(self.config.deleted_retention_s)
+        old = [key for key, raw in self._next_page(om_pb2.DELETED)
+               if all(v.deletion_time <= cutoff
+                      for v in om_pb2.RepeatedKeyInfo.FromString(raw).key_info)]
+        if not old:
+            return 0
+        answer = await self._send(om_pb2.PurgeKeys, "purge_keys", om_pb2.PurgeKeysRequest(
+            keys=old[:self.config.rows_max], retired_before_ms=cutoff))
+        purged = 0 if answer is None else answer.purge_keys.purged
+        self.keys_purged += purged
+        return purged
+
+    async def expire_open_keys(self) -> int:
+        """One step over openKeyTable and openFileTable: removes open rows past their
+        expiry; how many."""
+        cutoff = self._cutoff_ms(self.config.open_key_expire_s)
+        expired = [om_pb2.OpenKeyRef(table=table, key=key)
+                   for table in (om_pb2.OPEN_KEY, om_pb2.OPEN_FILE)
+                   for key, raw in self._next_page(table)
+                   if om_pb2.KeyInfo.FromString(raw).creation_time <= cutoff]
+        if not expired:
+            return 0
+        answer = await self._send(om_pb2.DeleteOpenKeys, "delete_open_keys",
+                                  om_pb2.DeleteOpenKeysRequest(
+                                      open_keys=expired[:self.config.rows_max],
+                                      created_before_ms=cutoff))
+        deleted = 0 if answer is None else answer.delete_open_keys.deleted
+        self.open_keys_deleted += deleted
+        return deleted
+
+    def _cutoff_ms(self, age_s: float) -> int:
+        return max(0, int((time.time() - age_s) * 1000))
+
+    def _next_page(self, table: TableId) -> list[tuple[bytes, bytes]]:
+        """The next rows of ``table`` after its cursor; the cursor wraps at the end."""
+        limit = SCAN_PAGES * self.config.rows_max
+        page = self._view.scan(table, b"", self._cursors.get(table), limit)
+        self._cursors[table] = page[-1][0] if len(page) == limit else None
+        return page
+
+    async def _send(self, cmd: om_pb2.Type.ValueType, body_field: str,
+                    body: Message) -> om_pb2.OMResponse | None:
+        """Submits one step; its answer when OK (else logged, None)."""
+        request = om_pb2.OMRequest(cmd_type=cmd, client_id=self._client_id,
+                                   call_id=next(self._calls), user=self._user)
+        getattr(request, body_field).CopyFrom(body)
+        answer = await self._submit(request)
+        if answer.status != om_pb2.OK:
+            logger.info("%s step: %s %s", om_pb2.Type.Name(cmd),
+                        om_pb2.Status.Name(answer.status), answer.message)
+            return None
+        return answer
+
     async def run_forever(self) -> None:
-        """Purges while this node is the ready leader, one step an interval."""
+        """Purges while this node is the ready leader: each kind one step an interval."""
         while True:
             await asyncio.sleep(self.config.interval_s)
-            if self._ready():
+            for step in (self.step, self.purge_deleted_keys, self.expire_open_keys):
+                if not self._ready():
+                    break
                 try:
-                    await self.step()
+                    await step()
                 except Exception:
                     logger.exception("a purge step failed; the next one tries again")

@@ -26,7 +26,9 @@ CreateDirectory/File   CREATE on the path (file-system buckets: the bucket's and
                        consulted yet)
 LookupFile, GetFileStatus  READ on the path
 ListStatus             LIST on the bucket
-PurgeDirectories       none: the leader's own request (refused from clients)
+PurgeDirectories,      none: the leader's own requests (refused from clients)
+PurgeKeys,
+DeleteOpenKeys
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
 *DelegationToken       none: authentication only (om/executor/tokens.py
@@ -226,6 +228,8 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.ListStatus: _on(BUCKET, acls.LIST),
     # the leader's own step of a purge (clients' are refused at the intake)
     om_pb2.PurgeDirectories: lambda body: (),
+    om_pb2.PurgeKeys: lambda body: (),
+    om_pb2.DeleteOpenKeys: lambda body: (),
     om_pb2.AddAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.RemoveAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.SetAcl: _acl_request(acls.WRITE_ACL),

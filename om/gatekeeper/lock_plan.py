@@ -134,6 +134,9 @@ _PLANNERS = {
     # a purge step changes unreachable rows and the bucket's counters: the bucket's read
     # lock keeps a bucket property change (which puts the row) out of its batch
     om_pb2.PurgeDirectories: _key_plan,
+    # PurgeKeys and DeleteOpenKeys lock nothing: the rows they remove are written once
+    # and read by no client write but the one commit of an open session, which removes
+    # the same row (om/executor/handlers/purge_keys.py, delete_open_keys.py)
     om_pb2.AddAcl: _acl_plan,
     om_pb2.RemoveAcl: _acl_plan,
     om_pb2.SetAcl: _acl_plan,

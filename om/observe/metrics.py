@@ -111,6 +111,11 @@ NODE_STATE: tuple[StateGauge, ...] = (
                counter=True),
     StateGauge("purge_entries", "om_purge_entries",
                "Directories and files these purge steps removed", counter=True),
+    StateGauge("purge_deleted_keys", "om_purge_deleted_keys",
+               "deletedTable rows this leader purged after their retention", counter=True),
+    StateGauge("purge_expired_open_keys", "om_purge_expired_open_keys",
+               "Open keys and files never committed this leader removed after their "
+               "expiry", counter=True),
     StateGauge("double_buffer_flushes", "om_double_buffer_flushes",
                "The old flow's double-buffer flushes", counter=True),
     StateGauge("double_buffer_transactions", "om_double_buffer_transactions",

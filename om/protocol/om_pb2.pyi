@@ -193,6 +193,11 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     """The leader's own, never a client's (om/flows/purge.py): one bounded step of
     purging a deleted subtree of a file-system bucket.
     """
+    PurgeKeys: _Type.ValueType  # 81
+    """The leader's own too (om/flows/purge.py): deletedTable rows past their retention,
+    and open keys and files never committed past their expiry.
+    """
+    DeleteOpenKeys: _Type.ValueType  # 86
     AddAcl: _Type.ValueType  # 75
     """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
     RemoveAcl: _Type.ValueType  # 76
@@ -252,6 +257,11 @@ PurgeDirectories: Type.ValueType  # 95
 """The leader's own, never a client's (om/flows/purge.py): one bounded step of
 purging a deleted subtree of a file-system bucket.
 """
+PurgeKeys: Type.ValueType  # 81
+"""The leader's own too (om/flows/purge.py): deletedTable rows past their retention,
+and open keys and files never committed past their expiry.
+"""
+DeleteOpenKeys: Type.ValueType  # 86
 AddAcl: Type.ValueType  # 75
 """ACLs (Ozone's native ACLs): replicated writes, except GetAcl."""
 RemoveAcl: Type.ValueType  # 76
@@ -694,6 +704,7 @@ class KeyInfo(_message.Message):
     OPEN_CLIENT_ID_FIELD_NUMBER: _builtins.int
     ACLS_FIELD_NUMBER: _builtins.int
     PARENT_OBJECT_ID_FIELD_NUMBER: _builtins.int
+    DELETION_TIME_FIELD_NUMBER: _builtins.int
     volume_name: _builtins.str
     bucket_name: _builtins.str
     key_name: _builtins.str
@@ -709,6 +720,10 @@ class KeyInfo(_message.Message):
     """File-system buckets: the directory (or the bucket, at the top) the file is in. A
     fileTable or openFileTable row holds the file's own name in key_name; answers
     carry its whole path in the bucket.
+    """
+    deletion_time: _builtins.int
+    """deletedTable: when this version left the namespace (deleted or overwritten; ms,
+    leader clock). Its retention counts from here.
     """
     @_builtins.property
     def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]:
@@ -729,10 +744,11 @@ class KeyInfo(_message.Message):
         open_client_id: _builtins.int = ...,
         acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
         parent_object_id: _builtins.int = ...,
+        deletion_time: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "parent_object_id", b"parent_object_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "deletion_time", b"deletion_time", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "parent_object_id", b"parent_object_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1565,6 +1581,85 @@ class PurgeDirectoriesRequest(_message.Message):
 Global___PurgeDirectoriesRequest: _TypeAlias = PurgeDirectoriesRequest  # noqa: Y015
 
 @_typing.final
+class PurgeKeysRequest(_message.Message):
+    """The rows the leader found past retention; each is removed only if it is still there
+    and was retired at or before retired_before_ms (a rerun removes nothing twice).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYS_FIELD_NUMBER: _builtins.int
+    RETIRED_BEFORE_MS_FIELD_NUMBER: _builtins.int
+    retired_before_ms: _builtins.int
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """deletedTable keys"""
+
+    def __init__(
+        self,
+        *,
+        keys: _abc.Iterable[_builtins.bytes] | None = ...,
+        retired_before_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "retired_before_ms", b"retired_before_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeKeysRequest: _TypeAlias = PurgeKeysRequest  # noqa: Y015
+
+@_typing.final
+class OpenKeyRef(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    table: Global___Table.ValueType
+    """OPEN_KEY or OPEN_FILE"""
+    key: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        table: Global___Table.ValueType = ...,
+        key: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenKeyRef: _TypeAlias = OpenKeyRef  # noqa: Y015
+
+@_typing.final
+class DeleteOpenKeysRequest(_message.Message):
+    """Open keys and files never committed: each is removed only if it is still open and
+    was created at or before created_before_ms (Ozone's open-key cleanup).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPEN_KEYS_FIELD_NUMBER: _builtins.int
+    CREATED_BEFORE_MS_FIELD_NUMBER: _builtins.int
+    created_before_ms: _builtins.int
+    @_builtins.property
+    def open_keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpenKeyRef]: ...
+    def __init__(
+        self,
+        *,
+        open_keys: _abc.Iterable[Global___OpenKeyRef] | None = ...,
+        created_before_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_before_ms", b"created_before_ms", "open_keys", b"open_keys"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteOpenKeysRequest: _TypeAlias = DeleteOpenKeysRequest  # noqa: Y015
+
+@_typing.final
 class GetFileStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2064,6 +2159,8 @@ class OMRequest(_message.Message):
     LOOKUP_FILE_FIELD_NUMBER: _builtins.int
     LIST_STATUS_FIELD_NUMBER: _builtins.int
     PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    PURGE_KEYS_FIELD_NUMBER: _builtins.int
+    DELETE_OPEN_KEYS_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -2153,6 +2250,10 @@ class OMRequest(_message.Message):
     @_builtins.property
     def purge_directories(self) -> Global___PurgeDirectoriesRequest: ...
     @_builtins.property
+    def purge_keys(self) -> Global___PurgeKeysRequest: ...
+    @_builtins.property
+    def delete_open_keys(self) -> Global___DeleteOpenKeysRequest: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclRequest: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclRequest: ...
@@ -2211,6 +2312,8 @@ class OMRequest(_message.Message):
         lookup_file: Global___LookupFileRequest | None = ...,
         list_status: Global___ListStatusRequest | None = ...,
         purge_directories: Global___PurgeDirectoriesRequest | None = ...,
+        purge_keys: Global___PurgeKeysRequest | None = ...,
+        delete_open_keys: Global___DeleteOpenKeysRequest | None = ...,
         add_acl: Global___AddAclRequest | None = ...,
         remove_acl: Global___RemoveAclRequest | None = ...,
         set_acl: Global___SetAclRequest | None = ...,
@@ -2223,11 +2326,11 @@ class OMRequest(_message.Message):
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
         change_membership: Global___ChangeMembershipRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -2616,6 +2719,44 @@ class LookupFileResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LookupFileResponse: _TypeAlias = LookupFileResponse  # noqa: Y015
+
+@_typing.final
+class PurgeKeysResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_FIELD_NUMBER: _builtins.int
+    purged: _builtins.int
+    def __init__(
+        self,
+        *,
+        purged: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeKeysResponse: _TypeAlias = PurgeKeysResponse  # noqa: Y015
+
+@_typing.final
+class DeleteOpenKeysResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.int
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteOpenKeysResponse: _TypeAlias = DeleteOpenKeysResponse  # noqa: Y015
 
 @_typing.final
 class PurgeDirectoriesResponse(_message.Message):
@@ -3368,6 +3509,8 @@ class OMResponse(_message.Message):
     LOOKUP_FILE_FIELD_NUMBER: _builtins.int
     LIST_STATUS_FIELD_NUMBER: _builtins.int
     PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    PURGE_KEYS_FIELD_NUMBER: _builtins.int
+    DELETE_OPEN_KEYS_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
     SET_ACL_FIELD_NUMBER: _builtins.int
@@ -3441,6 +3584,10 @@ class OMResponse(_message.Message):
     @_builtins.property
     def purge_directories(self) -> Global___PurgeDirectoriesResponse: ...
     @_builtins.property
+    def purge_keys(self) -> Global___PurgeKeysResponse: ...
+    @_builtins.property
+    def delete_open_keys(self) -> Global___DeleteOpenKeysResponse: ...
+    @_builtins.property
     def add_acl(self) -> Global___AddAclResponse: ...
     @_builtins.property
     def remove_acl(self) -> Global___RemoveAclResponse: ...
@@ -3497,6 +3644,8 @@ class OMResponse(_message.Message):
         lookup_file: Global___LookupFileResponse | None = ...,
         list_status: Global___ListStatusResponse | None = ...,
         purge_directories: Global___PurgeDirectoriesResponse | None = ...,
+        purge_keys: Global___PurgeKeysResponse | None = ...,
+        delete_open_keys: Global___DeleteOpenKeysResponse | None = ...,
         add_acl: Global___AddAclResponse | None = ...,
         remove_acl: Global___RemoveAclResponse | None = ...,
         set_acl: Global___SetAclResponse | None = ...,
@@ -3509,11 +3658,11 @@ class OMResponse(_message.Message):
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
         change_membership: Global___ChangeMembershipResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -1,0 +1,39 @@
+"""PurgeKeys (Ozone's type 81; the leader's own request): deletedTable rows go.
+
+The leader's purger (``om.flows.purge``) names rows it found past their retention
+and the cutoff it used; this removes each row that is still there and whose every
+version was deleted at or before the cutoff. Nothing else reads or writes a
+deletedTable row once written (its key holds a never-reused object id), so the
+request needs no lock, and a step that runs twice (a retry, a new leader
+computing it again) removes nothing twice: a row already gone is skipped, and a
+step with nothing left to remove answers KEY_NOT_FOUND and writes nothing.
+"""
+
+from __future__ import annotations
+
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext
+from om.executor.errors import OMError
+from om.protocol import om_pb2
+from om.schema.read_view import ReadView
+
+ROWS_MAX = 10_000   # rows one request may name: a purge step stays one small batch
+
+
+def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+            ctx: ExecContext) -> om_pb2.OMResponse:
+    body = request.purge_keys
+    if not 0 < len(body.keys) <= ROWS_MAX:
+        raise OMError(om_pb2.INVALID_REQUEST, f"a purge names 1 to {ROWS_MAX} rows")
+    purged = 0
+    for key in dict.fromkeys(body.keys):
+        raw = view.get(om_pb2.DELETED, key)
+        if raw is None:
+            continue
+        versions = om_pb2.RepeatedKeyInfo.FromString(raw).key_info
+        if all(v.deletion_time <= body.retired_before_ms for v in versions):
+            recorder.delete(om_pb2.DELETED, key)
+            purged += 1
+    if purged == 0:
+        raise OMError(om_pb2.KEY_NOT_FOUND, "no row named is there and past the cutoff")
+    return om_pb2.OMResponse(purge_keys=om_pb2.PurgeKeysResponse(purged=purged))
