@@ -90,20 +90,13 @@ class Child:
         self._write_superseded = False   # a snapshot was installed while one was written
         self._durable = settings.fsync
         conf.autoTick = False
-        spec = journal.JournalSpec(durable=settings.fsync,
-                                   snapshot_file=Path(conf.fullDumpFile))
-        journal.register(Path(conf.journalFile), spec)
-        self._spec = spec
+        self._spec = journal.spec_for(settings, Path(conf.journalFile),
+                                      Path(conf.fullDumpFile))
         others = peers(node, nodes, settings.links)
         self.raft = RaftLog(own_address(node), others, conf, self._forward_apply,
-                            self._sync_journal, settings.compress_transport,
-                            GroupCommitTransport)
+                            settings.compress_transport, GroupCommitTransport)
         self.raft._poller.subscribe(channel.fileno(), self._on_channel,
                                     POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
-
-    def _sync_journal(self) -> None:
-        assert self._spec.journal is not None
-        self._spec.journal.sync()
 
     # -- the loop ------------------------------------------------------------------------
 
