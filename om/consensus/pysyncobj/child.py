@@ -43,7 +43,6 @@ from om.consensus.pysyncobj import journal
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
-from om.disk.durable_files import fsync_path
 from om.protocol.channel import FrameReader, Message, encode
 
 logger = logging.getLogger(__name__)
@@ -88,7 +87,6 @@ class Child:
         self._writing_dump = self._dump_file.with_name(self._dump_file.name + ".writing")
         self._snapshot_state: int = SERIALIZER_STATE.NOT_SERIALIZING
         self._write_superseded = False   # a snapshot was installed while one was written
-        self._durable = settings.fsync
         conf.autoTick = False
         self._spec = journal.spec_for(settings, Path(conf.journalFile),
                                       Path(conf.fullDumpFile))
@@ -257,7 +255,11 @@ class Child:
 
     def _snapshot_written(self, error: str) -> None:
         """The parent's answer: the snapshot is in ``_writing_dump`` (synced when durable);
-        renaming it into place (and syncing the directory) completes it."""
+        renaming it into place completes it. The rename is made durable by the
+        journal's compaction that follows (its sync thread syncs the snapshot and its
+        directory before it drops any entry), not here: this thread does not wait for
+        the disk. Until then a power loss may undo the rename, and the older snapshot
+        and the whole journal are found again."""
         assert self._snapshot_state == SERIALIZER_STATE.SERIALIZING
         if self._write_superseded:
             self._write_superseded = False
@@ -269,8 +271,6 @@ class Child:
             self._snapshot_state = SERIALIZER_STATE.FAILED
             return
         os.replace(self._writing_dump, self._dump_file)
-        if self._durable:
-            fsync_path(self._dump_file.parent)
         self._snapshot_state = SERIALIZER_STATE.SUCCESS
 
     def deserialize(self, file_name: str) -> object:
