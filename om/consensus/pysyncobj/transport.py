@@ -1,13 +1,13 @@
 """pysyncobj's TCP transport, adapted: group-commit syncs, cheaper frames, bounds.
 
 pysyncobj lets a SyncObj take its transport class (``transportClass``). This
-one subclasses its ``TCPTransport`` and changes four things:
+one subclasses its ``TCPTransport`` and changes five things:
 
 * **Sync before promising, without waiting for the disk.** A follower's
   append acknowledgement (``next_node_idx``) claiming entries is held until
-  the journal has synced them (``GroupCommitJournal.synced_index``); one that
-  claims nothing (a reset, a transmission step) waits only behind those held
-  before it, so the answers keep their order. The transport wraps the
+  the journal has synced them (``GroupCommitJournal.synced_index``), and goes
+  at once when it has (a heartbeat's answer, usually); one that claims nothing
+  (a reset, a transmission step) waits only behind those held before it, so the answers keep their order. The transport wraps the
   SyncObj's poller: before each poll (after the leader appended and *sent*
   its entries: send-before-sync) and after it (after a follower appended what
   it received) it takes the journal's finished syncs, sends the
