@@ -7,8 +7,8 @@ one subclasses its ``TCPTransport`` and changes five things:
   append acknowledgement (``next_node_idx``) claiming entries is held until
   the journal has synced them (``GroupCommitJournal.synced_index``), and goes
   at once when it has (a heartbeat's answer, usually); one that claims nothing
-  (a reset, a transmission step) waits only behind those held before it, so the answers keep their order. The transport wraps the
-  SyncObj's poller: before each poll (after the leader appended and *sent*
+  (a reset, a transmission step) waits only behind those held before it, so
+  the answers keep their order. The transport wraps the SyncObj's poller: before each poll (after the leader appended and *sent*
   its entries: send-before-sync) and after it (after a follower appended what
   it received) it takes the journal's finished syncs, sends the
   acknowledgements they cover (consecutive successful ones to the same node
