@@ -146,6 +146,11 @@ class Raft:
     # ``password``): read from the top-level ``raft_secret_file``, never from the TOML
     # itself. Empty: Raft unauthenticated (printed at start).
     secret: str = field(default="", repr=False)
+    # Test-only: while a file named raft.wal.stall exists beside this node's journal,
+    # the journal's sync thread waits (a disk whose syncs hang), so a test can prove
+    # that a slow sync costs neither the leadership nor a write
+    # (tests/test_disk_stall.py).
+    unsafe_journal_stall: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,7 @@ class WriteLoad:
     cluster: om_cluster.Cluster
     threads: int = 3
     acknowledged: dict[str, int] = field(default_factory=dict)
+    acknowledged_at: list[float] = field(default_factory=list)   # time.monotonic()
     failures: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -130,6 +132,7 @@ class WriteLoad:
                     continue
                 with self._lock:
                     self.acknowledged[key] = info.object_id
+                    self.acknowledged_at.append(time.monotonic())
 
     def stop(self) -> None:
         self._stop.set()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from om.cluster import lifecycle as om_cluster
 from om.config import NodeAddress, Raft
@@ -37,38 +38,64 @@ class NoSnapshots:
 
 @dataclass
 class RaftNode:
-    """One node: its replicator, what it applied, and when its journal synced what."""
+    """One node: its replicator, what it applied, and when its journal synced what.
+
+    ``sync_delay_s`` makes each sync that slow on the journal's sync thread (a slow
+    disk); ``blocking_sync`` makes the Raft thread wait for each sync it starts,
+    as before the sync thread (the red cases); a file at ``stall_file`` stalls the
+    sync thread while it exists (``[raft] unsafe_journal_stall``)."""
 
     address: NodeAddress
     replicator: RaftReplicator
     applied: list[tuple[int, bytes]] = field(default_factory=list)
     syncs: list[tuple[int, int]] = field(default_factory=list)  # (synced index, ns)
     sync_delay_s: float = 0.0
+    blocking_sync: bool = False
 
     @property
     def journal(self) -> GroupCommitJournal:
         assert self.replicator.journal_spec.journal is not None
         return self.replicator.journal_spec.journal
 
+    @property
+    def stall_file(self) -> Path:
+        stall = self.replicator.journal_spec.stall_file
+        assert stall is not None, "started without unsafe_journal_stall"
+        return stall
+
     def synced_by(self, index: int, t_ns: int) -> bool:
         """Whether the journal had synced ``index`` at or before ``t_ns``."""
         return any(synced >= index and at <= t_ns for synced, at in self.syncs)
 
+    def term(self) -> int:
+        return self.replicator.role().term
+
 
 def _instrument(node: RaftNode) -> None:
-    """Records every sync, after an optional delay (a slow disk)."""
+    """Records every sync when the Raft thread learns of it, delays syncs on the sync
+    thread, and makes the Raft thread wait for them, as the node asks."""
     journal = node.journal
-    original = journal.sync
+    perform, collect, begin_sync = journal._perform, journal.collect, journal.begin_sync
 
-    def sync() -> None:
-        before = journal.synced_index
-        if node.sync_delay_s and journal.last_index > before:
+    def slow_perform(work: Any) -> None:
+        if node.sync_delay_s and work.target is not None:
             time.sleep(node.sync_delay_s)
-        original()
-        if journal.synced_index != before:
+        perform(work)
+
+    def recording_collect() -> None:
+        before = journal.synced_index
+        collect()
+        if journal.synced_index > before:
             node.syncs.append((journal.synced_index, time.monotonic_ns()))
 
-    journal.sync = sync  # type: ignore[method-assign]
+    def maybe_blocking_begin_sync() -> None:
+        begin_sync()
+        if node.blocking_sync:
+            journal._wait_idle()
+
+    journal._perform = slow_perform  # type: ignore[method-assign]
+    journal.collect = recording_collect  # type: ignore[method-assign]
+    journal.begin_sync = maybe_blocking_begin_sync  # type: ignore[method-assign]
 
 
 async def start_nodes(directory: Path, count: int = 3,

@@ -64,7 +64,7 @@ class Scenario:
         own = None if name in self.learners else self.addresses[name]
         self.nodes[name] = self.node_class(
             own, others, conf, lambda position, entry: self._applied(name, position, entry),
-            lambda: None, False, GroupCommitTransport)
+            False, GroupCommitTransport)
 
     def _applied(self, name: str, position: int, entry: bytes) -> Applied:
         self.applied.setdefault(name, []).append((position, entry))

@@ -71,7 +71,7 @@ def test_a_raft_node_with_a_secret_seals_with_aes_gcm() -> None:
     conf = SyncObjConf(autoTick=False, password=SECRET)
     peers = [f"127.0.0.1:{base + 10}", f"127.0.0.1:{base + 12}"]   # one dialled, one not
     node = RaftLog(f"127.0.0.1:{base + 11}", peers, conf,
-                   lambda position, _entry: Applied(position), lambda: None, False,
+                   lambda position, _entry: Applied(position), False,
                    GroupCommitTransport)
     try:
         assert isinstance(node.encryptor, AeadFrames)

@@ -1,9 +1,14 @@
-"""The group-commit Raft journal: what reaches the file, when, and what a restart finds."""
+"""The group-commit Raft journal: what reaches the file, when, and what a restart finds;
+its sync thread, which the Raft thread never waits for."""
 
 from __future__ import annotations
 
 import os
+import select
+import threading
+import time
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import given, settings
@@ -28,6 +33,24 @@ def _reopened(journal: GroupCommitJournal, path: Path) -> GroupCommitJournal:
     return _open(path)
 
 
+def _crash(journal: GroupCommitJournal) -> None:
+    """The process dies once the sync thread has done what was queued: no close-time
+    sync, no meta save."""
+    journal._queue.put(None)
+    journal._thread.join()
+    os.close(journal._fd)
+    os.close(journal.wake_fd)
+
+
+def _until_synced(journal: GroupCommitJournal, index: int, timeout_s: float = 5.0) -> None:
+    """Collects, as the Raft thread does when woken, until ``index`` is synced."""
+    deadline = time.monotonic() + timeout_s
+    while journal.synced_index < index:
+        assert time.monotonic() < deadline, f"index {index} never synced"
+        select.select([journal.wake_fd], [], [], 0.05)
+        journal.collect()
+
+
 def test_appends_reach_the_file_only_at_sync(tmp_path: Path) -> None:
     path = tmp_path / "raft.wal"
     journal = _open(path)
@@ -50,7 +73,7 @@ def test_unsynced_appends_are_lost_by_a_crash_and_synced_ones_are_not(tmp_path: 
     journal.add(b"kept", 1, 1)
     journal.sync()
     journal.add(b"lost", 2, 1)
-    os.close(journal._fd)  # a crash: no close-time sync
+    _crash(journal)
     restarted = _open(path)
     assert list(restarted[:]) == [(b"kept", 1, 1)]
     restarted._destroy()
@@ -102,7 +125,7 @@ def test_a_truncation_reaches_the_file_with_the_next_sync(tmp_path: Path) -> Non
         journal.add(b"acked", index, 1)
     journal.sync()
     journal.deleteEntriesFrom(1)          # indices 2 and 3 dropped in memory...
-    os.close(journal._fd)                 # ...and a crash before the next sync
+    _crash(journal)                       # ...and a crash before the next sync
     reopened = _open(path)
     assert [entry[1] for entry in reopened[:]] == [1, 2, 3], "acknowledged records kept"
     reopened.deleteEntriesFrom(1)
@@ -126,6 +149,7 @@ def test_delete_to_keeps_the_suffix_and_syncs_the_snapshot_first(
     journal.sync()
     synced.clear()
     journal.deleteEntriesTo(3)
+    journal.sync()                        # the sync thread rewrote the file
     assert synced[:2] == ["dump", tmp_path.name], "the snapshot is synced before compaction"
     assert [entry[1] for entry in journal[:]] == [4, 5]
     journal.add(b"f", 6, 1)
@@ -140,7 +164,7 @@ def test_term_and_vote_are_synced_at_once_and_commit_index_lazily(tmp_path: Path
     journal = _open(path)
     journal.setCurrentTerm(7, "127.0.0.1:1")
     journal.setRaftCommitIndex(42)
-    os.close(journal._fd)  # crash before the one-second timer
+    _crash(journal)        # before the one-second timer
     restarted = _open(path)
     assert restarted.getCurrentTerm() == 7
     assert restarted.getVotedForNodeId() == "127.0.0.1:1"
@@ -167,40 +191,149 @@ def test_indices_must_be_consecutive(tmp_path: Path) -> None:
     journal._destroy()
 
 
+def _stallable(path: Path) -> tuple[GroupCommitJournal, Path]:
+    stall = path.with_name("stall")
+    return GroupCommitJournal(path, JournalSpec(durable=True, snapshot_file=path.parent / "d",
+                                                stall_file=stall)), stall
+
+
+def test_a_sync_never_waits_on_the_raft_thread_and_appends_meanwhile_go_next(
+        tmp_path: Path) -> None:
+    journal, stall = _stallable(tmp_path / "raft.wal")
+    stall.touch()                         # the disk hangs
+    journal.add(b"a", 1, 1)
+    started = time.monotonic()
+    journal.begin_sync()
+    journal.add(b"b", 2, 1)
+    journal.begin_sync()                  # one sync outstanding: b waits for the next
+    journal.collect()
+    assert time.monotonic() - started < 0.5, "begin_sync waited for the disk"
+    assert journal.synced_index == 0, "nothing counts as synced while the disk hangs"
+    stall.unlink()
+    _until_synced(journal, 1)
+    assert journal.synced_index == 1, "the outstanding sync held only a"
+    journal.begin_sync()
+    _until_synced(journal, 2)
+    assert journal.syncs == 2
+    journal._destroy()
+
+
+def test_a_truncation_during_a_sync_lowers_what_that_sync_vouches_for(
+        tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal, stall = _stallable(path)
+    for index in range(1, 4):
+        journal.add(b"old", index, 1)
+    stall.touch()
+    journal.begin_sync()                  # writes 1-3...
+    journal.deleteEntriesFrom(1)          # ...while 2 and 3 are replaced
+    journal.add(b"new", 2, 2)
+    stall.unlink()
+    _until_synced(journal, 1)
+    journal.collect()
+    assert journal.synced_index == 1, "the sync wrote the old 2, not the new one"
+    journal.sync()
+    assert journal.synced_index == 2
+    journal = _reopened(journal, path)
+    assert list(journal[:]) == [(b"old", 1, 1), (b"new", 2, 2)]
+    journal._destroy()
+
+
+def test_a_lazy_commit_index_save_never_replaces_a_newer_term(tmp_path: Path) -> None:
+    path = tmp_path / "raft.wal"
+    journal, stall = _stallable(path)
+    journal.setCurrentTerm(7, "a")
+    stall.touch()
+    journal.setRaftCommitIndex(9)
+    journal.onOneSecondTimer()            # a save of term 7 queued behind the stall
+    started = time.monotonic()
+    journal.setCurrentTerm(8, "b")        # synchronous: it does not wait for the stall
+    assert time.monotonic() - started < 0.5
+    stall.unlink()
+    journal.sync()
+    _crash(journal)
+    restarted = _open(path)
+    assert (restarted.getCurrentTerm(), restarted.getVotedForNodeId()) == (8, "b")
+    restarted._destroy()
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_an_io_error_on_the_sync_thread_fails_stop_on_the_raft_thread(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    stopped_on: list[threading.Thread] = []
+
+    def fail_stop() -> NoReturn:
+        stopped_on.append(threading.current_thread())
+        raise _Stopped
+
+    path = tmp_path / "raft.wal"
+    journal = GroupCommitJournal(path, JournalSpec(durable=True, snapshot_file=tmp_path / "d",
+                                                   fail_stop=fail_stop))
+    os.close(journal._fd)
+    journal._fd = os.open(path, os.O_RDONLY)   # every write fails (EBADF)
+    journal.add(b"a", 1, 1)
+    with pytest.raises(_Stopped):
+        journal.sync()
+    assert stopped_on == [threading.current_thread()]
+    assert journal.synced_index == 0
+    assert "cannot write the Raft journal" in caplog.text
+    _crash(journal)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(
     st.tuples(st.just("add"), st.binary(max_size=40)),
     st.tuples(st.just("sync"), st.just(b"")),
+    st.tuples(st.just("begin"), st.just(b"")),
+    st.tuples(st.just("collect"), st.just(b"")),
     st.tuples(st.just("truncate"), st.integers(0, 30)),
     st.tuples(st.just("compact"), st.integers(0, 30)),
 ), max_size=40))
 def test_after_a_crash_the_file_holds_exactly_the_synced_entries(
         tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, object]]) -> None:
-    """Model check: whatever the history, a restart finds the entries that were in
-    memory at the last sync (or compaction), no more and no less: appends and
-    truncations reach the file together, at a sync."""
+    """Model check: whatever the history, a restart (once the sync thread has done
+    what it was given) finds the entries that were in memory when the last sync or
+    compaction was handed to it, no more and no less: appends and truncations
+    reach the file together, at a sync; and ``synced_index`` never vouches for an
+    entry the file does not hold."""
     path = tmp_path_factory.mktemp("journal") / "raft.wal"
     journal = _open(path, durable=False)
     durable_view: list[tuple[bytes, int, int]] = []
     term = 1
+    first = 1     # the index an empty journal continues at: never one compacted away
     for operation, argument in operations:
         if operation == "add":
-            index = journal.last_index + 1 if len(journal) else 1
+            index = journal.last_index + 1 if len(journal) else first
             assert isinstance(argument, bytes)
             journal.add(argument, index, term)
         elif operation == "sync":
             journal.sync()
             durable_view = list(journal[:])
+        elif operation == "begin":
+            outstanding = len(journal._outstanding)
+            journal.begin_sync()
+            if len(journal._outstanding) > outstanding:   # handed to the sync thread
+                durable_view = list(journal[:])
+        elif operation == "collect":
+            journal.collect()
         elif operation == "truncate":
             assert isinstance(argument, int)
             journal.deleteEntriesFrom(argument)
             term += 1
         else:
             assert isinstance(argument, int)
-            journal.sync()
+            if len(journal) and argument > 0:
+                first = journal[min(argument, len(journal)) - 1][1] + 1
             journal.deleteEntriesTo(argument)
-            durable_view = list(journal[:])
-    os.close(journal._fd)
+            if argument > 0:                              # the file rewritten
+                durable_view = list(journal[:])
+    journal.collect()
+    vouched = [entry for entry in journal[:] if entry[1] <= journal.synced_index]
+    _crash(journal)
     restarted = _open(path, durable=False)
     assert list(restarted[:]) == durable_view
+    assert all(entry in durable_view for entry in vouched), "synced_index claimed too much"
     restarted._destroy()

@@ -144,7 +144,7 @@ def test_a_snapshots_ring_keeps_the_links_this_node_dials() -> None:
     own, linked, plain = (f"127.0.0.1:{base + 10 + i}" for i in range(3))
     conf = SyncObjConf(autoTick=False, dynamicMembershipChange=True)
     node = RaftLog(own, [DialNode(linked, base + 5), plain], conf,
-                   lambda position, _entry: Applied(position), lambda: None, False,
+                   lambda position, _entry: Applied(position), False,
                    GroupCommitTransport)
     try:
         node._SyncObj__updateClusterConfiguration([TCPNode(linked), TCPNode(plain)])

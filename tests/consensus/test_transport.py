@@ -1,9 +1,11 @@
-"""Raft frames: protocol-5 pickles, optional compression, no objects, bounded length."""
+"""Raft frames: protocol-5 pickles, optional compression, no objects, bounded length;
+acknowledgements held for the disk."""
 
 from __future__ import annotations
 
 import contextlib
 import pickle
+import select
 import socket
 import struct
 import time
@@ -11,19 +13,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pysyncobj import SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.transport import TCPTransport
 
+from om.cluster import lifecycle as om_cluster
+from om.config import Raft
 from om.consensus.port import ReplicateStatus
-from om.consensus.pysyncobj import transport
+from om.consensus.pysyncobj import journal, transport
+from om.consensus.pysyncobj.raft_log import RaftLog
 from om.consensus.pysyncobj.transport import (
     COMPRESS_MIN_BYTES,
     FRAME_BYTES_MAX,
     WRITE_CHUNK_BYTES,
     FrameConnection,
+    GroupCommitTransport,
     decode_frame,
     encode_frame,
 )
+from tests.consensus.raft_nodes import Applied as RaftApplied
 from tests.consensus.raft_nodes import close_all, ready_leader, start_nodes
 
 
@@ -145,3 +154,57 @@ def test_a_queue_past_its_bound_closes_the_connection(monkeypatch: pytest.Monkey
         assert not connection._om_outbox, "a closed connection keeps no frames"
     finally:
         peer.close()
+
+
+def test_an_acknowledgement_waits_for_the_disk_says_alive_and_dies_with_its_entries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower whose journal hangs: its acknowledgement is held (the Raft thread is
+    not), after ALIVE_AFTER_S it sends an answer that claims nothing, a truncation
+    of the entries it claims drops it, and the one for what replaced them goes
+    once the disk is back."""
+    sent: list[dict[str, Any]] = []
+
+    def record(_self: object, _node: object, message: dict[str, Any]) -> bool:
+        sent.append(message)
+        return True
+
+    monkeypatch.setattr(TCPTransport, "send", record)
+    path = tmp_path / "raft.wal"
+    spec = journal.spec_for(Raft(unsafe_journal_stall=True), path, tmp_path / "dump")
+    assert spec.stall_file is not None
+    spec.stall_file.touch()
+    base = om_cluster.free_port_base(2)
+    follower = RaftLog(f"127.0.0.1:{base}", [f"127.0.0.1:{base + 1}"],
+                       SyncObjConf(autoTick=False, appendEntriesUseBatch=False,
+                                   journalFile=str(path)),
+                       lambda position, _entry: RaftApplied(position), False,
+                       GroupCommitTransport)
+    try:
+        leader = next(iter(follower.otherNodes))
+        sender = follower._SyncObj__transport
+
+        def append(term: int, prev: int, prev_term: int, *indices: int) -> None:
+            follower._SyncObj__onMessageReceived(leader, {
+                "type": "append_entries", "term": term, "commit_index": 1,
+                "prevLogIdx": prev, "prevLogTerm": prev_term,
+                "entries": [(b"\x01", index, term) for index in indices]})
+            sender.flush()          # as around every poll
+
+        append(1, 1, 0, 2, 3)
+        assert not sent, "an acknowledgement went before its entries were synced"
+        time.sleep(transport.ALIVE_AFTER_S)
+        sender.flush()
+        assert sent == [{"type": "next_node_idx", "next_node_idx": 4, "reset": False,
+                         "success": False}], "a follower waiting for its disk says alive"
+        append(2, 2, 1, 3)          # a new leader replaces entry 3
+        assert [h.message["for_prev"] for h in sender._held] == [2], \
+            "the acknowledgement of the replaced entry 3 is gone"
+        spec.stall_file.unlink()
+        deadline = time.monotonic() + 5
+        while not any(m["success"] for m in sent):
+            assert time.monotonic() < deadline, "the acknowledgement never went"
+            select.select([spec.journal.wake_fd], [], [], 0.05)   # type: ignore[union-attr]
+            sender.flush()
+        assert [m.get("for_prev") for m in sent if m["success"]] == [2]
+    finally:
+        follower._destroy()

@@ -43,7 +43,6 @@ from om.consensus.pysyncobj import journal
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
-from om.disk.durable_files import fsync_path
 from om.protocol.channel import FrameReader, Message, encode
 
 logger = logging.getLogger(__name__)
@@ -88,22 +87,14 @@ class Child:
         self._writing_dump = self._dump_file.with_name(self._dump_file.name + ".writing")
         self._snapshot_state: int = SERIALIZER_STATE.NOT_SERIALIZING
         self._write_superseded = False   # a snapshot was installed while one was written
-        self._durable = settings.fsync
         conf.autoTick = False
-        spec = journal.JournalSpec(durable=settings.fsync,
-                                   snapshot_file=Path(conf.fullDumpFile))
-        journal.register(Path(conf.journalFile), spec)
-        self._spec = spec
+        self._spec = journal.spec_for(settings, Path(conf.journalFile),
+                                      Path(conf.fullDumpFile))
         others = peers(node, nodes, settings.links)
         self.raft = RaftLog(own_address(node), others, conf, self._forward_apply,
-                            self._sync_journal, settings.compress_transport,
-                            GroupCommitTransport)
+                            settings.compress_transport, GroupCommitTransport)
         self.raft._poller.subscribe(channel.fileno(), self._on_channel,
                                     POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
-
-    def _sync_journal(self) -> None:
-        assert self._spec.journal is not None
-        self._spec.journal.sync()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -264,7 +255,11 @@ class Child:
 
     def _snapshot_written(self, error: str) -> None:
         """The parent's answer: the snapshot is in ``_writing_dump`` (synced when durable);
-        renaming it into place (and syncing the directory) completes it."""
+        renaming it into place completes it. The rename is made durable by the
+        journal's compaction that follows (its sync thread syncs the snapshot and its
+        directory before it drops any entry), not here: this thread does not wait for
+        the disk. Until then a power loss may undo the rename, and the older snapshot
+        and the whole journal are found again."""
         assert self._snapshot_state == SERIALIZER_STATE.SERIALIZING
         if self._write_superseded:
             self._write_superseded = False
@@ -276,8 +271,6 @@ class Child:
             self._snapshot_state = SERIALIZER_STATE.FAILED
             return
         os.replace(self._writing_dump, self._dump_file)
-        if self._durable:
-            fsync_path(self._dump_file.parent)
         self._snapshot_state = SERIALIZER_STATE.SUCCESS
 
     def deserialize(self, file_name: str) -> object:

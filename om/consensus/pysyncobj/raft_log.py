@@ -18,6 +18,20 @@ Subclass overrides, each tested in ``tests/consensus/``:
   reset sends everything again, and pysyncobj's follower drops and re-appends
   whatever an append overlaps (its CRITICAL "truncating already-applied log
   entries").
+* **The leader counts itself only for what its disk holds.** pysyncobj's
+  commit step counts the leader toward every quorum for every entry of its
+  log; the journal (``journal.py``) now syncs on a thread of its own, so the
+  leader's last entries may not be on its disk yet. ``_commit_synced`` runs
+  Raft's rule first, with the leader counted only up to its journal's
+  ``synced_index``: the highest index held by a majority, committed if it is
+  of the current term. A leader whose disk is slow thus commits with a
+  majority of followers (entries reach its own disk later, as on a follower
+  that lags); one whose followers are slow commits once its own sync and
+  enough of theirs are done. pysyncobj's own step is then kept from counting the leader on
+  unsynced entries: while it runs (``_committing``: from the start of a
+  leader's tick to ``__applyLogEntries``, which pysyncobj calls right after
+  it), ``__getCurrentLogIndex``, the bound of its loop, answers the commit
+  index, so the loop finds nothing to add.
 * **Pre-vote** (Raft thesis 9.6, as etcd's ``PreVote``). pysyncobj starts an
   election, bumping its term, as soon as its timer runs out, so a node that
   was paused, restarted or cut off deposes a healthy leader when it comes
@@ -73,6 +87,7 @@ from pysyncobj.node import TCPNode
 from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
 from om.consensus.pysyncobj.frame_cipher import AeadFrames
+from om.consensus.pysyncobj.journal import GroupCommitJournal
 from om.consensus.pysyncobj.membership import MembershipChanges
 from om.consensus.pysyncobj.transfer import Transfers
 
@@ -86,19 +101,19 @@ Callback = Callable[[Any, int], None]
 class RaftLog(SyncObj):  # type: ignore[misc]
     """pysyncobj's SyncObj with the overrides above.
 
-    ``om_sync_journal`` and ``om_compress`` are read by
-    ``GroupCommitTransport`` while ``SyncObj.__init__`` builds it, and
-    ``om_answering_prev`` whenever it sends an append's answer."""
+    ``om_journal`` and ``om_compress`` are read by ``GroupCommitTransport``
+    while ``SyncObj.__init__`` builds it, and ``om_answering_prev`` whenever it
+    sends an append's answer."""
 
     _SyncObj__raftElectionDeadline: float  # pysyncobj's attributes used here
     _SyncObj__raftState: int
+    _SyncObj__raftCommitIndex: int
 
     def __init__(self, self_address: str | None, others: list[Any], conf: SyncObjConf,
-                 apply_entry: ApplyEntry, sync_journal: Callable[[], None], compress: bool,
-                 transport_class: type) -> None:
+                 apply_entry: ApplyEntry, compress: bool, transport_class: type) -> None:
         self._apply_entry = apply_entry
-        self.om_sync_journal = sync_journal
         self.om_compress = compress
+        self._committing = False           # pysyncobj's commit step is running
         self._leader_heard_s = 0.0         # when an append from the leader last came
         self._pre_votes: set[Any] = set()  # who said yes in the current round
         self._pre_vote_won_term = -1       # the term whose pre-vote this node won
@@ -118,6 +133,11 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._om_encryptor = AeadFrames.from_secret(conf.password) if conf.password else None
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
+
+    @property
+    def om_journal(self) -> Any:
+        """The journal pysyncobj built (a ``GroupCommitJournal`` for a registered path)."""
+        return self._SyncObj__raftLog
 
     @property
     def encryptor(self) -> AeadFrames | None:
@@ -147,14 +167,59 @@ class RaftLog(SyncObj):  # type: ignore[misc]
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         """pysyncobj's tick, with a pre-vote round in place of an election that is due,
-        and a requested leadership transfer."""
+        a requested leadership transfer, and commits that count the leader only for
+        entries on its disk."""
         self._pre_vote_if_due()
         if self.om_transfer_requested:
             self.om_transfer_requested = False
             self.transferLeadership(callback=_log_transfer)
         self.om_transfers.tick()
         self.om_membership.tick()
-        super()._onTick(timeToWait)
+        self._commit_synced()
+        self._committing = self._SyncObj__raftState == _LEADER
+        try:
+            super()._onTick(timeToWait)
+        finally:
+            self._committing = False
+
+    # -- commits -----------------------------------------------------------------------
+
+    def _commit_synced(self) -> None:
+        """Raft's commit rule, the leader counted only up to its journal's synced index
+        (pysyncobj's own journals never sync: with them it counts for its whole log,
+        as pysyncobj does)."""
+        if self._SyncObj__raftState != _LEADER:
+            return
+        last = SyncObj._SyncObj__getCurrentLogIndex(self)
+        journal = self._SyncObj__raftLog
+        own = min(journal.synced_index, last) if isinstance(journal, GroupCommitJournal) \
+            else last
+        match: dict[Any, int] = self._SyncObj__raftMatchIndex
+        held = sorted([own, *(match.get(node, 0) for node in self._SyncObj__otherNodes)],
+                      reverse=True)
+        index = held[len(held) // 2]       # the highest index a majority holds
+        if index <= self._SyncObj__raftCommitIndex:
+            return
+        entries = self._SyncObj__getEntries(index, 1)
+        if not entries or entries[0][2] != self.raftCurrentTerm:
+            return   # Raft commits an older term's entries only through one of its own
+        self._SyncObj__raftCommitIndex = index
+        journal.setRaftCommitIndex(index)
+
+    def _SyncObj__getCurrentLogIndex(self) -> int:
+        """pysyncobj's, except while its commit step runs on a leader: the commit
+        index, so that the step (which counts the leader for every entry) adds
+        nothing to what ``_commit_synced`` decided."""
+        if self._committing and self._SyncObj__raftState == _LEADER:
+            return self._SyncObj__raftCommitIndex
+        index: int = SyncObj._SyncObj__getCurrentLogIndex(self)
+        return index
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        """pysyncobj's; it runs right after the commit step, which ends here."""
+        self._committing = False
+        needed: bool = SyncObj._SyncObj__applyLogEntries(self)
+        return needed
 
     def _pre_vote_if_due(self) -> None:
         now = monotonic_time()

@@ -151,17 +151,12 @@ class RaftReplicator:
                            "but NOT a power loss (durability opted out)")
         conf = syncobj_conf(settings, data_dir, snapshots, entry_bytes_max,
                             self._state_changed_on_raft_thread)
-        self.journal_spec = journal.JournalSpec(durable=settings.fsync,
-                                                snapshot_file=Path(conf.fullDumpFile))
-        journal.register(Path(conf.journalFile), self.journal_spec)
+        self.journal_spec = journal.spec_for(settings, Path(conf.journalFile),
+                                             Path(conf.fullDumpFile))
         others = peers(node, nodes, settings.links)
-        self._raft = RaftLog(own_address(node), others, conf, apply_entry, self._sync_journal,
+        self._raft = RaftLog(own_address(node), others, conf, apply_entry,
                              settings.compress_transport, GroupCommitTransport)
         assert self.journal_spec.journal is not None, "pysyncobj built its own journal"
-
-    def _sync_journal(self) -> None:
-        assert self.journal_spec.journal is not None
-        self.journal_spec.journal.sync()
 
     def journal_syncs(self) -> Snapshot | None:
         """The journal's sync times so far."""

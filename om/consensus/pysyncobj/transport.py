@@ -1,17 +1,29 @@
 """pysyncobj's TCP transport, adapted: group-commit syncs, cheaper frames, bounds.
 
 pysyncobj lets a SyncObj take its transport class (``transportClass``). This
-one subclasses its ``TCPTransport`` and changes four things:
+one subclasses its ``TCPTransport`` and changes five things:
 
-* **Sync before promising.** A follower's append acknowledgement
-  (``next_node_idx``) is held back until the journal has synced the entries
-  it acknowledges. The transport wraps the SyncObj's poller: before each poll
-  (after the leader appended and *sent* its entries: send-before-sync) and
-  after it (after a follower appended what it received) the journal syncs
-  everything appended since the last sync, then the held acknowledgements go
-  out, consecutive successful ones to the same node coalesced into the last.
-  pysyncobj decides commits only at the start of a tick, which follows a
-  poll, so the leader counts itself toward a quorum only for synced entries.
+* **Sync before promising, without waiting for the disk.** A follower's
+  append acknowledgement (``next_node_idx``) claiming entries is held until
+  the journal has synced them (``GroupCommitJournal.synced_index``), and goes
+  at once when it has (a heartbeat's answer, usually); one that claims nothing
+  (a reset, a transmission step) waits only behind those held before it, so
+  the answers keep their order. The transport wraps the SyncObj's poller: before each poll (after the leader appended and *sent*
+  its entries: send-before-sync) and after it (after a follower appended what
+  it received) it takes the journal's finished syncs, sends the
+  acknowledgements they cover (consecutive successful ones to the same node
+  coalesced into the last), and hands what was appended since to the
+  journal's sync thread, which never blocks this thread; the journal's
+  ``wake_fd`` is in the poller, so a finished sync wakes the poll. Meanwhile
+  heartbeats, their answers and (pre-)votes go on. A follower whose
+  acknowledgement has waited ``ALIVE_AFTER_S`` for its disk says it is alive
+  (an answer that claims nothing, ``success`` and ``reset`` false, at most once
+  per ``ALIVE_AFTER_S``): pysyncobj's leader steps down when a majority has
+  not answered for ``leaderFallbackTimeout``, and a disk slow on every node at
+  once (they share one here) must not look like a partition. An
+  acknowledgement held for entries a truncation then dropped is dropped too:
+  it would claim entries the follower no longer has. (The leader counts
+  itself toward a quorum only for synced entries: ``raft_log.RaftLog``.)
 * **No zlib, no protocol 2.** pysyncobj pickles every message with protocol
   2 (``bytes`` go through latin-1 text, ~1.5x larger) and zlib-compresses it
   once per follower (~21 % of the leader's CPU in a durable run). Frames here
@@ -47,16 +59,21 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
+
+from om.consensus.pysyncobj.journal import GroupCommitJournal
 
 FRAME_BYTES_MAX = 64 * 1024 * 1024
 WRITE_CHUNK_BYTES = 256 * 1024       # the write buffer is topped up to about this
 OUTBOX_BYTES_MAX = 1024 * 1024 * 1024  # frames waiting for a peer that does not read
 COMPRESS_MIN_BYTES = 4096
+ALIVE_AFTER_S = 0.1   # an acknowledgement held this long for the disk: say "alive"
 _RAW = b"\x00"
 _ZLIB = b"\x01"
 _LENGTH = struct.Struct("i")  # pysyncobj's own length prefix
@@ -198,21 +215,38 @@ class _SyncingPoller:
         self._around_poll()
 
 
+@dataclass(frozen=True)
+class _Held:
+    """An append acknowledgement waiting until the journal holds what it claims."""
+
+    node: Any
+    message: dict[str, Any]
+    claims: int    # the last index it says the follower holds (0: nothing)
+    since: float   # when it was held (monotonic seconds)
+
+
 class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
     """TCPTransport with held acknowledgements, group syncs and ``FrameConnection``s.
 
-    The SyncObj must carry ``om_sync_journal`` (a callable that syncs its
-    journal) and ``om_compress`` (bool) before it builds its transport,
-    ``om_peer_disconnected(node)``, told when a peer's connection drops, and
-    ``om_answering_prev`` (the previous index of the append being answered, added
-    to the answer as ``for_prev``).
+    The SyncObj must carry ``om_journal`` (its journal: with a
+    ``GroupCommitJournal`` acknowledgements wait for its syncs; pysyncobj's own
+    journals never sync, and nothing is held) and ``om_compress`` (bool) before
+    it builds its transport, ``om_peer_disconnected(node)``, told when a peer's
+    connection drops, and ``om_answering_prev`` (the previous index of the
+    append being answered, added to the answer as ``for_prev``).
     """
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
-        self._sync_journal: Callable[[], None] = syncObj.om_sync_journal
+        journal = syncObj.om_journal
+        self._journal = journal if isinstance(journal, GroupCommitJournal) else None
         self._compress: bool = syncObj.om_compress
-        self._held: list[tuple[Any, dict[str, Any]]] = []
+        self._held: list[_Held] = []
+        self._alive_sent: dict[Any, float] = {}   # node -> when "alive" last went to it
         syncObj._poller = _SyncingPoller(syncObj._poller, self.flush)
+        if self._journal is not None:
+            self._journal.on_truncate = self._forget_claims_above
+            syncObj._poller.subscribe(self._journal.wake_fd, self._on_synced,
+                                      POLL_EVENT_TYPE.READ)
         super().__init__(syncObj, selfNode, otherNodes)
 
     def addNode(self, node: Any) -> None:
@@ -236,28 +270,75 @@ class GroupCommitTransport(TCPTransport):  # type: ignore[misc]
         connection.compress = self._compress
 
     def send(self, node: Any, message: Any) -> bool:
-        """Sends ``message``; holds an append acknowledgement until the next sync."""
-        if isinstance(message, dict) and message.get("type") == "next_node_idx":
-            answering = self._syncObj.om_answering_prev
-            self._held.append((node, message if answering is None
-                               else {**message, "for_prev": answering}))
-            return True
-        return bool(super().send(node, message))
+        """Sends ``message``; holds an append acknowledgement until the journal holds
+        what it claims (and behind any held before it)."""
+        if not isinstance(message, dict) or message.get("type") != "next_node_idx":
+            return bool(super().send(node, message))
+        answering = self._syncObj.om_answering_prev
+        if answering is not None:
+            message = {**message, "for_prev": answering}
+        if self._journal is None:
+            return bool(super().send(node, message))
+        claims = message["next_node_idx"] - 1 if message["success"] else 0
+        self._held.append(_Held(node, message, claims, monotonic_time()))
+        self._release()
+        return True
 
     def flush(self) -> None:
-        """Syncs the journal, then sends the held acknowledgements (coalesced)."""
-        self._sync_journal()
-        held, self._held = self._held, []
-        for position, (node, message) in enumerate(held):
-            if _superseded(message, node, held[position + 1:]):
+        """Takes the journal's finished syncs, sends the acknowledgements they cover,
+        says "alive" where one waits long, and hands what was appended since to
+        the sync thread."""
+        if self._journal is None:
+            return
+        self._journal.collect()
+        self._release()
+        self._say_alive()
+        self._journal.begin_sync()
+
+    def _say_alive(self) -> None:
+        """To each node an acknowledgement has waited ``ALIVE_AFTER_S`` for, at most once
+        per ``ALIVE_AFTER_S``: an answer that claims nothing (pysyncobj's leader only
+        notes that this follower answered)."""
+        now = monotonic_time()
+        for held in self._held:
+            if now - held.since < ALIVE_AFTER_S:
+                break    # the rest were held later still
+            if now - self._alive_sent.get(held.node, 0.0) >= ALIVE_AFTER_S:
+                self._alive_sent[held.node] = now
+                super().send(held.node, {"type": "next_node_idx",
+                                         "next_node_idx": held.message["next_node_idx"],
+                                         "reset": False, "success": False})
+
+    def _on_synced(self, descr: int, event: int) -> None:
+        self.flush()
+
+    def _release(self) -> None:
+        """Sends the held acknowledgements the journal now holds, in order (coalesced)."""
+        assert self._journal is not None
+        synced = self._journal.synced_index
+        held = self._held
+        ready = 0
+        while ready < len(held) and held[ready].claims <= synced:
+            ready += 1
+        if not ready:
+            return
+        self._held = held[ready:]
+        for position in range(ready):
+            if _superseded(held[position], held[position + 1:ready]):
                 continue
-            super().send(node, message)
+            super().send(held[position].node, held[position].message)
+
+    def _forget_claims_above(self, last_index: int) -> None:
+        """The journal dropped the entries after ``last_index``: a held acknowledgement
+        claiming any of them is no longer true."""
+        self._held = [h for h in self._held if h.claims <= last_index]
 
 
-def _superseded(message: dict[str, Any], node: Any,
-                later: list[tuple[Any, dict[str, Any]]]) -> bool:
+def _superseded(held: _Held, later: list[_Held]) -> bool:
     """A plain success followed by another plain success to the same node says less."""
+    message = held.message
     if not message["success"] or message["reset"] or not later:
         return False
-    following_node, following = later[0]
-    return bool(following_node == node and following["success"] and not following["reset"])
+    following = later[0]
+    return bool(following.node == held.node and following.message["success"]
+                and not following.message["reset"])
