@@ -16,13 +16,11 @@ from om.schema import tables
 UNLIMITED = -1
 
 
-def normalize_quota(value: int, what: str) -> int:
-    """Maps a requested quota (0 or -1 = unlimited) to the stored value."""
-    if value in (0, UNLIMITED):
-        return UNLIMITED
-    if value < 0:
-        raise OMError(om_pb2.QUOTA_ERROR, f"Invalid {what} quota {value}: must be positive")
-    return value
+def normalize_quota(value: int) -> int:
+    """Maps a requested quota (0 or -1 = unlimited; the gate refused anything below) to
+    the stored value."""
+    assert value >= UNLIMITED
+    return UNLIMITED if value == 0 else value
 
 
 def check_bucket_quota(bucket: om_pb2.BucketInfo, ctx: ExecContext, bytes_delta: int,

@@ -4,6 +4,9 @@ For every request, in this order (a step that refuses answers at once: nothing
 was done yet that would need undoing):
 
  1. shape check                      -> INVALID_REQUEST
+    fields (om/gatekeeper/validation.py): every field of the envelope and the body,
+    once, before anything else looks at them -> INVALID_REQUEST, INVALID_VOLUME_NAME,
+    INVALID_BUCKET_NAME, INVALID_KEY_NAME, QUOTA_ERROR, INVALID_TOKEN, ... naming the field
  2. local reads (the request's ``local_read``, or ``read_mode = "local"``): answered
     by any node from what its readers see, with no confirmation: maybe stale
  3. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
@@ -50,6 +53,7 @@ from om.executor.context import ExecContext, Limits, NoReservations, QuotaReserv
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.flows.read_rounds import ReadRound
+from om.gatekeeper import validation
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import StoredReply
@@ -293,6 +297,11 @@ class RequestService(abc.ABC):
             return
         kind = KINDS[request.cmd_type]
         trace = Trace(time.time_ns(), kind.name)
+        refusal = validation.problem(request, self._limits)
+        if refusal is not None:
+            self._end(request, peer, answer, trace,
+                      error_response(request, refusal.status, refusal.message))
+            return
         if not kind.write:
             self._start_read(request, peer, answer, trace)
             return

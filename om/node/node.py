@@ -2,6 +2,10 @@
 
 The node owns fail-stop: if a committed entry cannot be applied, the process
 exits at once (status 70) rather than continue with a store that diverged.
+
+The requests the node answers itself (ServiceList, integrity, leadership transfer,
+membership) get the gate's envelope checks here (``om/gatekeeper/validation.py``;
+the flows check theirs in the template).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor import tokens
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
-from om.executor.registry import error_response
+from om.executor.registry import KINDS, error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import audit_request, not_leader_response
+from om.gatekeeper import validation
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import gc_policy
@@ -128,6 +133,7 @@ class Node:
                            sync_writes=config.raft.fsync and len(config.nodes) == 1,
                            wal=not config.unsafe_store_without_wal)
         settings = leader_config(config)
+        self.handler_limits = settings.limits
         self.metrics = NodeMetrics()
         self.audit: AuditLog | None = None
         if config.audit.enabled:
@@ -224,6 +230,10 @@ class Node:
         if self.closing:
             return _answered(error_response(request, om_pb2.LEADER_NOT_READY,
                                             f"OM:{self.config.node_id} is shutting down"))
+        if request.cmd_type not in KINDS:   # the flows check theirs after the shape check
+            invalid = validation.problem(request, self.handler_limits)
+            if invalid is not None:
+                return _answered(error_response(request, invalid.status, invalid.message))
         if request.cmd_type == om_pb2.ServiceList:
             return _answered(self.service_list(request))
         if request.cmd_type in INTEGRITY_TYPES:
