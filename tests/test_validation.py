@@ -1,4 +1,4 @@
-"""The gate's field checks (om/gatekeeper/validation.py): a rule for every field.
+"""The gate's field checks (om/gatekeeper/validation.py), and INTERNAL_ERROR kept for bugs.
 
 * every field of the envelope and of every flow request's body has a rule, so a
   field added to om.proto without one fails here;
@@ -6,24 +6,32 @@
   field, and lets a well-formed request of every type through;
 * the red case of issue 28: a user with a control character (``r\\x7fot``) made
   CreateBucket fail in the ACL code, answered INTERNAL_ERROR with a traceback;
-  it is now INVALID_REQUEST naming ``user``, before any handler.
+  it is now INVALID_REQUEST naming ``user``, before any handler;
+* a bug's INTERNAL_ERROR counts in ``om_internal_errors_total`` (the flows' and
+  the node's own requests').
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
+from om import config as om_config
 from om.client import requests as build
 from om.executor import registry
 from om.executor.context import Limits
 from om.gatekeeper import validation
+from om.node import transfer
+from om.node.node import Node
 from om.protocol import acls, om_pb2
 from om.protocol.token_format import KIND
 from tests.leader_harness import LeaderUnderTest, config
+from tests.prom_text import samples
 
 LIMITS = Limits(list_max_keys=100, key_name_max_bytes=16)
 V, B, K = "vol1", "bkt1", "key1"
@@ -216,5 +224,67 @@ async def test_a_control_character_user_gets_a_clear_status(
     assert om_pb2.Status.Name(refused.status) == "INVALID_REQUEST"
     assert refused.message.startswith("user: invalid user name 'r\\x7fot'")
     assert not caplog.records
+    assert leader.service.metrics.requests.internal_errors == 0
     assert leader.service.metrics.requests.counts[("CreateBucket", "INVALID_REQUEST")] == 1
     await leader.ok(build.create_bucket(V, B))
+
+
+# ------------------------------------------------------------- internal errors ---
+
+def _exploding(monkeypatch: pytest.MonkeyPatch, cmd: om_pb2.Type.ValueType) -> None:
+    kind = registry.KINDS[cmd]
+
+    def explode(*args: object) -> om_pb2.OMResponse:
+        raise RuntimeError("handler bug")
+
+    monkeypatch.setitem(registry.KINDS, cmd,
+                        registry.RequestKind(kind.name, kind.body_field, kind.write, explode))
+
+
+@pytest.mark.parametrize("cmd", [om_pb2.DeleteVolume, om_pb2.InfoVolume],
+                         ids=["write", "read"])
+async def test_a_bug_is_internal_error_counted_and_exported(
+        leader: LeaderUnderTest, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, cmd: om_pb2.Type.ValueType) -> None:
+    await leader.ok(build.create_volume(V))
+    _exploding(monkeypatch, cmd)
+    with caplog.at_level(logging.ERROR):
+        for _ in range(2):
+            request = build.delete_volume(V) if cmd == om_pb2.DeleteVolume else \
+                build.info_volume(V)
+            answer = await leader.call(request)
+            assert answer.status == om_pb2.INTERNAL_ERROR
+    assert [r.exc_info is not None for r in caplog.records] == [True, True]
+    exported = samples(generate_latest(leader.service.metrics.registry).decode())
+    assert exported["om_internal_errors_total"] == 2
+    leader.assert_idle()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    started = Node(om_config.load(None, data_dir=tmp_path / "data"))
+    await started.start()
+    yield started
+    await started.close()
+
+
+async def test_a_bug_in_a_request_the_node_answers_counts_too(
+        node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(*args: object) -> om_pb2.OMResponse:
+        raise RuntimeError("transfer bug")
+
+    monkeypatch.setattr(transfer, "answer", broken)
+    request = om_pb2.OMRequest(cmd_type=om_pb2.TransferLeadership, client_id="c", call_id=1,
+                               transfer_leadership=om_pb2.TransferLeadershipRequest(random=True))
+    with caplog.at_level(logging.ERROR):
+        answer = await node.submit(request)
+    assert answer.status == om_pb2.INTERNAL_ERROR
+    assert caplog.records[0].exc_info is not None
+    assert node.metrics.flat()["om_internal_errors_total"] == 1
+    refused = await node.submit(om_pb2.OMRequest(
+        cmd_type=om_pb2.ServiceList, client_id="c", call_id=2, user="r\x7fot",
+        service_list=om_pb2.ServiceListRequest()))
+    assert om_pb2.Status.Name(refused.status) == "INVALID_REQUEST"
+    await asyncio.sleep(0)
+    assert node.metrics.flat()["om_internal_errors_total"] == 1
+

@@ -31,6 +31,10 @@ flows for a lock another write holds (leader flow) or for its own Raft entry
 write always ends, so its retry-cache entry is never dropped while its entry
 might still commit. ``drain`` waits for the tasks.
 
+INTERNAL_ERROR is a bug's answer only (``internal_error``): a client's mistake is a
+status from the field checks or a handler. Each one is logged with its traceback and
+counted in ``om_internal_errors_total``.
+
 Flows: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
 batches of changes) and ``om.flows.replicated_flow.ReplicatedFlowService``
 (Ozone's old flow: replicate the request, execute it in every node's apply).
@@ -276,12 +280,19 @@ class RequestService(abc.ABC):
         try:
             self._start(request, peer, answer)
         except Exception:
-            logger.exception("answering %s failed", om_pb2.Type.Name(request.cmd_type)
-                             if request.cmd_type in KINDS else request.cmd_type)
+            kind = KINDS.get(request.cmd_type)
+            response = self.internal_error(request, kind.name if kind else "a request")
             if not answer.done():
-                answer.set_result(error_response(request, om_pb2.INTERNAL_ERROR,
-                                                 "internal error while answering the request"))
+                answer.set_result(response)
         return answer
+
+    def internal_error(self, request: om_pb2.OMRequest, op: str) -> om_pb2.OMResponse:
+        """INTERNAL_ERROR for a request a bug stopped, called in the ``except`` that caught
+        it: the traceback is logged and ``om_internal_errors_total`` counts it."""
+        logger.exception("request %s failed", op)
+        self.metrics.requests.internal_error()
+        return error_response(request, om_pb2.INTERNAL_ERROR,
+                              f"internal error while running {op}")
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one request; the caller's cancellation does not stop it."""
@@ -410,9 +421,7 @@ class RequestService(abc.ABC):
                 self.metrics.requests.linearizable_reads += 1
                 response = self._read(request, trace)
         except Exception:
-            logger.exception("request %s failed", trace.op)
-            response = error_response(request, om_pb2.INTERNAL_ERROR,
-                                      f"internal error while running {trace.op}")
+            response = self.internal_error(request, trace.op)
         self._end(request, peer, answer, trace, response)
 
     def _count(self, trace: Trace, response: om_pb2.OMResponse) -> None:
