@@ -275,6 +275,7 @@ INVALID_NAMES = [
     pytest.param("ab/c", id="slash"),
     pytest.param("ab*c", id="star"),
     pytest.param("caf\u00e9", id="non-ascii"),
+    pytest.param("abc\n", id="trailing-newline"),
 ]
 # Ozone's HddsClientUtils.verifyResourceName rejects every name made only of
 # digits and periods ("cannot be an IPv4 address or all numeric").

@@ -19,11 +19,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from om import config as om_config
 from om.client import requests as build
-from om.executor import registry
+from om.executor import names, registry
 from om.executor.context import Limits
 from om.gatekeeper import validation
 from om.node import transfer
@@ -92,6 +94,25 @@ def test_the_well_formed_examples_cover_every_type() -> None:
                          ids=[om_pb2.Type.Name(r.cmd_type) for r in WELL_FORMED])
 def test_a_well_formed_request_passes(request_: om_pb2.OMRequest) -> None:
     assert validation.problem(stamped(request_), LIMITS) is None
+
+
+# ---------------------------------------------------------------------- names ---
+
+def _reference_name_problem(name: str) -> bool:
+    """Ozone's name rules, literally, one by one (what names.name_problem's one regex
+    for the valid case must agree with)."""
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789.-")
+    return not (3 <= len(name) <= 63 and set(name) <= allowed
+                and name[0] not in ".-" and name[-1] not in ".-"
+                and not any(bad in name for bad in ("..", ".-", "-."))
+                and not set(name) <= set("0123456789."))
+
+
+@settings(max_examples=500, derandomize=True, database=None)
+@given(st.one_of(st.text("abz09.-", max_size=8), st.text(max_size=70),
+                 st.text("ab.-\n", min_size=60, max_size=66)))
+def test_the_name_rule_agrees_with_ozones_rules_one_by_one(name: str) -> None:
+    assert (names.name_problem(name) is not None) == _reference_name_problem(name)
 
 
 # ------------------------------------------------------------------- refusals ---

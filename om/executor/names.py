@@ -15,31 +15,34 @@ from __future__ import annotations
 import re
 
 NAME_MAX_CHARS = 63
-_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_NAME_CHARS = re.compile(r"^[a-z0-9.-]*$")
-_NUMERIC = re.compile(r"^[0-9.]+$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")      # fullmatch: no "\n" at the end
+_NAME_CHARS = re.compile(r"[a-z0-9.-]*")
+_NUMERIC = re.compile(r"[0-9.]+")
+# Every rule below at once, for the common case of a valid name (one regex call).
+_VALID_NAME = re.compile(r"(?![0-9.]+\Z)(?!.*(?:\.\.|\.-|-\.))[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def name_problem(name: str) -> str | None:
     """Why ``name`` is not a valid volume or bucket name, or None."""
+    if _VALID_NAME.fullmatch(name):
+        return None
     if not 3 <= len(name) <= NAME_MAX_CHARS:
         return "must be 3 to 63 characters long"
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return "may hold only lowercase letters, digits, '-' and '.', and must start and end " \
                "with a letter or digit"
     for bad in ("..", ".-", "-."):
         if bad in name:
             return f"must not contain '{bad}'"
-    if _NUMERIC.match(name):
-        return "must not be an IPv4 address or all numeric"
-    return None
+    assert _NUMERIC.fullmatch(name), "the rules above and _VALID_NAME agree"
+    return "must not be an IPv4 address or all numeric"
 
 
 def name_part_problem(text: str) -> str | None:
     """Why ``text`` cannot be part of a volume or bucket name (a listing's prefix or
     start), or None: at most 63 of the characters a name may hold."""
-    if len(text) > NAME_MAX_CHARS or not _NAME_CHARS.match(text):
+    if len(text) > NAME_MAX_CHARS or not _NAME_CHARS.fullmatch(text):
         return "at most 63 lowercase letters, digits, '-' and '.', as names hold"
     return None
 
