@@ -1,6 +1,8 @@
 """Runs request handlers the way the leader does, synchronously, on a real store.
 
-``Harness.run`` gives each request a fresh managed index (1, 2, 3, ...), a time
+``Harness.run`` checks each request's fields as the gate does
+(``om/gatekeeper/validation.py``, which refuses a malformed request before any
+handler), gives it a fresh managed index (1, 2, 3, ...), a time
 from a fake clock and the quota reservations a test passes (none by default),
 executes it through ``registry.dispatch`` against the store, and, when the
 request succeeded and changed something, packs its recorder into a
@@ -21,7 +23,8 @@ from om.executor import registry
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
-from om.executor.registry import dispatch
+from om.executor.registry import dispatch, error_response
+from om.gatekeeper import validation
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
@@ -150,6 +153,10 @@ class Harness:
         request.client_id = CLIENT_ID
         request.call_id = self.call_id
         request.user = user
+        refusal = validation.problem(request, self._limits)
+        if refusal is not None:
+            self.last_recorder = ChangeRecorder()
+            return error_response(request, refusal.status, refusal.message)
         if self.old_flow is not None:
             assert reservations is None, "reservations exist only in the leader flow"
             return self._run_old_flow(request, self.old_flow)

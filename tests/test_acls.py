@@ -213,7 +213,9 @@ class TestAclRequests:
             before = om.data_digests()
             response = om.run(request)
             assert status_name(response) == "INVALID_REQUEST"
-            assert response.message.startswith("Invalid ACL: ")
+            field = request.WhichOneof("body")
+            assert response.message.startswith(f"{field}.acl: "), response.message
+            assert "invalid ACL: " in response.message
             assert om.data_digests() == before
 
     @pytest.mark.parametrize(("obj", "status"), [

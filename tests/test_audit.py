@@ -43,6 +43,22 @@ def test_a_line_has_ozones_shape(tmp_path: Path) -> None:
     assert (second["op"], second["ret"], second["user"]) == ("COMMIT_KEY", "SUCCESS", "alice")
 
 
+def test_a_clients_control_characters_cannot_break_or_fake_a_line(tmp_path: Path) -> None:
+    """A request refused at the gate is audited with its fields as sent: a newline in
+    the user or a name must not end the line and start a forged one."""
+    audit = AuditLog(AuditSettings(tmp_path / "audit.log"), "t3")
+    forged = "x | op=DELETE_VOLUME {volume=v} | ret=SUCCESS |"
+    body = om_pb2.CreateBucketRequest(volume="v", bucket=f"b\n{forged}")
+    audit.record(f"r\x7fot\r\n{forged}", "-", "CreateBucket", body, True, "INVALID_REQUEST",
+                 "user: invalid user name 'r\\x7fot'\u2028")
+    audit.close()
+    text = (tmp_path / "audit.log").read_text()
+    (line,) = text.splitlines()
+    assert line.endswith("\\u2028")
+    assert "user=r\\x7fot\\x0d\\x0ax | op=DELETE_VOLUME" in line
+    assert "bucket=b\\x0ax | op=" in line
+
+
 def test_reads_can_be_left_out_and_the_file_rotates(tmp_path: Path) -> None:
     audit = AuditLog(AuditSettings(tmp_path / "audit.log", reads=False, max_bytes=2000,
                                    backups=2), "t2")

@@ -311,6 +311,7 @@ INVALID_NAMES = [
     pytest.param("ab/c", id="slash"),
     pytest.param("ab*c", id="star"),
     pytest.param("caf\u00e9", id="non-ascii"),
+    pytest.param("abc\n", id="trailing-newline"),
 ]
 # Ozone's HddsClientUtils.verifyResourceName rejects every name made only of
 # digits and periods ("cannot be an IPv4 address or all numeric").
@@ -1228,6 +1229,20 @@ class TestBucketSpaceQuota:
         om.ok(build.delete_key(V, B, "k"))
         om.put_key(V, B, "k2", 100)
         assert om.usage(V, B) == (300, 1)
+
+    def test_usage_stops_at_what_a_bucket_can_count(self, obs: Harness) -> None:
+        """Without a quota too: bytes in use stay a signed 64-bit number, so apply
+        never overflows a row (it would stop every node)."""
+        biggest = 1 << 60                                         # the gate's data_size cap
+        obs.put_key(V, B, "a", biggest)                           # 3 * 2^60 in use
+        obs.put_key(V, B, "b", biggest)                           # 6 * 2^60
+        opened = obs.open_key(V, B, "c", 0)
+        response = fails(obs, build.commit_key(V, B, "c", opened.client_session_id, biggest),
+                         "QUOTA_EXCEEDED")
+        assert "more than it can count" in response.message
+        fails(obs, build.create_key(V, B, "d", biggest), "QUOTA_EXCEEDED")
+        obs.put_key(V, B, "c", biggest // 2)                      # 7.5 * 2^60 still fits
+        assert obs.usage(V, B) == (15 << 59, 3)
 
     def test_set_below_used_bytes(self, obs: Harness) -> None:
         obs.put_key(V, B, "k", 100)                               # 300 used

@@ -17,7 +17,7 @@ import pytest
 
 from om.client import requests as build
 from om.executor.fs import FSO
-from om.executor.handlers import delete_open_keys, purge_keys
+from om.executor.handlers import purge_keys
 from om.flows.purge import PurgeConfig
 from om.protocol import om_pb2
 from om.schema import tables
@@ -99,10 +99,10 @@ async def test_delete_open_keys_removes_only_old_open_rows(leader: LeaderUnderTe
 @pytest.mark.parametrize(("request_", "reason"), [
     (_purge([], 1), "a purge names 1 to"),
     (_purge([b"k"] * (purge_keys.ROWS_MAX + 1), 1), "a purge names 1 to"),
-    (_expire([], 1), "a cleanup names 1 to"),
+    (_expire([], 1), "a purge names 1 to"),
     (_expire([(om_pb2.KEY, b"/vol/obs/k")], 1), "only openKeyTable and openFileTable"),
-    (_expire([(om_pb2.OPEN_KEY, b"k")] * (delete_open_keys.ROWS_MAX + 1), 1),
-     "a cleanup names 1 to"),
+    (_expire([(om_pb2.OPEN_KEY, b"k")] * (purge_keys.ROWS_MAX + 1), 1),
+     "a purge names 1 to"),
 ])
 async def test_malformed_steps_are_refused_and_write_nothing(
         leader: LeaderUnderTest, request_: om_pb2.OMRequest, reason: str) -> None:

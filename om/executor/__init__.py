@@ -10,6 +10,8 @@ A handler is ``execute(request, view, recorder, ctx) -> OMResponse``:
 
 Invariants:
 
+* A handler gets only requests whose every field the gate checked
+  (``om/gatekeeper/validation.py``); it refuses only what depends on state.
 * A handler never mutates anything but ``recorder``. A request that ends in an
   error status leaves the recorder empty (``dispatch`` discards it), so an
   error never writes.

@@ -65,34 +65,8 @@ def volume_acls(owner: str, ctx: ExecContext) -> list[om_pb2.OzoneAcl]:
 
 # ------------------------------------------------------------- ACL requests ---
 
-_PARTS = {om_pb2.OzoneObj.VOLUME: ("volume",), om_pb2.OzoneObj.BUCKET: ("volume", "bucket"),
-          om_pb2.OzoneObj.KEY: ("volume", "bucket", "key")}
-
-
-def check_object(obj: om_pb2.OzoneObj) -> None:
-    """INVALID_REQUEST unless ``obj`` names exactly the parts its type needs;
-    NOT_SUPPORTED_OPERATION for a prefix."""
-    kind = obj.res_type
-    if kind == om_pb2.OzoneObj.PREFIX:
-        raise OMError(om_pb2.NOT_SUPPORTED_OPERATION,
-                      "prefix ACLs are not supported: om keeps no prefix table; set DEFAULT "
-                      "ACLs on the bucket, or ACLs on the keys")
-    parts = _PARTS.get(kind)
-    if parts is None:
-        raise OMError(om_pb2.INVALID_REQUEST, f"unknown ACL object type {kind}")
-    given = tuple(name for name in ("volume", "bucket", "key") if getattr(obj, name))
-    if given != parts:
-        raise OMError(om_pb2.INVALID_REQUEST,
-                      f"a {om_pb2.OzoneObj.ResourceType.Name(kind).lower()} ACL names "
-                      f"{' and '.join(parts)}, not {' and '.join(given) or 'nothing'}")
-
-
-def request_acl(message: om_pb2.OzoneAcl) -> Acl:
-    """The checked entry of a request; INVALID_REQUEST when it is malformed."""
-    try:
-        return acls.from_proto(message)
-    except acls.AclError as error:
-        raise OMError(om_pb2.INVALID_REQUEST, f"Invalid ACL: {error}") from None
+# The gate (om/gatekeeper/validation.py) checked the object an ACL request names and
+# its entries: handlers read them with acls.from_proto, which cannot fail on them.
 
 
 @dataclass
@@ -121,14 +95,15 @@ class AclTarget:
 
 
 def load_target(view: ReadView, obj: om_pb2.OzoneObj) -> AclTarget:
-    """The row ``obj`` names; its NOT_FOUND status (Ozone's) when it is missing."""
-    check_object(obj)
+    """The row ``obj`` (a volume, bucket or key, as the gate checked) names; its
+    NOT_FOUND status (Ozone's) when it is missing."""
     if obj.res_type == om_pb2.OzoneObj.VOLUME:
         return AclTarget(om_pb2.VOLUME, tables.volume_key(obj.volume),
                          load_volume(view, obj.volume))
     if obj.res_type == om_pb2.OzoneObj.BUCKET:
         return AclTarget(om_pb2.BUCKET, tables.bucket_key(obj.volume, obj.bucket),
                          load_bucket(view, obj.volume, obj.bucket))
+    assert obj.res_type == om_pb2.OzoneObj.KEY
     load_bucket(view, obj.volume, obj.bucket)
     return AclTarget(om_pb2.KEY, tables.key_key(obj.volume, obj.bucket, obj.key),
                      require_key(view, obj.volume, obj.bucket, obj.key))

@@ -396,8 +396,7 @@ def purge_directories(request: om_pb2.OMRequest, view: ReadView, recorder: Chang
     body = request.purge_directories
     bucket = load_bucket(view, body.volume, body.bucket)
     require_fso(bucket, "PurgeDirectories")
-    if body.rows_max == 0:
-        raise OMError(om_pb2.INVALID_REQUEST, "rows_max must be at least 1")
+    assert body.rows_max > 0, "the gate bounds a purge step"
     ids = ids_of(load_volume(view, body.volume), bucket)
     scope = f"/{ids.volume_id}/{ids.bucket_id}/".encode()
     found = view.scan(om_pb2.DELETED_DIRECTORY, scope, None, 1)

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from om.executor.context import Limits
-from om.executor.errors import OMError
-from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 from om.schema.tables import TableId
 
 
 def page_size(requested: int, limits: Limits) -> int:
-    """The number of entries to return: the default for 0, INVALID_REQUEST above the cap."""
-    if requested == 0:
-        return limits.list_default_keys
-    if requested > limits.list_max_keys:
-        raise OMError(om_pb2.INVALID_REQUEST,
-                      f"max keys {requested} is over the limit of {limits.list_max_keys}")
-    return requested
+    """The number of entries to return: the default for 0 (the gate refused more than
+    ``list_max_keys``)."""
+    assert requested <= limits.list_max_keys
+    return requested or limits.list_default_keys
 
 
 def list_page(view: ReadView, table: TableId, scope: bytes, prefix: str, start: str,

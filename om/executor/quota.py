@@ -3,7 +3,9 @@
 A quota of -1 means unlimited (Ozone's QUOTA_RESET). A request passes a check
 when ``used + reserved + delta <= quota``: ``used`` is the applied counter and
 ``reserved`` the positive deltas of requests executed but not yet applied, so
-concurrent requests can never together exceed a quota.
+concurrent requests can never together exceed a quota. Without a quota, the bytes in
+use still stop at ``USAGE_MAX``: the stored counters and the deltas a batch merges
+stay 64-bit numbers, so apply never overflows one (it would stop every node).
 """
 
 from __future__ import annotations
@@ -14,28 +16,32 @@ from om.protocol import om_pb2
 from om.schema import tables
 
 UNLIMITED = -1
+USAGE_MAX = (1 << 63) - 1   # a bucket's bytes in use, as Ozone's long counts them
 
 
-def normalize_quota(value: int, what: str) -> int:
-    """Maps a requested quota (0 or -1 = unlimited) to the stored value."""
-    if value in (0, UNLIMITED):
-        return UNLIMITED
-    if value < 0:
-        raise OMError(om_pb2.QUOTA_ERROR, f"Invalid {what} quota {value}: must be positive")
-    return value
+def normalize_quota(value: int) -> int:
+    """Maps a requested quota (0 or -1 = unlimited; the gate refused anything below) to
+    the stored value."""
+    assert value >= UNLIMITED
+    return UNLIMITED if value == 0 else value
 
 
 def check_bucket_quota(bucket: om_pb2.BucketInfo, ctx: ExecContext, bytes_delta: int,
                        namespace_delta: int) -> None:
-    """QUOTA_EXCEEDED when adding the deltas would pass the bucket's quotas."""
+    """QUOTA_EXCEEDED when adding the deltas would pass the bucket's quotas, or its bytes
+    in use ``USAGE_MAX``."""
     key = tables.bucket_key(bucket.volume_name, bucket.bucket_name)
     reserved_bytes, reserved_namespace = ctx.reservations.reserved(om_pb2.BUCKET, key)
     assert reserved_bytes >= 0
     assert reserved_namespace >= 0
     name = f"/{bucket.volume_name}/{bucket.bucket_name}"
-    if bytes_delta > 0 and bucket.quota_in_bytes != UNLIMITED:
+    if bytes_delta > 0:
         total = bucket.used_bytes + reserved_bytes + bytes_delta
-        if total > bucket.quota_in_bytes:
+        if total > USAGE_MAX:
+            raise OMError(om_pb2.QUOTA_EXCEEDED,
+                          f"Bucket {name} would hold {total} bytes, more than it can count "
+                          f"({USAGE_MAX})")
+        if bucket.quota_in_bytes != UNLIMITED and total > bucket.quota_in_bytes:
             raise OMError(om_pb2.QUOTA_EXCEEDED,
                           f"The DiskSpace quota of bucket {name} is exceeded: quota "
                           f"{bucket.quota_in_bytes} bytes, in use and reserved "

@@ -59,7 +59,6 @@ from om.schema import tables
 from om.schema.read_view import ReadView
 
 SECRET_BYTES = 32                   # HMAC-SHA256 keys and passwords
-USER_MAX_BYTES = 255
 SECRET_KEYS_MAX = 1024              # secret keys kept at most (om.config keeps max
                                     # lifetime / rotation <= 1000, so ~1002 are kept)
 PURGE_ROWS = 64                     # dead token rows an issue deletes at most
@@ -145,12 +144,6 @@ def authenticate(token: om_pb2.TokenProto, view: ReadView, now_ms: int) -> om_pb
 
 # ------------------------------------------------------- issue, renew, cancel ---
 
-def _user_problem(name: str, what: str) -> None:
-    if len(name.encode()) > USER_MAX_BYTES or any(ord(ch) < 32 or ch == "\x7f" for ch in name):
-        raise OMError(om_pb2.INVALID_REQUEST, f"invalid {what} {name!r}: at most "
-                                              f"{USER_MAX_BYTES} bytes, no control characters")
-
-
 def _keys(view: ReadView) -> list[om_pb2.SecretKey]:
     """Every secret key, oldest first (there are at most SECRET_KEYS_MAX)."""
     rows = view.scan(om_pb2.SECRET_KEY, b"", None, SECRET_KEYS_MAX + 1)
@@ -203,9 +196,7 @@ def issue(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder, n
     if not owner:
         raise OMError(om_pb2.PERMISSION_DENIED, "a delegation token is issued only to an "
                                                 "authenticated user")
-    _user_problem(owner, "owner")
-    renewer = request.get_delegation_token.renewer or owner
-    _user_problem(renewer, "renewer")
+    renewer = request.get_delegation_token.renewer or owner   # both checked at the gate
     key, issued = _signing_key(view, recorder, now_ms, limits, request.secret_key_candidate)
     if issued >= limits.tokens_max:
         raise OMError(om_pb2.TOKEN_CREATION_ERROR,

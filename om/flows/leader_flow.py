@@ -22,7 +22,6 @@ from clientRequestReplyTable, written in the same batch as the data.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -59,7 +58,6 @@ from om.schema.read_view import ReadView
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 
-logger = logging.getLogger(__name__)
 PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
@@ -227,10 +225,7 @@ class LeaderService(RequestService):
         except Exception:
             if queued:
                 raise    # its settle ends it (or ended it)
-            logger.exception("request %s failed", trace.op)
-            self._end_write(write, error_response(
-                request, om_pb2.INTERNAL_ERROR, f"internal error while running {trace.op}"),
-                None)
+            self._end_write(write, self.internal_error(request, trace.op), None)
         finally:
             if not queued:
                 self.locks.release(owner)

@@ -4,6 +4,9 @@ For every request, in this order (a step that refuses answers at once: nothing
 was done yet that would need undoing):
 
  1. shape check                      -> INVALID_REQUEST
+    fields (om/gatekeeper/validation.py): every field of the envelope and the body,
+    once, before anything else looks at them -> INVALID_REQUEST, INVALID_VOLUME_NAME,
+    INVALID_BUCKET_NAME, INVALID_KEY_NAME, QUOTA_ERROR, INVALID_TOKEN, ... naming the field
  2. local reads (the request's ``local_read``, or ``read_mode = "local"``): answered
     by any node from what its readers see, with no confirmation: maybe stale
  3. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
@@ -28,6 +31,10 @@ flows for a lock another write holds (leader flow) or for its own Raft entry
 write always ends, so its retry-cache entry is never dropped while its entry
 might still commit. ``drain`` waits for the tasks.
 
+INTERNAL_ERROR is a bug's answer only (``internal_error``): a client's mistake is a
+status from the field checks or a handler. Each one is logged with its traceback and
+counted in ``om_internal_errors_total``.
+
 Flows: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
 batches of changes) and ``om.flows.replicated_flow.ReplicatedFlowService``
 (Ozone's old flow: replicate the request, execute it in every node's apply).
@@ -50,6 +57,7 @@ from om.executor.context import ExecContext, Limits, NoReservations, QuotaReserv
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.flows.read_rounds import ReadRound
+from om.gatekeeper import validation
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import StoredReply
@@ -272,12 +280,19 @@ class RequestService(abc.ABC):
         try:
             self._start(request, peer, answer)
         except Exception:
-            logger.exception("answering %s failed", om_pb2.Type.Name(request.cmd_type)
-                             if request.cmd_type in KINDS else request.cmd_type)
+            kind = KINDS.get(request.cmd_type)
+            response = self.internal_error(request, kind.name if kind else "a request")
             if not answer.done():
-                answer.set_result(error_response(request, om_pb2.INTERNAL_ERROR,
-                                                 "internal error while answering the request"))
+                answer.set_result(response)
         return answer
+
+    def internal_error(self, request: om_pb2.OMRequest, op: str) -> om_pb2.OMResponse:
+        """INTERNAL_ERROR for a request a bug stopped, called in the ``except`` that caught
+        it: the traceback is logged and ``om_internal_errors_total`` counts it."""
+        logger.exception("request %s failed", op)
+        self.metrics.requests.internal_error()
+        return error_response(request, om_pb2.INTERNAL_ERROR,
+                              f"internal error while running {op}")
 
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Answers one request; the caller's cancellation does not stop it."""
@@ -293,6 +308,11 @@ class RequestService(abc.ABC):
             return
         kind = KINDS[request.cmd_type]
         trace = Trace(time.time_ns(), kind.name)
+        refusal = validation.problem(request, self._limits)
+        if refusal is not None:
+            self._end(request, peer, answer, trace,
+                      error_response(request, refusal.status, refusal.message))
+            return
         if not kind.write:
             self._start_read(request, peer, answer, trace)
             return
@@ -401,9 +421,7 @@ class RequestService(abc.ABC):
                 self.metrics.requests.linearizable_reads += 1
                 response = self._read(request, trace)
         except Exception:
-            logger.exception("request %s failed", trace.op)
-            response = error_response(request, om_pb2.INTERNAL_ERROR,
-                                      f"internal error while running {trace.op}")
+            response = self.internal_error(request, trace.op)
         self._end(request, peer, answer, trace, response)
 
     def _count(self, trace: Trace, response: om_pb2.OMResponse) -> None:

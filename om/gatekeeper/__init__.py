@@ -1,9 +1,12 @@
-"""The gatekeeper's logic: lock plans and the lock table, the retry cache,
-the managed index and authorization. Pure and sans-IO.
+"""The gatekeeper's logic: field validation, lock plans and the lock table, the
+retry cache, the managed index and authorization. Pure and sans-IO.
 
 The asyncio shell (``om/flows/leader_flow.py``) runs the request template with these
-pieces: preProcess -> authorize -> lock -> execute -> replicate -> unlock ->
-reply. Invariants kept here:
+pieces: validate -> preProcess -> authorize -> lock -> execute -> replicate -> unlock
+-> reply. Invariants kept here:
+
+* Every field of a request keeps its rule (``validation``) before anything else
+  reads it; a refusal carries Ozone's status and names the field.
 
 * Locks are taken in one total order: volume > bucket > key, names sorted
   within a level; the lock table grants FIFO, so no waiter starves.

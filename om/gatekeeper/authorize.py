@@ -70,7 +70,6 @@ from functools import cached_property
 from typing import Any, TypeAlias
 
 from om.config import ServerConfig
-from om.executor.acl_rows import check_object
 from om.executor.errors import OMError
 from om.protocol import acls, om_pb2
 from om.protocol.acls import RightValue
@@ -198,8 +197,7 @@ def _rename_key(body: om_pb2.RenameKeyRequest) -> tuple[Need, ...]:
 
 def _acl_request(right: RightValue) -> Callable[[Any], tuple[Need, ...]]:
     def needs(body: Any) -> tuple[Need, ...]:
-        obj = body.obj
-        check_object(obj)   # INVALID_REQUEST / NOT_SUPPORTED_OPERATION before any check
+        obj = body.obj   # a volume, bucket or key, as the gate checked
         return (Need(obj.res_type, right, obj.volume, obj.bucket, obj.key),)
     return needs
 

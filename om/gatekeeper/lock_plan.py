@@ -103,10 +103,8 @@ def _acl_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
         return (_volume(obj.volume, Mode.WRITE),)
     if obj.res_type == om_pb2.OzoneObj.BUCKET:
         return (_volume(obj.volume, Mode.READ), bucket_lock(obj.volume, obj.bucket, Mode.WRITE))
-    if obj.res_type == om_pb2.OzoneObj.KEY:
-        return (bucket_lock(obj.volume, obj.bucket, Mode.READ),
-                _key(obj.volume, obj.bucket, obj.key))
-    return ()   # malformed or a prefix: the handler refuses it and writes nothing
+    assert obj.res_type == om_pb2.OzoneObj.KEY, "the gate refused any other object"
+    return (bucket_lock(obj.volume, obj.bucket, Mode.READ), _key(obj.volume, obj.bucket, obj.key))
 
 
 TOKENS = "#delegation-tokens"   # '#' is not allowed in a volume name

@@ -2,6 +2,11 @@
 
 The node owns fail-stop: if a committed entry cannot be applied, the process
 exits at once (status 70) rather than continue with a store that diverged.
+
+The requests the node answers itself (ServiceList, integrity, leadership transfer,
+membership) get the gate's envelope checks here (``om/gatekeeper/validation.py``;
+the flows check theirs in the template), and their answers never raise: a bug in
+one is INTERNAL_ERROR, logged and counted like the flows' (``_guarded``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
@@ -21,12 +26,13 @@ from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor import tokens
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
-from om.executor.registry import error_response
+from om.executor.registry import KINDS, error_response
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import audit_request, not_leader_response
+from om.gatekeeper import validation
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import gc_policy
@@ -131,6 +137,7 @@ class Node:
                            sync_writes=config.raft.fsync and len(config.nodes) == 1,
                            wal=not config.unsafe_store_without_wal)
         settings = leader_config(config)
+        self.handler_limits = settings.limits
         self.metrics = NodeMetrics()
         self.audit: AuditLog | None = None
         if config.audit.enabled:
@@ -227,6 +234,10 @@ class Node:
         if self.closing:
             return _answered(error_response(request, om_pb2.LEADER_NOT_READY,
                                             f"OM:{self.config.node_id} is shutting down"))
+        if request.cmd_type not in KINDS:   # the flows check theirs after the shape check
+            invalid = validation.problem(request, self.handler_limits)
+            if invalid is not None:
+                return _answered(error_response(request, invalid.status, invalid.message))
         if request.cmd_type == om_pb2.ServiceList:
             return _answered(self.service_list(request))
         if request.cmd_type in INTEGRITY_TYPES:
@@ -235,13 +246,12 @@ class Node:
                     request, om_pb2.PERMISSION_DENIED, f"user {request.user!r} may not read "
                     f"raw rows of {SECRET_TABLE}: they hold the keys that sign delegation "
                     "tokens; only an OM administrator (admins) may"))
-            return self.integrity.submit(request)
+            return self._guarded(request, self.integrity.submit(request))
         if request.cmd_type == om_pb2.TransferLeadership:
-            work = node_transfer.answer(request, self.config, self.raft)
-            return asyncio.get_running_loop().create_task(work)
+            return self._guarded(request, node_transfer.answer(request, self.config, self.raft))
         if request.cmd_type == om_pb2.ChangeMembership:
-            change = node_membership.answer(request, self.config, self.raft)
-            return asyncio.get_running_loop().create_task(change)
+            return self._guarded(request,
+                                 node_membership.answer(request, self.config, self.raft))
         if self.integrity.diverged:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None
@@ -258,6 +268,23 @@ class Node:
         elif request.secret_key_candidate:
             request.ClearField("secret_key_candidate")
         return self.leader.submit(request, peer)
+
+    def _guarded(self, request: om_pb2.OMRequest,
+                 work: Awaitable[om_pb2.OMResponse]) -> asyncio.Future[om_pb2.OMResponse]:
+        """Answers a request the node handles itself in a task whose result is always an
+        answer: an exception (a bug) becomes INTERNAL_ERROR, logged; every INTERNAL_ERROR
+        (an audit that could not run reports one too) counts in om_internal_errors_total."""
+        async def answer() -> om_pb2.OMResponse:
+            try:
+                response = await work
+            except Exception:
+                logger.exception("answering %s failed", om_pb2.Type.Name(request.cmd_type))
+                response = error_response(request, om_pb2.INTERNAL_ERROR,
+                                          "internal error while answering the request")
+            if response.status == om_pb2.INTERNAL_ERROR:
+                self.metrics.requests.internal_error()
+            return response
+        return asyncio.get_running_loop().create_task(answer())
 
     @property
     def tokens_enabled(self) -> bool:
@@ -290,6 +317,7 @@ class Node:
             return error_response(request, error.status, error.message)
         except Exception:
             logger.exception("validating a delegation token failed")
+            self.metrics.requests.internal_error()
             return error_response(request, om_pb2.INTERNAL_ERROR,
                                   "internal error while validating the delegation token")
         if request.cmd_type in CERTIFICATE_ONLY:

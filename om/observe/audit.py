@@ -9,8 +9,10 @@ leader for writes it executed and for reads, never a follower's apply path.
 A retry answered from the retry cache is the same operation and writes no
 second line; a request turned away because this node does not lead (NOT_LEADER,
 LEADER_NOT_READY) was not run here and writes none either; a denial
-(PERMISSION_DENIED) is audited. The file rotates by size, as
-``logging.handlers.RotatingFileHandler`` does, so it is bounded; lines are
+(PERMISSION_DENIED) is audited, and so is a request the gate refused: its
+fields are as the client sent them, so control characters and line separators are
+written escaped (``\\x0a``), and one line stays one operation. The file rotates by
+size, as ``logging.handlers.RotatingFileHandler`` does, so it is bounded; lines are
 buffered and written by a thread of their own (see ``AuditLog``).
 """
 
@@ -41,6 +43,9 @@ OM_ACTIONS = {
     "CancelDelegationToken": "CANCEL_DELEGATION_TOKEN",
 }
 NOT_RUN_HERE = frozenset({"NOT_LEADER", "LEADER_NOT_READY"})
+# What a client's text may hold that would break a line or fake another: written as \xNN.
+ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+           for code in (*range(0x20), *range(0x7f, 0xa0), 0x2028, 0x2029)}
 _LOG = logging.getLogger(__name__)
 
 
@@ -144,7 +149,8 @@ class AuditLog:
         action = OM_ACTIONS.get(op, op)
         result = "ret=SUCCESS |" if status == "OK" else f"ret=FAILURE | {status}: {message}"
         line = (f"{self._clock.now()} | INFO  | OMAudit | user={user} | ip={ip or '-'} | "
-                f"op={action} {parameters(body)} | {result}\n")
+                f"op={action} {parameters(body)} | {result}")
+        line = (line if line.isprintable() else line.translate(ESCAPES)) + "\n"
         with self._lock:
             self._pending.append(line)
             self._pending_size += len(line)

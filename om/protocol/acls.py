@@ -52,10 +52,19 @@ _ALL_BITS = (1 << len(LETTERS)) - 1
 _SCOPED = re.compile(r"^(.*)\[(ACCESS|DEFAULT)\]$")
 _BAD_NAME = re.compile(r"[:,\s\x00-\x1f\x7f]")
 _FORMAT = "use type:name:rights[SCOPE], e.g. user:bob:rw or group:dev:rwxy[DEFAULT]"
+ENTRIES_MAX = 1000   # entries one object's ACL holds at most (its row stays well under a batch)
 
 
 class AclError(ValueError):
     """An ACL is malformed; the message says what and how to write it."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a USER or GROUP entry, or None. A user must be such a
+    name too: the creator of a volume, bucket or key gets an entry under it."""
+    if _BAD_NAME.search(name):
+        return "holds ':', ',', a space or a control character"
+    return None
 
 
 def bit(right: RightValue) -> int:
@@ -139,8 +148,8 @@ def make(identity: int, name: str, bits: int, scope: int = ACCESS) -> Acl:
         name = kind
     elif not name:
         raise AclError(f"a {kind.lower()} ACL needs a name, e.g. {kind.lower()}:bob:r")
-    elif _BAD_NAME.search(name):
-        raise AclError(f"ACL name '{name}' holds ':', ',', a space or a control character")
+    elif (problem := name_problem(name)) is not None:
+        raise AclError(f"ACL name {name!r} {problem}")
     return Acl(Identity.ValueType(identity), name, bits, Scope.ValueType(scope))
 
 

@@ -8,8 +8,9 @@ one subclasses its ``TCPTransport`` and changes five things:
   the journal has synced them (``GroupCommitJournal.synced_index``), and goes
   at once when it has (a heartbeat's answer, usually); one that claims nothing
   (a reset, a transmission step) waits only behind those held before it, so
-  the answers keep their order. The transport wraps the SyncObj's poller: before each poll (after the leader appended and *sent*
-  its entries: send-before-sync) and after it (after a follower appended what
+  the answers keep their order. The transport wraps the SyncObj's poller:
+  before each poll (after the leader appended and *sent* its entries:
+  send-before-sync) and after it (after a follower appended what
   it received) it takes the journal's finished syncs, sends the
   acknowledgements they cover (consecutive successful ones to the same node
   coalesced into the last), and hands what was appended since to the

@@ -2,10 +2,11 @@
 
 A bucket is OBJECT_STORE (flat keys; the default here, as Ozone's S3 gateway
 creates them) or FILE_SYSTEM_OPTIMIZED (directories as rows: ``om/executor/fs.py``;
-Ozone's server default). Ozone's rules: VOLUME_NOT_FOUND, BUCKET_ALREADY_EXISTS;
-a volume with a space quota requires a bucket space quota (QUOTA_ERROR) and the
-bucket quotas must fit in it (QUOTA_EXCEEDED); the volume's namespace (bucket
-count) goes up by one, through a quota delta, so concurrent creates under the volume read lock
+Ozone's server default). Ozone's rules (the gate checked the names, owner, layout
+and quotas): VOLUME_NOT_FOUND, BUCKET_ALREADY_EXISTS; a volume with a space
+quota requires a bucket space quota (QUOTA_ERROR) and the bucket quotas must
+fit in it (QUOTA_EXCEEDED); the volume's namespace (bucket count) goes up by
+one, through a quota delta, so concurrent creates under the volume read lock
 never lose an update. Its ACLs: the creator's defaults plus the volume's DEFAULT
 entries (om/executor/acl_rows.py).
 """
@@ -16,8 +17,7 @@ from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import FSO, LAYOUTS, OBS
-from om.executor.names import check_bucket_name
+from om.executor.fs import LAYOUTS
 from om.executor.quota import UNLIMITED, check_volume_namespace, normalize_quota
 from om.executor.rows import encode, load_volume
 from om.executor.volume_buckets import sum_bucket_quotas
@@ -42,17 +42,14 @@ def _check_space_quota(view: ReadView, volume: om_pb2.VolumeInfo, quota: int) ->
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.create_bucket
-    check_bucket_name(body.bucket)
     layout = LAYOUTS.get(body.layout)
-    if layout is None:
-        raise OMError(om_pb2.INVALID_REQUEST, f"Unknown bucket layout '{body.layout}': use "
-                      f"{OBS} or {FSO}")
+    assert layout is not None, "the gate refused an unknown layout"
     volume = load_volume(view, body.volume)
     key = tables.bucket_key(body.volume, body.bucket)
     if view.get(om_pb2.BUCKET, key) is not None:
         raise OMError(om_pb2.BUCKET_ALREADY_EXISTS,
                       f"Bucket '/{body.volume}/{body.bucket}' already exists")
-    quota_bytes = normalize_quota(body.quota_in_bytes, "space")
+    quota_bytes = normalize_quota(body.quota_in_bytes)
     _check_space_quota(view, volume, quota_bytes)
     check_volume_namespace(volume, ctx)
     info = om_pb2.BucketInfo(
@@ -60,7 +57,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         bucket_name=body.bucket,
         owner=body.owner or request.user,
         quota_in_bytes=quota_bytes,
-        quota_in_namespace=normalize_quota(body.quota_in_namespace, "namespace"),
+        quota_in_namespace=normalize_quota(body.quota_in_namespace),
         creation_time=ctx.now_ms,
         modification_time=ctx.now_ms,
         object_id=ctx.object_id(),

@@ -16,20 +16,18 @@ from __future__ import annotations
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
+from om.executor.handlers.purge_keys import ROWS_MAX
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 
-ROWS_MAX = 10_000   # rows one request may name
 OPEN_TABLES = (om_pb2.OPEN_KEY, om_pb2.OPEN_FILE)
 
 
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.delete_open_keys
-    if not 0 < len(body.open_keys) <= ROWS_MAX:
-        raise OMError(om_pb2.INVALID_REQUEST, f"a cleanup names 1 to {ROWS_MAX} rows")
-    if any(ref.table not in OPEN_TABLES for ref in body.open_keys):
-        raise OMError(om_pb2.INVALID_REQUEST, "only openKeyTable and openFileTable rows expire")
+    assert 0 < len(body.open_keys) <= ROWS_MAX, "the gate bounds a cleanup"
+    assert all(ref.table in OPEN_TABLES for ref in body.open_keys), "the gate checked tables"
     deleted = 0
     for table, key in dict.fromkeys((ref.table, ref.key) for ref in body.open_keys):
         raw = view.get(table, key)

@@ -17,14 +17,13 @@ from om.executor.errors import OMError
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 
-ROWS_MAX = 10_000   # rows one request may name: a purge step stays one small batch
+ROWS_MAX = 10_000   # rows one purge step may name (the gate's rule): it stays one small batch
 
 
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.purge_keys
-    if not 0 < len(body.keys) <= ROWS_MAX:
-        raise OMError(om_pb2.INVALID_REQUEST, f"a purge names 1 to {ROWS_MAX} rows")
+    assert 0 < len(body.keys) <= ROWS_MAX, "the gate bounds a purge"
     purged = 0
     for key in dict.fromkeys(body.keys):
         raw = view.get(om_pb2.DELETED, key)

@@ -1,4 +1,5 @@
-"""RenameKey: INVALID_KEY_NAME, then KEY_ALREADY_EXISTS, then KEY_NOT_FOUND (Ozone's order).
+"""RenameKey: KEY_ALREADY_EXISTS, then KEY_NOT_FOUND (Ozone's order; the gate checked both
+names, INVALID_KEY_NAME).
 
 The key keeps its object id; its update id and modification time change.
 """
@@ -10,7 +11,6 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.fs import is_fso
-from om.executor.names import check_key_name
 from om.executor.rows import encode, load_bucket, load_key, require_key
 from om.protocol import om_pb2
 from om.schema import tables
@@ -20,8 +20,6 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.rename_key
-    check_key_name(body.key, ctx.limits.key_name_max_bytes)
-    check_key_name(body.to_key, ctx.limits.key_name_max_bytes)
     if is_fso(load_bucket(view, body.volume, body.bucket)):
         return fso_keys.rename_key(request, view, recorder, ctx)
     if load_key(view, body.volume, body.bucket, body.to_key) is not None:

@@ -42,11 +42,11 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     body = request.set_bucket_property
     info = load_bucket(view, body.volume, body.bucket)
     if body.quota_in_bytes:
-        quota = normalize_quota(body.quota_in_bytes, "space")
+        quota = normalize_quota(body.quota_in_bytes)
         _check_space(view, info, quota)
         info.quota_in_bytes = quota
     if body.quota_in_namespace:
-        quota = normalize_quota(body.quota_in_namespace, "namespace")
+        quota = normalize_quota(body.quota_in_namespace)
         if quota != UNLIMITED and quota < info.used_namespace:
             raise OMError(om_pb2.QUOTA_EXCEEDED,
                           f"Namespace quota {quota} is less than the {info.used_namespace} "

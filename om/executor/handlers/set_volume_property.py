@@ -22,7 +22,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     body = request.set_volume_property
     info = load_volume(view, body.volume)
     if body.quota_in_bytes:
-        quota = normalize_quota(body.quota_in_bytes, "space")
+        quota = normalize_quota(body.quota_in_bytes)
         if quota != UNLIMITED:
             total = sum_bucket_quotas(view, body.volume)
             if total > quota:
@@ -31,7 +31,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
                               f"sum of its bucket quotas {total}")
         info.quota_in_bytes = quota
     if body.quota_in_namespace:
-        quota = normalize_quota(body.quota_in_namespace, "namespace")
+        quota = normalize_quota(body.quota_in_namespace)
         if quota != UNLIMITED and quota < info.used_namespace:
             raise OMError(om_pb2.QUOTA_EXCEEDED,
                           f"Namespace quota {quota} of volume {body.volume} is less than its "
