@@ -153,6 +153,8 @@ EVERY_REQUEST: list[tuple[str, Build]] = [
 ]
 # outside the namespace: tests/test_tokens.py
 TOKEN_REQUESTS = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
+# outside the namespace too: tests/test_user_certificates.py
+CERTIFICATE_REQUESTS = {"AddUserCertificate", "RevokeUserCertificates", "ListUserCertificates"}
 READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys",
          "GetAcl"}
 
@@ -160,8 +162,9 @@ READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "
 class TestDispatch:
     def test_registry_serves_exactly_the_listed_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {
-            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS
-        assert {kind.name for kind in registry.KINDS.values() if not kind.write} == READS
+            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | CERTIFICATE_REQUESTS
+        assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
+            READS | {"ListUserCertificates"})
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
 

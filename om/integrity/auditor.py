@@ -373,6 +373,15 @@ def _check_delegation_token(view: ReadView, key: bytes, value: bytes,
     return {}
 
 
+def _check_user_certificate(view: ReadView, key: bytes, value: bytes,
+                            facts: _Facts) -> Problems:
+    row = _parse(om_pb2.UserCertificate, value)
+    if (row is None or not row.user or "\0" in row.user
+            or key != tables.user_certificate_key(row.user, row.serial)):
+        return {ROW_MALFORMED: _malformed("UserCertificate", row)}
+    return {}
+
+
 _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.VOLUME: _check_volume,
     om_pb2.BUCKET: _check_bucket,
@@ -384,6 +393,7 @@ _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.TRANSACTION_INFO: _check_transaction_info,
     om_pb2.SECRET_KEY: _check_secret_key,
     om_pb2.DELEGATION_TOKEN: _check_delegation_token,
+    om_pb2.USER_CERTIFICATE: _check_user_certificate,
 }
 assert set(_ROW_CHECKS) == set(tables.TABLE_NAMES), "every table has a row check"
 

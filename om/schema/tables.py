@@ -14,6 +14,8 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 * secretKeyTable       ``<4-byte big-endian key id>``: the keys that sign delegation tokens
 * delegationTokenTable ``<8-byte big-endian max date ms><8-byte big-endian sequence number>``:
   dead tokens (past their max date) first, so they are purged without a scan.
+* userCertificateTable ``<user>\0<serial>``: the client certificates recorded for a user
+  (a user name holds no control character, so ``<user>\0`` prefixes exactly its rows).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.CLIENT_REQUEST_EXPIRY: "clientRequestExpiryTable",
     om_pb2.SECRET_KEY: "secretKeyTable",
     om_pb2.DELEGATION_TOKEN: "delegationTokenTable",
+    om_pb2.USER_CERTIFICATE: "userCertificateTable",
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
@@ -121,3 +124,14 @@ def delegation_token_key_max_date_ms(key: bytes) -> int:
     """The max date a delegationTokenTable key starts with."""
     assert len(key) == _TOKEN.size
     return int(_TOKEN.unpack(key)[0])
+
+
+def user_certificate_prefix(user: str) -> bytes:
+    """The prefix every userCertificateTable key of ``user`` starts with."""
+    assert "\0" not in user
+    return user.encode() + b"\0"
+
+
+def user_certificate_key(user: str, serial: str) -> bytes:
+    """The userCertificateTable key of one certificate of ``user``."""
+    return user_certificate_prefix(user) + serial.encode()
