@@ -8,7 +8,11 @@ refusing a revoked certificate) is tests/test_users_cluster.py."""
 
 from __future__ import annotations
 
+import datetime
+import re
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +24,12 @@ from om.gatekeeper import lock_plan
 from om.gatekeeper.authorize import AclPolicy, authorize, groups_of
 from om.protocol import acls, om_pb2
 from om.schema import tables
+from om.security.certificates import (
+    CertificateAuthority,
+    client_certificate_problem,
+    read_client_certificate,
+)
+from om.security.tls import PeerIdentity, peer_identity, serial_text
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, OLD, Harness, status_name
 
@@ -229,3 +239,38 @@ class TestCertificateGroups:
             authorize(request, om.store, policy)
         request.groups.append("readers")
         authorize(request, om.store, policy)
+
+
+class TestTheCertificate:
+    def test_names_the_user_groups_and_serial_as_a_node_reads_them(self, tmp_path: Path) -> None:
+        authority = CertificateAuthority.create(tmp_path)
+        made = authority.make_client("bob", ("readers", "dev"), datetime.timedelta(days=2))
+        issued = made.write(tmp_path)
+        assert issued.cert_file.name == "user-bob.pem"
+        for path in (issued.cert_file, issued.key_file):
+            assert path.stat().st_mode & 0o777 == 0o600
+        assert read_client_certificate(issued.cert_file) == (
+            "bob", ("readers", "dev"), made.serial, made.not_after_ms)
+        assert made.serial == serial_text(made.cert.serial_number)
+        # what ssl's getpeercert() gives for it
+        peer = ssl._ssl._test_decode_cert(str(issued.cert_file))  # type: ignore[attr-defined]
+        assert peer_identity(peer) == PeerIdentity("bob", ("readers", "dev"), made.serial)
+        assert peer_identity(None) is None
+        assert peer_identity({"subject": ((("organizationName", "om"),),),
+                              "serialNumber": "0A"}) is None           # no CN: no identity
+
+    def test_says_why_a_node_would_refuse_it(self, tmp_path: Path) -> None:
+        authority = CertificateAuthority.create(tmp_path / "ca")
+        stranger = CertificateAuthority.create(tmp_path / "other")
+        good = authority.make_client("alice").write(tmp_path)
+        assert client_certificate_problem(good.cert_file, authority.ca_file) is None
+        foreign = stranger.make_client("mallory").write(tmp_path)
+        assert "is not signed by the CA" in str(
+            client_certificate_problem(foreign.cert_file, authority.ca_file))
+        past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3)
+        old = authority.make_client("eve", (), datetime.timedelta(days=1), past).write(tmp_path)
+        assert re.fullmatch(r"the certificate .*user-eve\.pem expired on \d{4}-\d\d-\d\d "
+                            r"\d\d:\d\d UTC", str(client_certificate_problem(
+                                old.cert_file, authority.ca_file)))
+        assert "cannot read" in str(client_certificate_problem(tmp_path / "none.pem",
+                                                               authority.ca_file))
