@@ -265,12 +265,11 @@ class TestTheCertificate:
         good = authority.make_client("alice").write(tmp_path)
         assert client_certificate_problem(good.cert_file, authority.ca_file) is None
         foreign = stranger.make_client("mallory").write(tmp_path)
-        assert "is not signed by the CA" in str(
+        assert "it is not signed by the CA" in str(
             client_certificate_problem(foreign.cert_file, authority.ca_file))
         past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3)
         old = authority.make_client("eve", (), datetime.timedelta(days=1), past).write(tmp_path)
-        assert re.fullmatch(r"the certificate .*user-eve\.pem expired on \d{4}-\d\d-\d\d "
-                            r"\d\d:\d\d UTC", str(client_certificate_problem(
-                                old.cert_file, authority.ca_file)))
-        assert "cannot read" in str(client_certificate_problem(tmp_path / "none.pem",
-                                                               authority.ca_file))
+        assert re.fullmatch(r"it expired on \d{4}-\d\d-\d\d \d\d:\d\d UTC", str(
+            client_certificate_problem(old.cert_file, authority.ca_file)))
+        assert "cannot be read" in str(client_certificate_problem(tmp_path / "none.pem",
+                                                                  authority.ca_file))

@@ -19,6 +19,7 @@ from om.cli import (
     sh,
     verify,
 )
+from om.client import OMTlsError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,9 +48,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the process exit status."""
+    """Runs the command line; returns the process exit status (1, with one line, when
+    the tool's TLS settings cannot work with the OM it reached)."""
     args = parser().parse_args(argv)
-    status: int = args.run(args)
+    try:
+        status: int = args.run(args)
+    except OMTlsError as error:
+        print(f"om {args.command}: {error}", file=sys.stderr)
+        return 1
     return status
 
 

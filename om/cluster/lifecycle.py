@@ -3,7 +3,9 @@
 ``om cluster up`` writes ``DIR/cluster.toml``, starts one ``om serve`` process
 per node (logs in ``DIR/<id>.log``, pids in ``DIR/<id>.pid``), waits until a
 leader is ready, and remembers ``DIR`` as the last cluster started (so
-``om admin roles`` and ``om cluster down`` find it with no options).
+``om admin roles`` and ``om cluster down`` find it with no options), after the
+others it remembers (``known``: the tools find a cluster's certificate from any
+of its current members' addresses, ``serving``).
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ from pathlib import Path
 import psutil
 
 from om import config as om_config
-from om.client import OMClient, OMClientError
+from om.client import OMClient, OMClientError, OMTlsError
 from om.client.retry_policy import RetryPolicy
-from om.config import NodeAddress, ServerConfig
+from om.config import ConfigError, NodeAddress, ServerConfig
 from om.protocol import om_pb2
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
 from om.statemachine.store import Store
 
 DEFAULT_DIR = Path("om-cluster")
+# The clusters started here, the last one first, one directory a line.
 LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
+KNOWN_CLUSTERS_MAX = 32
 RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
 PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
@@ -286,7 +290,10 @@ def client_tls(config: ServerConfig) -> ClientTls | None:
 
 def node_infos(addresses: list[str], timeout_s: float,
                tls: ClientTls | None = None) -> list[om_pb2.NodeInfo]:
-    """Asks every address for its own view; unreachable nodes are reported as such."""
+    """Asks every address for its own view; unreachable nodes are reported as such.
+
+    OMTlsError when ``tls`` cannot work with a node (plain TCP to a TLS port, an
+    untrusted or refused certificate): no node would answer, and the error says why."""
     infos: list[om_pb2.NodeInfo] = []
     for address in addresses:
         policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
@@ -294,6 +301,8 @@ def node_infos(addresses: list[str], timeout_s: float,
             with OMClient([address], policy=policy, tls=tls) as client:
                 response = client.call_raw(om_pb2.OMRequest(
                     cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
+        except OMTlsError:
+            raise
         except OMClientError:
             infos.append(om_pb2.NodeInfo(address=address, role="UNREACHABLE"))
             continue
@@ -420,14 +429,41 @@ def _ids(nodes: int) -> list[str]:
 
 
 def remember(directory: Path) -> None:
-    """Records ``directory`` as the last cluster started."""
+    """Records ``directory`` as the last cluster started, before the others remembered
+    (at most KNOWN_CLUSTERS_MAX, the oldest forgotten first)."""
+    path = str(directory.resolve())
+    earlier = [str(cluster.directory) for cluster in known() if str(cluster.directory) != path]
     LAST_CLUSTER_FILE.parent.mkdir(parents=True, exist_ok=True)
-    LAST_CLUSTER_FILE.write_text(str(directory.resolve()))
+    LAST_CLUSTER_FILE.write_text("\n".join([path, *earlier][:KNOWN_CLUSTERS_MAX]) + "\n")
+
+
+def known() -> list[Cluster]:
+    """The clusters ``om cluster up`` started here, the last one first."""
+    try:
+        lines = LAST_CLUSTER_FILE.read_text().splitlines()
+    except OSError:
+        return []
+    return [Cluster(Path(line)) for line in lines[:KNOWN_CLUSTERS_MAX] if line.strip()]
 
 
 def last() -> Cluster:
     """The cluster ``om cluster up`` started last."""
-    try:
-        return Cluster(Path(LAST_CLUSTER_FILE.read_text().strip()))
-    except OSError:
-        raise ClusterError("no cluster started yet: om cluster up, or pass --dir") from None
+    clusters = known()
+    if not clusters:
+        raise ClusterError("no cluster started yet: om cluster up, or pass --dir")
+    return clusters[0]
+
+
+def serving(addresses: Sequence[str]) -> Cluster | None:
+    """The cluster started here most recently whose current ring (its ``cluster.toml``,
+    which ``om admin om add`` and ``decommission`` keep true) holds any of
+    ``addresses``; None when none does."""
+    wanted = set(addresses)
+    for cluster in known():
+        try:
+            ring = cluster.addresses
+        except ConfigError:
+            continue   # its directory is gone, or no longer a cluster's
+        if wanted & set(ring):
+            return cluster
+    return None

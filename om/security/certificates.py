@@ -120,25 +120,23 @@ def read_client_certificate(path: Path) -> tuple[str, tuple[str, ...], str, int]
 def client_certificate_problem(cert_file: Path, ca_file: Path,
                                now: datetime.datetime | None = None) -> str | None:
     """Why a node trusting ``ca_file`` refuses the client certificate ``cert_file`` at
-    the TLS handshake: expired, not valid yet, not signed by that CA, unreadable;
-    None when it sees no reason."""
+    the TLS handshake ("it expired on ...", "it is not signed by ..."): expired, not
+    valid yet, not signed by that CA, unreadable; None when it sees no reason."""
     try:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
         authority = x509.load_pem_x509_certificate(ca_file.read_bytes())
     except (OSError, ValueError) as error:
-        return f"cannot read the certificate {cert_file} or the CA {ca_file}: {error}"
+        return f"it or the CA {ca_file} cannot be read: {error}"
     now = now or datetime.datetime.now(datetime.UTC)
     if cert.not_valid_after_utc < now:
-        return (f"the certificate {cert_file} expired on "
-                f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+        return f"it expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     if cert.not_valid_before_utc > now:
-        return (f"the certificate {cert_file} is not valid before "
-                f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
+        return f"it is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
     try:
         cert.verify_directly_issued_by(authority)
     except (ValueError, TypeError, InvalidSignature):
-        return (f"the certificate {cert_file} is not signed by the CA {ca_file}, which "
-                "signed the OM's: it comes from another cluster's CA")
+        return (f"it is not signed by the CA {ca_file}, which signed the OM's certificate "
+                "(it is another cluster's)")
     return None
 
 
