@@ -139,6 +139,9 @@ class TestRevoke:
         assert user_certificates.revoked(om.store, "bob", "FF") is None   # never recorded
         again = om.run(build.revoke_user_certificates("bob"), user=ADMIN)
         assert (status_name(again), list(again.revoke_user_certificates.revoked)) == ("OK", [])
+        if om.flow == LEADER:   # the leader flow's invariant: a successful write records rows
+            assert len(om.last_recorder.ops) == 2
+        assert user_certificates.revoked(om.store, "bob", "A1") == revoked[0]   # as it was
 
     def test_a_user_without_a_certificate_on_record_is_not_found(self, om: Harness) -> None:
         add(om, "bob", "A1", days=1)

@@ -10,6 +10,7 @@ from om.cli import (
     admin,
     admin_membership,
     admin_transfer,
+    admin_user,
     audit,
     bench,
     chaos,
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     admin.register(admin_actions)
     verify.register(admin_actions)
     audit.register(admin_actions)
+    admin_user.register(admin_actions)
     ring_actions = admin_actions.add_parser(
         "om", help="the OM ring: leadership transfer, membership").add_subparsers(
         dest="om_action", required=True)

@@ -221,11 +221,17 @@ def render_table(infos: list[om_pb2.NodeInfo]) -> str:
     leader sees it ("-" for the leader, or with no leader answering)."""
     leaders = [i for i in infos if i.role == "LEADER"]
     matches = dict(leaders[0].match_index) if len(leaders) == 1 else {}
-    rows = [[_cell(info, c, matches) for c in _COLUMNS] for info in infos]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLUMNS)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths, strict=True))]
+    return render_rows(_COLUMNS, [[_cell(info, c, matches) for c in _COLUMNS]
+                                  for info in infos])
+
+
+def render_rows(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    """A fixed-width table: the columns' names in upper case, then one line per row."""
+    assert all(len(row) == len(columns) for row in rows)
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _cell(info: om_pb2.NodeInfo, column: str, matches: dict[str, int]) -> str:

@@ -86,11 +86,13 @@ def write_tls(directory: Path, nodes: tuple[NodeAddress, ...]) -> str:
 
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
                  extra_toml: str = "", top_level_toml: str = "", secure: bool = True,
-                 tls: bool | None = None) -> Path:
+                 tls: bool | None = None, acls: bool = False) -> Path:
     """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1, and with ``secure``
     (the default) a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes
     authenticate with; with ``tls`` (by default as ``secure``), a CA and certificates
-    (``write_tls``) for TLS with client certificates on the client port.
+    (``write_tls``) for TLS with client certificates on the client port; with ``acls``,
+    native ACLs on (``acl_enabled``) and the user running this as their administrator
+    (``admins``: ``top_level_toml`` must then set neither).
 
     ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
     appended after the nodes, where a bare key would land in the last node)."""
@@ -98,6 +100,8 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
     directory.mkdir(parents=True, exist_ok=True)
     lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"',
              top_level_toml]
+    if acls:
+        lines += ["acl_enabled = true", f'admins = ["{getpass.getuser()}"]']
     if secure and nodes > 1:
         write_secret(directory / SECRET_FILE)
         lines.append(f'raft_secret_file = "{directory.resolve() / SECRET_FILE}"')
@@ -328,12 +332,14 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
        top_level_toml: str = "",
        node_args: Callable[[str], Sequence[str]] = lambda node_id: (),
-       secure: bool = True, tls: bool | None = None) -> Cluster:
+       secure: bool = True, tls: bool | None = None, acls: bool = False) -> Cluster:
     """Starts a fresh cluster in ``directory``; returns once a leader is ready.
 
     Secure by default (``write_config``): a Raft secret, and TLS with client
     certificates on the client port (``Cluster.client_tls()`` is the tools'
-    certificate); ``secure=False`` turns both off, ``tls=False`` only TLS.
+    certificate); ``secure=False`` turns both off, ``tls=False`` only TLS; ``acls``
+    turns native ACLs on with this user as administrator (``om cluster up`` does
+    with TLS, unless ``--no-acls``).
 
     ``node_args`` gives extra ``om serve`` flags per node id (e.g. its own trace
     file). ``remember_it`` records it as the last cluster (for ``om admin roles``
@@ -345,7 +351,7 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
     check_ports_free(node_addresses(nodes, port_base))
     write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml, secure,
-                 tls)
+                 tls, acls)
     try:
         for node in cluster.nodes:
             cluster.start_node(node.id, *node_args(node.id))

@@ -119,8 +119,9 @@ def add(body: om_pb2.AddUserCertificateRequest, admin: str, view: ReadView,
 def revoke(user: str, admin: str, view: ReadView, recorder: ChangeRecorder,
            now_ms: int) -> list[om_pb2.UserCertificate]:
     """Marks every unrevoked, unexpired certificate of ``user`` on record revoked by
-    ``admin``; returns them (empty: all were revoked already). USER_NOT_FOUND when
-    none of ``user`` is on record."""
+    ``admin``; returns them (empty: all were revoked already, and their rows are
+    recorded as they were, so the write still carries its reply to the retry cache).
+    USER_NOT_FOUND when none of ``user`` is on record."""
     _check_name(user, "user")
     live = _live(_rows(view, user), recorder, now_ms)
     if not live:
@@ -128,12 +129,11 @@ def revoke(user: str, admin: str, view: ReadView, recorder: ChangeRecorder,
                       "on record: om admin user add issues and records them")
     revoked = []
     for key, row in live:
-        if row.revoked_at:
-            continue
-        row.revoked_at = now_ms
-        row.revoked_by = admin
+        if not row.revoked_at:
+            row.revoked_at = now_ms
+            row.revoked_by = admin
+            revoked.append(row)
         _put(recorder, key, row)
-        revoked.append(row)
     return revoked
 
 

@@ -69,10 +69,13 @@ def _write_cert(cert: x509.Certificate, path: Path) -> None:
 def _builder(subject: x509.Name, issuer: x509.Name, key: PrivateKey,
              valid_for: datetime.timedelta = VALIDITY,
              not_before: datetime.datetime | None = None) -> x509.CertificateBuilder:
-    start = not_before or datetime.datetime.now(datetime.UTC) - CLOCK_SKEW
+    """Valid for ``valid_for`` from ``not_before`` (default: now, and from CLOCK_SKEW
+    before it for clocks a little behind)."""
+    start = not_before or datetime.datetime.now(datetime.UTC)
     return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(start).not_valid_after(start + valid_for))
+            .not_valid_before(start if not_before else start - CLOCK_SKEW)
+            .not_valid_after(start + valid_for))
 
 
 @dataclass(frozen=True)
