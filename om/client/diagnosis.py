@@ -26,6 +26,7 @@ before (a node that closes a connection while stopping is not misconfigured).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 
@@ -126,6 +127,8 @@ async def speaks_tls_async(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> 
     except (OSError, TimeoutError):
         return False
     writer.close()
+    with contextlib.suppress(OSError, TimeoutError):
+        await asyncio.wait_for(writer.wait_closed(), timeout_s)
     return True
 
 
