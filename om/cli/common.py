@@ -10,9 +10,9 @@ default (``target_addresses``).
 Which certificate a tool presents: ``--cert/--key/--ca``, else the one named by the
 cluster the tool talks to (``--config``/``--dir``, else the cluster started here most
 recently whose current ring holds any targeted address: ``om_cluster.serving``), else
-none (plain TCP; a TLS port then says so at once: ``om.client.diagnosis``). Tools without flags (the
-locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or ``$OM_CLUSTER_DIR`` instead
-(``environment_tls``).
+none (plain TCP; a TLS port then says so at once: ``om.client.diagnosis``). Tools
+without flags (the locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or
+``$OM_CLUSTER_DIR`` instead (``environment_tls``).
 
 ``om sh`` may act with a delegation token instead (``client_credentials``):
 ``--token FILE``, else the file ``$OM_TOKEN_FILE`` names (as Hadoop's tools read

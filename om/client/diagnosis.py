@@ -40,7 +40,7 @@ FLAGS = "--dir DIR of the OM's cluster, or --cert/--key/--ca"
 # OpenSSL's reasons for a handshake that read something other than TLS: a plain OM's
 # answer to the ClientHello (an INVALID_REQUEST frame)
 PLAIN_REPLIES = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE",
-                           "PACKET_LENGTH_TOO_LONG", "UNKNOWN_PROTOCOL", "HTTP_REQUEST"})
+                           "PACKET_LENGTH_TOO_LONG"})
 
 
 class OMTlsError(OMConnectionError):
@@ -98,9 +98,10 @@ def _probe_context() -> ssl.SSLContext:
     return context
 
 
-def _answered_in_tls(error: BaseException | None) -> bool:
-    """Whether a probe's handshake that ended with ``error`` heard TLS from the peer."""
-    return error is None or (isinstance(error, ssl.SSLError) and "ALERT" in (error.reason or ""))
+def _answered_in_tls(error: ssl.SSLError) -> bool:
+    """Whether a probe's handshake that failed with ``error`` heard TLS from the peer
+    (an alert: it refused the probe, in TLS)."""
+    return "ALERT" in (error.reason or "")
 
 
 def speaks_tls(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:

@@ -299,7 +299,11 @@ class Node:
 
     def certificate_refusal(self, identity: PeerIdentity) -> str | None:
         """Why this node refuses the client certificate ``identity`` (UNAUTHORIZED): its
-        revocation was applied here (om/executor/user_certificates.py). None: accepted."""
+        revocation was applied here (om/executor/user_certificates.py). None: accepted,
+        or the node is closing (``submit`` refuses everything then; the store may be
+        closed)."""
+        if self.closing:
+            return None
         row = user_certificates.revoked(self._read_view(), identity.user, identity.serial)
         if row is None:
             return None
