@@ -438,12 +438,15 @@ class TestEachRightIsEnforced:
     def test_the_table_covers_every_request_type(self) -> None:
         covered = {om_pb2.Type.Name(rule.request(1).cmd_type) for rule in RULES.values()}
         # CreateVolume and ListVolume: the two tests after the table; the token requests
-        # need no right (authentication only: tests/test_tokens.py)
+        # need no right (authentication only: tests/test_tokens.py); the certificate
+        # requests are for administrators (tests/test_user_certificates.py)
         tokens = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
         # the file-system requests: TestFileSystemBuckets (the leader's own purge steps
         # need no right: clients' are refused at the intake, tests/test_fs_cli.py)
         fs = set(FS_RULES) | {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
-        assert covered | {"CreateVolume", "ListVolume"} | tokens | fs == {
+        administrators = {"AddUserCertificate", "RevokeUserCertificates",
+                          "ListUserCertificates"}
+        assert covered | {"CreateVolume", "ListVolume"} | tokens | fs | administrators == {
             k.name for k in KINDS.values()}
 
     @pytest.mark.parametrize("name", list(RULES))

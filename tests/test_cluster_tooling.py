@@ -4,6 +4,7 @@ running; ``status`` exits non-zero without a ready leader."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 import subprocess
@@ -63,9 +64,16 @@ def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Pat
     assert started.returncode == 0, started.stderr
     assert "metrics: http://127.0.0.1:" in started.stdout
     assert "clients: TLS with client certificates" in started.stdout   # the default
+    assert (f"ACLs:    native ACLs on; administrator: {getpass.getuser()} (admins)"
+            in started.stdout)                                          # the default too
     assert "INSECURE" not in started.stdout
     cluster = om_cluster.Cluster(directory)
     try:
+        assert f"acls=on (admins: {getpass.getuser()})" in (directory / "om1.log").read_text()
+        listed = om("admin", "user", "list", "--dir", str(directory))   # up recorded its user
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.splitlines()[1].startswith(f"{getpass.getuser()} "), listed.stdout
+        assert " VALID " in listed.stdout
         # the tools find the cluster's certificate through --dir
         created = om("sh", "--dir", str(directory), "volume", "create", "/tlsvol")
         assert created.returncode == 0, created.stderr
@@ -78,6 +86,7 @@ def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Pat
                                capture_output=True, text=True, cwd=REPO, timeout=60,
                                env={**os.environ, "HOME": str(tmp_path)})
         assert plain.returncode != 0, plain.stdout
+        assert "speaks TLS and this client connected in plain TCP" in plain.stderr
         healthy = om("cluster", "status", "--dir", str(directory))
         assert healthy.returncode == 0, healthy.stderr
         assert healthy.stdout.count("UP ") == 3
@@ -92,6 +101,20 @@ def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Pat
         assert "1 of 3 nodes up, no ready leader" in degraded.stderr
     finally:
         om_cluster.down(cluster)
+
+
+def test_no_acls_turns_them_off_and_says_so(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    started = om("cluster", "up", "--no-acls", "--nodes", "1", "--dir", str(directory),
+                 "--port-base", str(om_cluster.free_port_base(1)))
+    assert started.returncode == 0, started.stderr
+    try:
+        assert ("INSECURE: ACLs are off: every user with a certificate may do anything "
+                "(--no-acls)") in started.stdout
+        assert "clients: TLS with client certificates" in started.stdout
+        assert "acls=OFF" in (directory / "om1.log").read_text()
+    finally:
+        om_cluster.down(om_cluster.Cluster(directory))
 
 
 def test_insecure_turns_off_the_secret_and_tls_and_says_so(tmp_path: Path) -> None:

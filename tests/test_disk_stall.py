@@ -33,6 +33,19 @@ def _views(cluster: om_cluster.Cluster) -> tuple[set[int], set[str]]:
     return {i.term for i in infos}, {i.node_id for i in infos if i.role == "LEADER"}
 
 
+def _settled_views(cluster: om_cluster.Cluster, timeout_s: float = 20.0) -> tuple[set[int],
+                                                                                set[str]]:
+    """The views once every node is in one term under one leader (a follower that
+    has not heard from the new leader yet still says term 0)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        views = _views(cluster)
+        if len(views[0]) == 1 and len(views[1]) == 1:
+            return views
+        assert time.monotonic() < deadline, f"the nodes never agreed: {views}"
+        time.sleep(0.1)
+
+
 def _stall_under_load(directory: Path, stall_leader: bool) -> None:
     cluster = harness.start(directory, "unsafe_journal_stall = true\n")
     try:
@@ -42,7 +55,7 @@ def _stall_under_load(directory: Path, stall_leader: bool) -> None:
         leader = harness.leader_id(cluster)
         stalled = leader if stall_leader else next(
             n.id for n in cluster.nodes if n.id != leader)
-        before = _views(cluster)
+        before = _settled_views(cluster)
         load = harness.WriteLoad(cluster, threads=4)
         load.start()
         time.sleep(1.5)

@@ -170,13 +170,16 @@ INTERNAL_REQUESTS = {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
 OBS_READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys",
              "GetAcl"}
 READS = OBS_READS | {"LookupFile", "GetFileStatus", "ListStatus"}
+# outside the namespace too: tests/test_user_certificates.py
+CERTIFICATE_REQUESTS = {"AddUserCertificate", "RevokeUserCertificates", "ListUserCertificates"}
 
 
 class TestDispatch:
     def test_registry_serves_exactly_the_listed_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {
-            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS
-        assert {kind.name for kind in registry.KINDS.values() if not kind.write} == READS
+            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS | CERTIFICATE_REQUESTS
+        assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
+            READS | {"ListUserCertificates"})
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
 

@@ -80,6 +80,8 @@ WELL_FORMED: list[om_pb2.OMRequest] = [
     om_pb2.OMRequest(cmd_type=om_pb2.DeleteOpenKeys, delete_open_keys=om_pb2.
                      DeleteOpenKeysRequest(open_keys=[om_pb2.OpenKeyRef(
                          table=om_pb2.OPEN_FILE, key=b"/1/2/f/3")], created_before_ms=1)),
+    build.add_user_certificate("bob", "1F", ("eng", "ops"), 1),
+    build.revoke_user_certificates("bob"), build.list_user_certificates("bob", "1F", 1000),
 ]
 
 
@@ -135,6 +137,21 @@ def _envelope(**fields: object) -> om_pb2.OMRequest:
 
 
 REFUSED: list[tuple[str, om_pb2.OMRequest, str, str]] = [
+    ("cert-user", stamped(build.add_user_certificate("", "1F", (), 1)), "INVALID_REQUEST",
+     "add_user_certificate.user"),
+    ("cert-serial", stamped(build.add_user_certificate("bob", "01f", (), 1)),
+     "INVALID_REQUEST", "add_user_certificate.serial"),
+    ("cert-group", stamped(build.add_user_certificate("bob", "1F", ("a:b",), 1)),
+     "INVALID_REQUEST", "add_user_certificate.groups"),
+    ("cert-groups", stamped(build.add_user_certificate("bob", "1F", tuple(
+        f"g{n}" for n in range(33)), 1)), "INVALID_REQUEST", "add_user_certificate.groups"),
+    ("revoke-user", stamped(build.revoke_user_certificates("a b")), "INVALID_REQUEST",
+     "revoke_user_certificates.user"),
+    ("cert-rows", stamped(build.list_user_certificates(max_rows=1001)), "INVALID_REQUEST",
+     "list_user_certificates.max_rows"),
+    ("envelope-groups", stamped(om_pb2.OMRequest(cmd_type=om_pb2.InfoVolume, groups=["a,b"],
+                                                 info_volume=om_pb2.InfoVolumeRequest(
+                                                     volume=V))), "INVALID_REQUEST", "groups"),
     ("layout", stamped(build.create_bucket(V, B, layout="fso")), "INVALID_REQUEST",
      "create_bucket.layout"),
     ("empty-dir", stamped(build.create_directory(V, B, "")), "INVALID_KEY_NAME",

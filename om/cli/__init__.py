@@ -11,6 +11,7 @@ from om.cli import (
     admin,
     admin_membership,
     admin_transfer,
+    admin_user,
     audit,
     bench,
     chaos,
@@ -21,6 +22,7 @@ from om.cli import (
     sh,
     verify,
 )
+from om.client import OMTlsError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     admin.register(admin_actions)
     verify.register(admin_actions)
     audit.register(admin_actions)
+    admin_user.register(admin_actions)
     ring_actions = admin_actions.add_parser(
         "om", help="the OM ring: leadership transfer, membership").add_subparsers(
         dest="om_action", required=True)
@@ -50,9 +53,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the process exit status."""
+    """Runs the command line; returns the process exit status (1, with one line, when
+    the tool's TLS settings cannot work with the OM it reached)."""
     args = parser().parse_args(fs.normalize(sys.argv[1:] if argv is None else argv))
-    status: int = args.run(args)
+    try:
+        status: int = args.run(args)
+    except OMTlsError as error:
+        print(f"om {args.command}: {error}", file=sys.stderr)
+        return 1
     return status
 
 

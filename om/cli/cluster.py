@@ -5,23 +5,31 @@ port and its holder); it returns only once every node answers and a leader is
 ready, else it stops what it started and exits 1 with the failed node's log
 tail. ``status`` exits 1 when the cluster has no ready leader.
 
-``up`` is secure by default: a Raft secret, and TLS with client certificates on
-the client port (a CA and certificates in ``DIR/tls``, which ``om sh``, ``om
-admin``, ``om freon``, ``om bench`` and ``om chaos`` find through ``--dir`` or
-as the last cluster started). ``--insecure`` turns both off, ``--no-tls`` only
-TLS; either is printed."""
+``up`` is secure by default: a Raft secret, TLS with client certificates on the
+client port (a CA and certificates in ``DIR/tls``, which ``om sh``, ``om admin``,
+``om freon``, ``om bench`` and ``om chaos`` find through ``--dir`` or from the
+addresses of a cluster started here), and native ACLs with the user who ran it as
+administrator (its certificate is recorded, so ``om admin user list`` shows it and
+``revoke`` can refuse it; ``om admin user add`` issues one per user).
+``--insecure`` turns all three off, ``--no-tls`` TLS and the ACLs, ``--no-acls``
+the ACLs; each is printed."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 from pathlib import Path
 from typing import Any
 
 from om.cli.common import render_table
+from om.client import OMClientError
 from om.cluster import lifecycle as om_cluster
+from om.cluster import users
 from om.config import DEFAULT_PORT, EXECUTIONS, ConfigError
 from om.protocol import om_pb2
+
+REGISTER_TIMEOUT_S = 30.0
 
 
 def register(commands: Any) -> None:
@@ -44,6 +52,10 @@ def register(commands: Any) -> None:
                          "unauthenticated (default: TLS with client certificates, a CA and "
                          "certificates in DIR/tls that the tools find through DIR or as the "
                          "last cluster started)")
+    up.add_argument("--no-acls", dest="acls", action="store_false",
+                    help="ACLs off: every user with a certificate may do anything "
+                         "(default with TLS: native ACLs, the user running this their "
+                         "administrator)")
     up.add_argument("--workers", type=int, default=0,
                     help="processes serving client connections on each node (TLS, framing);"
                          " 1: the node's own process; default 0: from the cores")
@@ -63,26 +75,39 @@ def run_up(args: argparse.Namespace) -> int:
         print("om cluster up: --nodes must be 1 to 9", file=sys.stderr)
         return 2
     workers = f"workers = {args.workers}" if args.workers else ""
+    tls = args.tls and not args.insecure
     try:
         cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution,
-                                top_level_toml=workers, secure=not args.insecure,
-                                tls=args.tls and not args.insecure)
+                                top_level_toml=workers, secure=not args.insecure, tls=tls,
+                                acls=tls and args.acls)
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1
+    operator = cluster.client_tls()
+    if operator is not None:
+        try:
+            users.register(operator.cert_file, cluster.addresses, operator, REGISTER_TIMEOUT_S)
+        except OMClientError as error:   # the cluster runs: say so, and go on
+            print(f"om cluster up: could not record {operator.cert_file} (om admin user "
+                  f"revoke cannot refuse it): {error}", file=sys.stderr)
     print(render_table(cluster.node_infos()))
     print(f"\nconfig:  {cluster.config_path}\nlogs:    {cluster.directory}/om*.log")
     print("metrics: " + " ".join(f"http://{n.http_address}/prom" for n in cluster.nodes
                                  if n.http_address))
     if args.insecure and args.nodes > 1:
         print("INSECURE: Raft is unauthenticated (--insecure)")
-    tls = cluster.client_tls()
-    if tls is None:
+    if operator is None:
         flag = "--insecure" if args.insecure else "--no-tls"
         print(f"INSECURE: clients are unauthenticated, in plain TCP ({flag})")
     else:
-        print(f"clients: TLS with client certificates; the tools present {tls.cert_file} "
-              f"(found through --dir {cluster.directory} or as the last cluster started)")
+        print(f"clients: TLS with client certificates; the tools present {operator.cert_file} "
+              f"(found through --dir {cluster.directory} or from the cluster's addresses)")
+        if args.acls:
+            print(f"ACLs:    native ACLs on; administrator: {getpass.getuser()} (admins); "
+                  "om admin user add NAME issues a certificate for another user")
+        else:
+            print("INSECURE: ACLs are off: every user with a certificate may do anything "
+                  "(--no-acls)")
     print(f"try:    om sh --om {','.join(cluster.addresses)} volume create /vol1")
     return 0
 

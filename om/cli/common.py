@@ -8,10 +8,11 @@ address. ``om sh`` and ``om freon`` take ``--om``, else ``--dir``, else their ow
 default (``target_addresses``).
 
 Which certificate a tool presents: ``--cert/--key/--ca``, else the one named by the
-cluster the tool talks to (``--config``/``--dir``, else the last cluster started, when
-its addresses are the ones targeted), else none (plain TCP). Tools without flags (the
-locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or ``$OM_CLUSTER_DIR`` instead
-(``environment_tls``).
+cluster the tool talks to (``--config``/``--dir``, else the cluster started here most
+recently whose current ring holds any targeted address: ``om_cluster.serving``), else
+none (plain TCP; a TLS port then says so at once: ``om.client.diagnosis``). Tools
+without flags (the locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or
+``$OM_CLUSTER_DIR`` instead (``environment_tls``).
 
 ``om sh`` may act with a delegation token instead (``client_credentials``):
 ``--token FILE``, else the file ``$OM_TOKEN_FILE`` names (as Hadoop's tools read
@@ -117,19 +118,17 @@ def client_tls(args: argparse.Namespace, addresses: list[str]) -> ClientTls | No
 
 
 def _discovered(args: argparse.Namespace, addresses: list[str]) -> ClientTls | None:
-    """The certificate of the cluster named by --config/--dir, or of the last one started
-    when it serves ``addresses``."""
+    """The certificate of the cluster named by --config/--dir, or of the cluster started
+    here whose current ring holds any of ``addresses``."""
     path = getattr(args, "config", None) or (
         args.dir / "cluster.toml" if getattr(args, "dir", None) else None)
     if path is not None:
         return om_cluster.client_tls(om_config.load(path))
+    cluster = om_cluster.serving(addresses)
     try:
-        last = om_cluster.last()
-        if set(addresses) <= set(last.addresses):
-            return last.client_tls()
-    except (om_cluster.ClusterError, ConfigError):
-        pass
-    return None
+        return cluster.client_tls() if cluster is not None else None
+    except ConfigError:
+        return None   # its configuration changed under us: as if not found
 
 
 CERT_ENV, KEY_ENV, CA_ENV, CLUSTER_DIR_ENV = "OM_CERT", "OM_KEY", "OM_CA", "OM_CLUSTER_DIR"
@@ -222,11 +221,17 @@ def render_table(infos: list[om_pb2.NodeInfo]) -> str:
     leader sees it ("-" for the leader, or with no leader answering)."""
     leaders = [i for i in infos if i.role == "LEADER"]
     matches = dict(leaders[0].match_index) if len(leaders) == 1 else {}
-    rows = [[_cell(info, c, matches) for c in _COLUMNS] for info in infos]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLUMNS)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths, strict=True))]
+    return render_rows(_COLUMNS, [[_cell(info, c, matches) for c in _COLUMNS]
+                                  for info in infos])
+
+
+def render_rows(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    """A fixed-width table: the columns' names in upper case, then one line per row."""
+    assert all(len(row) == len(columns) for row in rows)
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _cell(info: om_pb2.NodeInfo, column: str, matches: dict[str, int]) -> str:

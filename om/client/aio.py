@@ -2,7 +2,8 @@
 
 Responses are matched to requests by call id, so they may return out of
 order. A lost connection fails every request pending on it; each then retries
-(same call id) according to ``RetryPolicy``.
+(same call id) according to ``RetryPolicy``. A TLS setting that cannot work with
+the OM is raised at once as ``OMTlsError`` (``om.client.diagnosis``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import ssl
 from collections.abc import Sequence
 
+from om.client import diagnosis
 from om.client.errors import OMConnectionError, error_for
 from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, Tls, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
@@ -26,6 +28,7 @@ class _Connection:
         self._writer = writer
         self._pending: dict[int, asyncio.Future[om_pb2.OMResponse]] = {}
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self._answered = False      # the OM sent bytes on it (then TLS matched)
         self._task = asyncio.get_running_loop().create_task(self._read_forever())
 
     @classmethod
@@ -55,6 +58,7 @@ class _Connection:
         error: BaseException = ConnectionResetError("the OM closed the connection")
         try:
             while data := await self._reader.read(65536):
+                self._answered = True
                 for payload in self._decoder.feed(data):
                     response = om_pb2.OMResponse.FromString(payload)
                     future = self._pending.get(response.call_id)
@@ -65,7 +69,8 @@ class _Connection:
         finally:
             for future in self._pending.values():
                 if not future.done():
-                    future.set_exception(ConnectionResetError(str(error)))
+                    future.set_exception(ConnectionResetError(str(error)) if self._answered
+                                         else diagnosis.ClosedBeforeReply(error))
             self._writer.close()
 
     async def close(self) -> None:
@@ -109,8 +114,11 @@ class AsyncOMClient(ClientIdentity):
                 connection = await self._connection(attempts.address)
                 response = await connection.request(frame, request.call_id,
                                                     self.policy.attempt_timeout_s)
-            except (OSError, TimeoutError, WireError):
+            except (OSError, TimeoutError, WireError) as error:
                 await self._drop(attempts.address)
+                problem = await self._misconfigured(attempts.address, error)
+                if problem is not None:
+                    raise problem from None
                 delay = attempts.after_connection_error(loop.time())
                 if delay is None:
                     raise OMConnectionError(
@@ -122,6 +130,20 @@ class AsyncOMClient(ClientIdentity):
                     self._current = attempts.current % len(self.addresses)
                     return response, attempts.retries
             await asyncio.sleep(delay)
+
+    async def _misconfigured(self, address: str, error: BaseException,
+                             ) -> diagnosis.OMTlsError | None:
+        """The one-line error when ``error`` shows TLS settings that cannot work with the
+        OM at ``address`` (a plain client probes the port, within a second)."""
+        if isinstance(error, diagnosis.ClosedBeforeReply):
+            if self.tls is None:
+                probe_s = min(diagnosis.PROBE_TIMEOUT_S, self.policy.attempt_timeout_s)
+                speaks_tls = await diagnosis.speaks_tls_async(address, probe_s)
+                return diagnosis.plain_to_tls(address) if speaks_tls else None
+            return diagnosis.closed_before_reply(address, self.tls, error.cause)
+        if isinstance(error, ssl.SSLError) and self.tls is not None:
+            return diagnosis.handshake_failure(error, address, self.tls)
+        return None
 
     async def _connection(self, address: str) -> _Connection:
         connection = self._connections.get(address)

@@ -1,15 +1,18 @@
 """The blocking client: plain sockets, one request at a time per connection.
 
-It uses only the standard ``socket`` module, so gevent's monkey patching (as
-locust applies it) makes it cooperative.
+It uses only the standard ``socket`` and ``ssl`` modules, so gevent's monkey
+patching (as locust applies it) makes it cooperative. A TLS setting that cannot
+work with the OM is raised at once as ``OMTlsError`` (``om.client.diagnosis``).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 
+from om.client import diagnosis
 from om.client import requests as build
 from om.client.errors import OMConnectionError, error_for
 from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, Tls, split_address
@@ -28,6 +31,7 @@ class OMClient(ClientIdentity):
         super().__init__(addresses, user, policy, client_id, read_mode, tls, token)
         self._socket: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self._answered = False      # the connection delivered bytes (then TLS matched)
         self.last_retries = 0
         self.last_node = ""
 
@@ -62,8 +66,12 @@ class OMClient(ClientIdentity):
         while True:
             try:
                 response = self._round_trip(attempts.address, frame, request.call_id)
-            except (OSError, WireError):
+            except (OSError, WireError) as error:
                 self.close()
+                problem = self._misconfigured(attempts.address, error)
+                if problem is not None:
+                    self.last_retries = attempts.retries
+                    raise problem from None
                 delay = attempts.after_connection_error(time.monotonic())
                 if delay is None:
                     self.last_retries = attempts.retries
@@ -80,6 +88,20 @@ class OMClient(ClientIdentity):
             self.close()
             time.sleep(delay)
 
+    def _misconfigured(self, address: str, error: OSError | WireError,
+                       ) -> diagnosis.OMTlsError | None:
+        """The one-line error when ``error`` shows TLS settings that cannot work with the
+        OM at ``address`` (a plain client probes the port, within a second)."""
+        if isinstance(error, diagnosis.ClosedBeforeReply):
+            if self.tls is None:
+                probe_s = min(diagnosis.PROBE_TIMEOUT_S, self.policy.attempt_timeout_s)
+                return diagnosis.plain_to_tls(address) if diagnosis.speaks_tls(
+                    address, probe_s) else None
+            return diagnosis.closed_before_reply(address, self.tls, error.cause)
+        if isinstance(error, ssl.SSLError) and self.tls is not None:
+            return diagnosis.handshake_failure(error, address, self.tls)
+        return None
+
     def _round_trip(self, address: str, frame: bytes, call_id: int) -> om_pb2.OMResponse:
         if self._socket is None:
             host, port = split_address(address)
@@ -89,15 +111,22 @@ class OMClient(ClientIdentity):
             if self.ssl_context is not None:
                 self._socket = self.ssl_context.wrap_socket(plain, server_hostname=host)
             self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
-        self._socket.sendall(frame)
-        while True:
-            data = self._socket.recv(65536)
-            if not data:
-                raise ConnectionResetError("the OM closed the connection")
-            for payload in self._decoder.feed(data):
-                response = om_pb2.OMResponse.FromString(payload)
-                if response.call_id in (call_id, 0):
-                    return response
+            self._answered = False
+        try:
+            self._socket.sendall(frame)
+            while True:
+                data = self._socket.recv(65536)
+                if not data:
+                    raise ConnectionResetError("the OM closed the connection")
+                self._answered = True
+                for payload in self._decoder.feed(data):
+                    response = om_pb2.OMResponse.FromString(payload)
+                    if response.call_id in (call_id, 0):
+                        return response
+        except (ConnectionResetError, BrokenPipeError) as error:
+            if self._answered:
+                raise
+            raise diagnosis.ClosedBeforeReply(error) from error
 
     # -- convenience calls, mirroring `ozone sh` --------------------------------
 

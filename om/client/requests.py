@@ -181,3 +181,26 @@ def cancel_delegation_token(token: om_pb2.TokenProto) -> om_pb2.OMRequest:
     return om_pb2.OMRequest(
         cmd_type=om_pb2.CancelDelegationToken,
         cancel_delegation_token=om_pb2.CancelDelegationTokenRequest(token=token))
+
+
+def add_user_certificate(user: str, serial: str, groups: tuple[str, ...],
+                         not_after_ms: int) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.AddUserCertificate,
+        add_user_certificate=om_pb2.AddUserCertificateRequest(
+            user=user, serial=serial, groups=groups, not_after=not_after_ms))
+
+
+def revoke_user_certificates(user: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.RevokeUserCertificates,
+        revoke_user_certificates=om_pb2.RevokeUserCertificatesRequest(user=user))
+
+
+def list_user_certificates(start_after_user: str = "", start_after_serial: str = "",
+                           max_rows: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.ListUserCertificates,
+        list_user_certificates=om_pb2.ListUserCertificatesRequest(
+            start_after_user=start_after_user, start_after_serial=start_after_serial,
+            max_rows=max_rows))

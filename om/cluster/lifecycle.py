@@ -3,7 +3,9 @@
 ``om cluster up`` writes ``DIR/cluster.toml``, starts one ``om serve`` process
 per node (logs in ``DIR/<id>.log``, pids in ``DIR/<id>.pid``), waits until a
 leader is ready, and remembers ``DIR`` as the last cluster started (so
-``om admin roles`` and ``om cluster down`` find it with no options).
+``om admin roles`` and ``om cluster down`` find it with no options), after the
+others it remembers (``known``: the tools find a cluster's certificate from any
+of its current members' addresses, ``serving``).
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ from pathlib import Path
 import psutil
 
 from om import config as om_config
-from om.client import OMClient, OMClientError
+from om.client import OMClient, OMClientError, OMTlsError
 from om.client.retry_policy import RetryPolicy
-from om.config import NodeAddress, ServerConfig
+from om.config import ConfigError, NodeAddress, ServerConfig
 from om.protocol import om_pb2
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
 from om.statemachine.store import Store
 
 DEFAULT_DIR = Path("om-cluster")
+# The clusters started here, the last one first, one directory a line.
 LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
+KNOWN_CLUSTERS_MAX = 32
 RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
 PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
@@ -82,11 +86,13 @@ def write_tls(directory: Path, nodes: tuple[NodeAddress, ...]) -> str:
 
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
                  extra_toml: str = "", top_level_toml: str = "", secure: bool = True,
-                 tls: bool | None = None) -> Path:
+                 tls: bool | None = None, acls: bool = False) -> Path:
     """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1, and with ``secure``
     (the default) a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes
     authenticate with; with ``tls`` (by default as ``secure``), a CA and certificates
-    (``write_tls``) for TLS with client certificates on the client port.
+    (``write_tls``) for TLS with client certificates on the client port; with ``acls``,
+    native ACLs on (``acl_enabled``) and the user running this as their administrator
+    (``admins``: ``top_level_toml`` must then set neither).
 
     ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
     appended after the nodes, where a bare key would land in the last node)."""
@@ -94,6 +100,8 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
     directory.mkdir(parents=True, exist_ok=True)
     lines = [f'execution = "{execution}"', f'data_dir = "{directory.resolve() / "data"}"',
              top_level_toml]
+    if acls:
+        lines += ["acl_enabled = true", f'admins = ["{getpass.getuser()}"]']
     if secure and nodes > 1:
         write_secret(directory / SECRET_FILE)
         lines.append(f'raft_secret_file = "{directory.resolve() / SECRET_FILE}"')
@@ -286,7 +294,10 @@ def client_tls(config: ServerConfig) -> ClientTls | None:
 
 def node_infos(addresses: list[str], timeout_s: float,
                tls: ClientTls | None = None) -> list[om_pb2.NodeInfo]:
-    """Asks every address for its own view; unreachable nodes are reported as such."""
+    """Asks every address for its own view; unreachable nodes are reported as such.
+
+    OMTlsError when ``tls`` cannot work with a node (plain TCP to a TLS port, an
+    untrusted or refused certificate): no node would answer, and the error says why."""
     infos: list[om_pb2.NodeInfo] = []
     for address in addresses:
         policy = RetryPolicy(deadline_s=timeout_s, attempt_timeout_s=timeout_s)
@@ -294,6 +305,8 @@ def node_infos(addresses: list[str], timeout_s: float,
             with OMClient([address], policy=policy, tls=tls) as client:
                 response = client.call_raw(om_pb2.OMRequest(
                     cmd_type=om_pb2.ServiceList, service_list=om_pb2.ServiceListRequest()))
+        except OMTlsError:
+            raise
         except OMClientError:
             infos.append(om_pb2.NodeInfo(address=address, role="UNREACHABLE"))
             continue
@@ -319,12 +332,14 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
        top_level_toml: str = "",
        node_args: Callable[[str], Sequence[str]] = lambda node_id: (),
-       secure: bool = True, tls: bool | None = None) -> Cluster:
+       secure: bool = True, tls: bool | None = None, acls: bool = False) -> Cluster:
     """Starts a fresh cluster in ``directory``; returns once a leader is ready.
 
     Secure by default (``write_config``): a Raft secret, and TLS with client
     certificates on the client port (``Cluster.client_tls()`` is the tools'
-    certificate); ``secure=False`` turns both off, ``tls=False`` only TLS.
+    certificate); ``secure=False`` turns both off, ``tls=False`` only TLS; ``acls``
+    turns native ACLs on with this user as administrator (``om cluster up`` does
+    with TLS, unless ``--no-acls``).
 
     ``node_args`` gives extra ``om serve`` flags per node id (e.g. its own trace
     file). ``remember_it`` records it as the last cluster (for ``om admin roles``
@@ -336,7 +351,7 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
     check_ports_free(node_addresses(nodes, port_base))
     write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml, secure,
-                 tls)
+                 tls, acls)
     try:
         for node in cluster.nodes:
             cluster.start_node(node.id, *node_args(node.id))
@@ -420,14 +435,41 @@ def _ids(nodes: int) -> list[str]:
 
 
 def remember(directory: Path) -> None:
-    """Records ``directory`` as the last cluster started."""
+    """Records ``directory`` as the last cluster started, before the others remembered
+    (at most KNOWN_CLUSTERS_MAX, the oldest forgotten first)."""
+    path = str(directory.resolve())
+    earlier = [str(cluster.directory) for cluster in known() if str(cluster.directory) != path]
     LAST_CLUSTER_FILE.parent.mkdir(parents=True, exist_ok=True)
-    LAST_CLUSTER_FILE.write_text(str(directory.resolve()))
+    LAST_CLUSTER_FILE.write_text("\n".join([path, *earlier][:KNOWN_CLUSTERS_MAX]) + "\n")
+
+
+def known() -> list[Cluster]:
+    """The clusters ``om cluster up`` started here, the last one first."""
+    try:
+        lines = LAST_CLUSTER_FILE.read_text().splitlines()
+    except OSError:
+        return []
+    return [Cluster(Path(line)) for line in lines[:KNOWN_CLUSTERS_MAX] if line.strip()]
 
 
 def last() -> Cluster:
     """The cluster ``om cluster up`` started last."""
-    try:
-        return Cluster(Path(LAST_CLUSTER_FILE.read_text().strip()))
-    except OSError:
-        raise ClusterError("no cluster started yet: om cluster up, or pass --dir") from None
+    clusters = known()
+    if not clusters:
+        raise ClusterError("no cluster started yet: om cluster up, or pass --dir")
+    return clusters[0]
+
+
+def serving(addresses: Sequence[str]) -> Cluster | None:
+    """The cluster started here most recently whose current ring (its ``cluster.toml``,
+    which ``om admin om add`` and ``decommission`` keep true) holds any of
+    ``addresses``; None when none does."""
+    wanted = set(addresses)
+    for cluster in known():
+        try:
+            ring = cluster.addresses
+        except ConfigError:
+            continue   # its directory is gone, or no longer a cluster's
+        if wanted & set(ring):
+            return cluster
+    return None

@@ -11,8 +11,9 @@ LIST``):
   ACCESS entries (a volume's DEFAULT entries reach keys only through a bucket
   created after they were set, as in Ozone).
 
-The primary group is the first group the configured mapping gives the user
-(``ExecContext.groups``); a user with none gets no GROUP entry.
+The primary group is the first group the configured mapping gives the user, else
+the first its client certificate names (``ExecContext.user_groups``); a user with
+none gets no GROUP entry.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def creator_acls(user: str, ctx: ExecContext) -> list[Acl]:
                       "create a volume, bucket or key: send a user name, a certificate or "
                       "a delegation token")
     entries = [acls.make(acls.USER, user, USER_RIGHTS)]
-    groups = ctx.groups.get(user, ())
+    groups = ctx.user_groups(user)
     if groups:
         entries.append(acls.make(acls.GROUP, groups[0], GROUP_RIGHTS))
     return entries

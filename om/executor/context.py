@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,6 +41,13 @@ class Limits:
     tokens_max: int = 1_000_000
 
 
+def merged_groups(mapped: tuple[str, ...], certified: Iterable[str]) -> tuple[str, ...]:
+    """A user's groups: the configured mapping's (its first is the primary group), then
+    those its client certificate names that the mapping does not."""
+    extra = tuple(group for group in certified if group not in mapped)
+    return (*mapped, *extra) if extra else mapped
+
+
 @dataclass(frozen=True)
 class ExecContext:
     """The leader-fixed inputs of one request's execution.
@@ -48,7 +55,8 @@ class ExecContext:
     ``managed_index`` is the request's transaction index from the managed
     index; it becomes the update id of every row the request writes.
     ``groups`` maps users to their groups (the configured mapping; the first is
-    the primary group): a create gives the primary group its default ACL.
+    the primary group), and ``certificate_groups`` are those the requester's client
+    certificate adds (``user_groups``): a create gives the primary group its default ACL.
     """
 
     user: str
@@ -57,6 +65,14 @@ class ExecContext:
     reservations: QuotaReservations
     limits: Limits = field(default_factory=Limits)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    certificate_groups: tuple[str, ...] = ()
+
+    def user_groups(self, user: str) -> tuple[str, ...]:
+        """The groups of ``user``: the mapping's, and the certificate's for the requester."""
+        mapped = self.groups.get(user, ())
+        if user != self.user or not self.certificate_groups:
+            return mapped
+        return merged_groups(mapped, self.certificate_groups)
 
     def __post_init__(self) -> None:
         assert 0 <= self.managed_index <= MANAGED_INDEX_MAX  # 0: a read

@@ -16,6 +16,7 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.handlers import (
     add_acl,
+    add_user_certificate,
     cancel_delegation_token,
     commit_key,
     create_bucket,
@@ -31,12 +32,14 @@ from om.executor.handlers import (
     info_volume,
     list_buckets,
     list_keys,
+    list_user_certificates,
     list_volume,
     lookup_key,
     purge_keys,
     remove_acl,
     rename_key,
     renew_delegation_token,
+    revoke_user_certificates,
     set_acl,
     set_bucket_property,
     set_volume_property,
@@ -101,6 +104,12 @@ KINDS: dict[int, RequestKind] = dict([
           renew_delegation_token.execute),
     _kind(om_pb2.CancelDelegationToken, "cancel_delegation_token", True,
           cancel_delegation_token.execute),
+    _kind(om_pb2.AddUserCertificate, "add_user_certificate", True,
+          add_user_certificate.execute),
+    _kind(om_pb2.RevokeUserCertificates, "revoke_user_certificates", True,
+          revoke_user_certificates.execute),
+    _kind(om_pb2.ListUserCertificates, "list_user_certificates", False,
+          list_user_certificates.execute),
 ])
 
 

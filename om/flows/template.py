@@ -441,10 +441,12 @@ class RequestService(abc.ABC):
 
     def context(self, request: om_pb2.OMRequest, managed_index: int, now_ms: int,
                 reservations: QuotaReservations | None = None) -> ExecContext:
-        """The ExecContext of one request (with the group mapping: a create gives the
-        creator's primary group its default ACL)."""
+        """The ExecContext of one request (with the group mapping and the groups of the
+        requester's certificate: a create gives the creator's primary group its default
+        ACL)."""
         return ExecContext(request.user, managed_index, now_ms,
-                           reservations or NoReservations(), self._limits, self._acl.groups)
+                           reservations or NoReservations(), self._limits, self._acl.groups,
+                           tuple(request.groups))
 
     def authorize(self, request: om_pb2.OMRequest) -> None:
         """PERMISSION_DENIED unless the request's user may run it."""

@@ -33,6 +33,8 @@ Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
 *DelegationToken       none: authentication only (om/executor/tokens.py
                        checks who may renew or cancel)
+*UserCertificate(s)    administrators only (``ADMIN_ONLY``: om admin
+                       user add | revoke | list; deny lists first)
 =====================  ==========================================
 
 Each (object, right) is decided as Ozone's ``OzoneAclUtils.checkAllAcls`` and
@@ -52,12 +54,14 @@ Each (object, right) is decided as Ozone's ``OzoneAclUtils.checkAllAcls`` and
    ``getParentNativeAcl`` asks: a key's bucket WRITE for CREATE and WRITE,
    else READ, and its volume READ; a bucket's volume WRITE for CREATE, else READ.
 
-An entry matches the user by name (USER), by one of the user's groups from the
-configured mapping (GROUP), or always (WORLD, ANONYMOUS, as Ozone's native
-authorizer treats them). Ozone consults every entry of an object, DEFAULT ones
-included, and so does this. A missing volume, bucket or key is left to the
-handler, which reports its NOT_FOUND status; except a key another right than
-READ, WRITE or CREATE is asked of, which Ozone reports here as KEY_NOT_FOUND.
+An entry matches the user by name (USER), by one of the user's groups (GROUP), or
+always (WORLD, ANONYMOUS, as Ozone's native authorizer treats them). The user's
+groups are the configured mapping's, then those its client certificate names
+(its OU entries, which the node puts in ``OMRequest.groups``: ``groups_of``). Ozone
+consults every entry of an object, DEFAULT ones included, and so does this. A
+missing volume, bucket or key is left to the handler, which reports its NOT_FOUND
+status; except a key another right than READ, WRITE or CREATE is asked of, which
+Ozone reports here as KEY_NOT_FOUND.
 A denial is PERMISSION_DENIED, worded as Ozone's: ``User bob doesn't have
 WRITE permission to access BUCKET Volume:vol1 Bucket:b1``.
 """
@@ -70,6 +74,7 @@ from functools import cached_property
 from typing import Any, TypeAlias
 
 from om.config import ServerConfig
+from om.executor.context import merged_groups
 from om.executor.errors import OMError
 from om.protocol import acls, om_pb2
 from om.protocol.acls import RightValue
@@ -238,10 +243,25 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
 }
 
 
+# Requests about no object, that only an administrator may send: the user
+# certificates (om/executor/user_certificates.py).
+ADMIN_ONLY = frozenset({om_pb2.AddUserCertificate, om_pb2.RevokeUserCertificates,
+                        om_pb2.ListUserCertificates})
+
+
 def needs_of(request: om_pb2.OMRequest) -> tuple[Need, ...]:
     """The rights ``request`` needs, in the order they are checked."""
+    assert request.cmd_type not in ADMIN_ONLY, "an administrator's request needs no right"
     body = getattr(request, request.WhichOneof("body") or "")
     return NEEDS[request.cmd_type](body)
+
+
+def groups_of(mapping: Mapping[str, tuple[str, ...]],
+              request: om_pb2.OMRequest) -> tuple[str, ...]:
+    """The groups of ``request.user``: the configured mapping's (its first is the primary
+    group), then those of its client certificate (``OMRequest.groups``) not among them."""
+    mapped = mapping.get(request.user, ())
+    return merged_groups(mapped, request.groups) if request.groups else mapped
 
 
 # ---------------------------------------------------------------- deciding ---
@@ -368,6 +388,18 @@ def authorize(request: om_pb2.OMRequest, view: ReadView, policy: AclPolicy) -> N
     """
     if not policy.acl_enabled:
         return
-    subject = Subject(request.user, frozenset(policy.groups.get(request.user, ())))
+    subject = Subject(request.user, frozenset(groups_of(policy.groups, request)))
+    if request.cmd_type in ADMIN_ONLY:
+        _administrator(policy, subject, request.cmd_type)
+        return
     for need in needs_of(request):
         _check(view, policy, subject, need)
+
+
+def _administrator(policy: AclPolicy, subject: Subject, cmd: om_pb2.Type.ValueType) -> None:
+    """PERMISSION_DENIED unless the subject is an administrator not on a deny list."""
+    if (subject.among(policy.blacklist_users, policy.blacklist_groups)
+            or not subject.among(policy.admins, policy.admin_groups, wildcard=True)):
+        raise OMError(om_pb2.PERMISSION_DENIED,
+                      f"User {subject.user} is not an OM administrator: only administrators "
+                      f"(admins, admin_groups) may send {om_pb2.Type.Name(cmd)}")

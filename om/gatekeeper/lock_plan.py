@@ -14,6 +14,8 @@
 * Get/Renew/CancelDelegationToken: one write lock shared by every token write
   (``TOKENS``, a name no volume can have), so a secret-key rotation, a token's
   row and the purge of dead rows each have one writer at a time.
+* Add/RevokeUserCertificate(s): one write lock shared by both (``USER_CERTIFICATES``),
+  so a user's rows, the cap on them and the purge of expired ones have one writer.
 * Reads take no locks: they see applied state only.
 """
 
@@ -114,6 +116,13 @@ def _token_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     return (_volume(TOKENS, Mode.WRITE),)
 
 
+USER_CERTIFICATES = "#user-certificates"
+
+
+def _certificate_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    return (_volume(USER_CERTIFICATES, Mode.WRITE),)
+
+
 _PLANNERS = {
     om_pb2.CreateVolume: _volume_plan,
     om_pb2.DeleteVolume: _volume_plan,
@@ -141,6 +150,8 @@ _PLANNERS = {
     om_pb2.GetDelegationToken: _token_plan,
     om_pb2.RenewDelegationToken: _token_plan,
     om_pb2.CancelDelegationToken: _token_plan,
+    om_pb2.AddUserCertificate: _certificate_plan,
+    om_pb2.RevokeUserCertificates: _certificate_plan,
 }
 
 

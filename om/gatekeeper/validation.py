@@ -22,6 +22,8 @@ user, owner, renewer  an identity: at most 255 bytes, no whitespace,    INVALID_
                       the default
 client_id             at most 256 bytes, no control character           INVALID_REQUEST
 secret_key_candidate  empty or 32 bytes (the node sets it)              INVALID_REQUEST
+groups                at most 32 group names (the node sets them from   INVALID_REQUEST
+                      the client's certificate)
 volume                Ozone's name rules (om/executor/names.py)         INVALID_VOLUME_NAME
 bucket                Ozone's name rules                                INVALID_BUCKET_NAME
 key, to_key           Ozone's key name rules, ``key_name_max_bytes``     INVALID_KEY_NAME
@@ -35,6 +37,8 @@ replication_factor    0 (3), 1 or 3                                     INVALID_
 layout                "", OBJECT_STORE or FILE_SYSTEM_OPTIMIZED         INVALID_REQUEST
 rows_max, keys,       a purge step: 1 to ``PURGE_ROWS_MAX`` rows, open  INVALID_REQUEST
 open_keys             keys of openKeyTable or openFileTable only
+serial                a certificate serial: upper-case hex, <= 20 bytes INVALID_REQUEST
+max_rows              at most 1,000 certificates a page                 INVALID_REQUEST
 obj (OzoneObj)        VOLUME, BUCKET or KEY naming exactly its parts,   INVALID_REQUEST, a
                       each valid; PREFIX is not supported               name's status,
                                                                         NOT_SUPPORTED_OPERATION
@@ -60,7 +64,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from om.executor import names
+from om.executor import names, user_certificates
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.fs import FSO, LAYOUTS, OBS
@@ -161,11 +165,51 @@ def key_part(value: str, limits: Limits) -> Refusal | None:
     return om_pb2.INVALID_REQUEST, f"{value[:80]!r}: {problem}"
 
 
+def certificate_user(value: str, limits: Limits) -> Refusal | None:
+    """The user of a certificate on record: a user name, not empty."""
+    problem = user_certificates.name_problem(value, "user")
+    return None if problem is None else (om_pb2.INVALID_REQUEST, problem)
+
+
+def certificate_user_or_empty(value: str, limits: Limits) -> Refusal | None:
+    return None if not value else certificate_user(value, limits)
+
+
+def groups(values: Any, limits: Limits) -> Refusal | None:
+    """A certificate's groups (its OU entries): at most ``GROUPS_MAX`` group names."""
+    if len(values) > user_certificates.GROUPS_MAX:
+        return om_pb2.INVALID_REQUEST, (f"{len(values)} groups: at most "
+                                        f"{user_certificates.GROUPS_MAX} per certificate")
+    for group in values:
+        problem = user_certificates.name_problem(group, "group")
+        if problem is not None:
+            return om_pb2.INVALID_REQUEST, problem
+    return None
+
+
+def serial(value: str, limits: Limits) -> Refusal | None:
+    if user_certificates.SERIAL.fullmatch(value):
+        return None
+    return om_pb2.INVALID_REQUEST, (f"serial {value[:80]!r} is not upper-case hexadecimal of "
+                                    "at most 20 bytes without leading zeros")
+
+
+def serial_or_empty(value: str, limits: Limits) -> Refusal | None:
+    return None if not value else serial(value, limits)
+
+
 # --------------------------------------------------------------------- numbers ---
 
 def max_keys(value: int, limits: Limits) -> Refusal | None:
     if value > limits.list_max_keys:
         return om_pb2.INVALID_REQUEST, f"{value} is over the limit of {limits.list_max_keys}"
+    return None
+
+
+def certificate_rows(value: int, limits: Limits) -> Refusal | None:
+    if value > user_certificates.LIST_PAGE_MAX:
+        return om_pb2.INVALID_REQUEST, (f"max rows {value} is over the limit of "
+                                        f"{user_certificates.LIST_PAGE_MAX}")
     return None
 
 
@@ -287,7 +331,7 @@ def token(value: om_pb2.TokenProto, limits: Limits) -> Refusal | None:
 ENVELOPE: dict[str, Rule] = {
     "cmd_type": any_value, "client_id": client_id, "call_id": any_value, "user": identity,
     "trace_id": any_value, "local_read": any_value, "token": any_value,
-    "secret_key_candidate": secret_key_candidate,
+    "secret_key_candidate": secret_key_candidate, "groups": groups,
 }
 
 _PAGING_NAMES: dict[str, Rule] = {"prefix": name_part, "start_key": name_part, "max_keys": max_keys}
@@ -335,6 +379,13 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.PurgeDirectories: {**_BUCKET, "rows_max": purge_rows},
     om_pb2.PurgeKeys: {"keys": purge_refs, "retired_before_ms": any_value},
     om_pb2.DeleteOpenKeys: {"open_keys": open_key_refs, "created_before_ms": any_value},
+    # users' certificates (administrators only): not_after against the clock is state
+    om_pb2.AddUserCertificate: {"user": certificate_user, "serial": serial, "groups": groups,
+                                "not_after": any_value},
+    om_pb2.RevokeUserCertificates: {"user": certificate_user},
+    om_pb2.ListUserCertificates: {"start_after_user": certificate_user_or_empty,
+                                  "start_after_serial": serial_or_empty,
+                                  "max_rows": certificate_rows},
 }
 
 

@@ -406,6 +406,15 @@ def _check_file(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Prob
     return _id_problems(facts, object_ids=ids, update_ids=[info.update_id])
 
 
+def _check_user_certificate(view: ReadView, key: bytes, value: bytes,
+                            facts: _Facts) -> Problems:
+    row = _parse(om_pb2.UserCertificate, value)
+    if (row is None or not row.user or "\0" in row.user
+            or key != tables.user_certificate_key(row.user, row.serial)):
+        return {ROW_MALFORMED: _malformed("UserCertificate", row)}
+    return {}
+
+
 _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.VOLUME: _check_volume,
     om_pb2.BUCKET: _check_bucket,
@@ -421,6 +430,7 @@ _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.FILE: _check_file,
     om_pb2.OPEN_FILE: _check_file,
     om_pb2.DELETED_DIRECTORY: _check_directory,
+    om_pb2.USER_CERTIFICATE: _check_user_certificate,
 }
 assert set(_ROW_CHECKS) == set(tables.TABLE_NAMES), "every table has a row check"
 

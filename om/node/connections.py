@@ -34,7 +34,7 @@ from om.config import Limits
 from om.observe.metrics import StateGauge
 from om.protocol import om_pb2
 from om.protocol.framing import FrameBuffer, FrameTooLarge, encode_frame
-from om.security.tls import peer_user
+from om.security.tls import PeerIdentity, peer_identity
 
 logger = logging.getLogger(__name__)
 FD_HEADROOM = 1024          # descriptors beyond client connections: RocksDB, Raft, logs
@@ -69,8 +69,8 @@ class Requester(Protocol):
         ...
 
     @property
-    def user(self) -> str | None:
-        """The user its client certificate names (None without one)."""
+    def identity(self) -> PeerIdentity | None:
+        """What its client certificate proves: user, groups, serial (None without one)."""
         ...
 
     def deliver(self, frame: bytes) -> None:
@@ -164,13 +164,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._replies: list[bytes] = []
         self._eof = False
         self.peer = ""
-        self.user: str | None = None    # the client certificate's CN, with TLS
+        self.identity: PeerIdentity | None = None   # the client certificate's, with TLS
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) else ""
-        self.user = peer_user(transport.get_extra_info("peercert"))
+        self.identity = peer_identity(transport.get_extra_info("peercert"))
         if not self._connections.admit(self):
             self._transport.write(status_frame(
                 om_pb2.SERVER_BUSY, f"{self._connections.open_max} client connections are "

@@ -9,7 +9,7 @@ node's own process would: TLS (with the node's certificate, CA and client
 certificate rules), framing, back-pressure, the connection bounds (its share,
 ``connections_max / workers``) and idle closing. What it does not do is answer:
 each loop iteration's request frames go to the node in one ``requests``
-message, with each connection's peer and certificate user, and each answer
+message, with each connection's peer and certificate identity, and each answer
 frame the node sends back is written to its connection (dropped when that
 connection has closed). The node keeps identity checks, tokens, audit and
 execution, so the rules are the same for every worker count.
@@ -35,7 +35,7 @@ from om.config import ServerConfig
 from om.node import gc_policy
 from om.node.connections import ClientConnection, Connections, Requester, raise_fd_limit
 from om.protocol.channel import FrameReader, Message, encode
-from om.security.tls import server_context
+from om.security.tls import PeerIdentity, server_context
 
 logger = logging.getLogger(__name__)
 REPORT_INTERVAL_S = 1.0
@@ -60,7 +60,7 @@ class NodeLink(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._reader = FrameReader()
-        self._outbox: list[tuple[int, str, str | None, list[bytes]]] = []
+        self._outbox: list[tuple[int, str, PeerIdentity | None, list[bytes]]] = []
         self._connections: weakref.WeakValueDictionary[int, ClientConnection] = (
             weakref.WeakValueDictionary())
         self._ids: weakref.WeakKeyDictionary[ClientConnection, int] = weakref.WeakKeyDictionary()
@@ -106,7 +106,7 @@ class NodeLink(asyncio.Protocol):
             self._connections[connection_id] = connection
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox.append((connection_id, connection.peer, connection.user, frames))
+        self._outbox.append((connection_id, connection.peer, connection.identity, frames))
 
     def send(self, message: Message) -> None:
         if self.transport is not None:

@@ -13,7 +13,7 @@ and sends each answer frame back. Messages:
 
 * node to front: ``setup(config, index)`` first, then ``replies([(connection,
   frame), ...])`` (one message per loop iteration), ``stop()`` (accept no more);
-* front to node: ``requests([(connection, peer, user, [frame, ...]), ...])``
+* front to node: ``requests([(connection, peer, identity, [frame, ...]), ...])``
   (one message per loop iteration) and ``connections(open, refused, closed
   idle)`` about once a second, summed into the node's connection gauges.
 
@@ -37,6 +37,7 @@ from om.config import ServerConfig
 from om.node.connections import Requester
 from om.node.intake import Intake
 from om.protocol.channel import FrameReader, Message, encode
+from om.security.tls import PeerIdentity
 
 logger = logging.getLogger(__name__)
 BACKLOG = 1024
@@ -68,7 +69,7 @@ class _Remote:
     link: FrontLink
     connection: int
     peer: str
-    user: str | None
+    identity: PeerIdentity | None
 
     def deliver(self, frame: bytes) -> None:
         self.link.reply(self.connection, frame)
@@ -91,8 +92,8 @@ class FrontLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         for message in self._reader.feed(data):
             if message[0] == "requests":
-                for connection, peer, user, frames in message[1]:
-                    requester: Requester = _Remote(self, connection, peer, user)
+                for connection, peer, identity, frames in message[1]:
+                    requester: Requester = _Remote(self, connection, peer, identity)
                     self._intake(requester, frames)
             else:
                 assert message[0] == "connections", f"unexpected message {message[0]}"

@@ -5,10 +5,14 @@
 (``om.node.fronts``): the same rules either way. For each frame, in order:
 
 1. parse: not an OMRequest -> INVALID_REQUEST (the connection lives on);
-2. identity: with a client certificate, the user it names (a request that claims
-   another user is PERMISSION_DENIED, and audited); without one, on a TLS port
-   that takes delegation tokens, the token's owner (``Node.token_user``); the
-   token never reaches the flows;
+2. identity: with a client certificate, refused with UNAUTHORIZED (and audited)
+   when this node applied its revocation (``Node.certificate_refusal``: looked up
+   once per read of the connection, so a revocation holds from the next read on);
+   else the user it names (a request that claims another user is
+   PERMISSION_DENIED, and audited) and the groups its OU entries name
+   (``OMRequest.groups``, which only a certificate sets: a client's own value is
+   dropped); without one, on a TLS port that takes delegation tokens, the token's
+   owner (``Node.token_user``); the token never reaches the flows;
 3. the node answers it (``Node.submit``), now or later; the answer is framed for
    the client (one over the frame limit becomes INVALID_REQUEST).
 
@@ -27,7 +31,7 @@ from om.node.connections import Requester, invalid_frame, status_frame
 from om.node.node import Node
 from om.protocol import om_pb2
 from om.protocol.framing import encode_frame
-from om.security.tls import claimed_user_problem
+from om.security.tls import PeerIdentity, claimed_user_problem
 
 
 class Intake:
@@ -42,6 +46,8 @@ class Intake:
     def __call__(self, connection: Requester, frames: list[bytes]) -> None:
         """Steps 1-3 for each frame, in order."""
         node = self._node
+        identity = connection.identity
+        revoked = None if identity is None else node.certificate_refusal(identity)
         for frame in frames:
             try:
                 request = om_pb2.OMRequest.FromString(frame)
@@ -54,21 +60,39 @@ class Intake:
                     f"{kind.name} is the leader's own request; a client may not send it",
                     request.call_id))
                 continue
-            user = connection.user
-            if user is not None:
-                problem = claimed_user_problem(request.user, user)
-                if problem is not None:
-                    connection.deliver(status_frame(om_pb2.PERMISSION_DENIED, problem,
-                                                    request.call_id))
-                    node.audit_refused(request, connection.peer, problem)
+            if identity is not None:
+                if not self._certified(connection, request, identity, revoked):
                     continue
-                request.user = user
-            elif self._token_auth and not self._token_user(connection, request):
-                continue
+            else:
+                if request.groups:
+                    request.ClearField("groups")     # only a certificate names groups
+                if self._token_auth and not self._token_user(connection, request):
+                    continue
             if request.HasField("token"):
                 request.ClearField("token")   # authenticated: the flows never see it
             node.submit(request, connection.peer).add_done_callback(
                 partial(self._answered, connection, request.call_id))
+
+    def _certified(self, connection: Requester, request: om_pb2.OMRequest,
+                   identity: PeerIdentity, revoked: str | None) -> bool:
+        """Sets the user and groups of a request on a connection with a certificate;
+        False (answered and audited) when the certificate was revoked or the request
+        claims another user."""
+        problem = claimed_user_problem(request.user, identity.user)
+        status = om_pb2.PERMISSION_DENIED
+        if revoked is not None:
+            problem, status = revoked, om_pb2.UNAUTHORIZED
+        if problem is not None:
+            connection.deliver(status_frame(status, problem, request.call_id))
+            request.user = request.user or identity.user
+            self._node.audit_refused(request, connection.peer, problem,
+                                     om_pb2.Status.Name(status))
+            return False
+        request.user = identity.user
+        if identity.groups or request.groups:
+            request.ClearField("groups")
+            request.groups.extend(identity.groups)
+        return True
 
     def _token_user(self, connection: Requester, request: om_pb2.OMRequest) -> bool:
         """Sets the user of a request on a connection without a certificate from its

@@ -23,7 +23,7 @@ from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
-from om.executor import tokens
+from om.executor import tokens, user_certificates
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, error_response
@@ -43,8 +43,10 @@ from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
+from om.protocol.token_format import instant
 from om.schema import tables
 from om.schema.read_view import ReadView
+from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
@@ -325,6 +327,20 @@ class Node:
                 request, om_pb2.INVALID_AUTH_METHOD, "Delegation Token can be issued or "
                 "renewed only with a client certificate, not with a delegation token")
         return identifier.owner
+
+    def certificate_refusal(self, identity: PeerIdentity) -> str | None:
+        """Why this node refuses the client certificate ``identity`` (UNAUTHORIZED): its
+        revocation was applied here (om/executor/user_certificates.py). None: accepted,
+        or the node is closing (``submit`` refuses everything then; the store may be
+        closed)."""
+        if self.closing:
+            return None
+        row = user_certificates.revoked(self._read_view(), identity.user, identity.serial)
+        if row is None:
+            return None
+        return (f"the certificate of user {row.user} (serial {row.serial}) was revoked at "
+                f"{instant(row.revoked_at)} by {row.revoked_by}: this OM refuses it; an "
+                f"administrator may issue a new one (om admin user add {row.user})")
 
     def audit_refused(self, request: om_pb2.OMRequest, peer: str, message: str,
                       status: str = "PERMISSION_DENIED") -> None:

@@ -49,6 +49,14 @@ def client_security(node: Node, context: ssl.SSLContext | None) -> str:
     return f"TLS, certificate required{tokens}"
 
 
+def acl_security(node: Node) -> str:
+    """", acls=..." for the start line: whether requests are authorized."""
+    config = node.config
+    if config.acl_enabled:
+        return f", acls=on (admins: {', '.join(config.admins) or 'none'})"
+    return ", acls=OFF: any user may do anything (acl_enabled = false)"
+
+
 def start_metrics_endpoint(node: Node) -> MetricsEndpoint | None:
     """Serves the node's registry at http://host:http_port/prom (None when off)."""
     address = node.config.node
@@ -67,7 +75,8 @@ def start_line(node: Node, context: ssl.SSLContext | None, workers: int,
     return (f"OM {config.node_id} listening on {address.address} "
             f"(execution={config.execution}, workers={serving}, data={config.node_data_dir}, "
             f"durable={'yes' if config.raft.fsync else 'NO: fsync = false'}"
-            f"{raft_security(node)}, clients={client_security(node, context)}{metrics})")
+            f"{raft_security(node)}, clients={client_security(node, context)}"
+            f"{acl_security(node)}{metrics})")
 
 
 @dataclass

@@ -41,6 +41,9 @@ OM_ACTIONS = {
     "GetDelegationToken": "GET_DELEGATION_TOKEN",
     "RenewDelegationToken": "RENEW_DELEGATION_TOKEN",
     "CancelDelegationToken": "CANCEL_DELEGATION_TOKEN",
+    "AddUserCertificate": "ADD_USER_CERTIFICATE",
+    "RevokeUserCertificates": "REVOKE_USER_CERTIFICATES",
+    "ListUserCertificates": "LIST_USER_CERTIFICATES",
 }
 NOT_RUN_HERE = frozenset({"NOT_LEADER", "LEADER_NOT_READY"})
 # What a client's text may hold that would break a line or fake another: written as \xNN.

@@ -39,6 +39,8 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     VOLUME_NOT_FOUND: _Status.ValueType  # 3
     VOLUME_NOT_EMPTY: _Status.ValueType  # 4
     VOLUME_ALREADY_EXISTS: _Status.ValueType  # 5
+    USER_NOT_FOUND: _Status.ValueType  # 6
+    """om admin user revoke: no certificate of that user on record"""
     USER_TOO_MANY_VOLUMES: _Status.ValueType  # 7
     BUCKET_NOT_FOUND: _Status.ValueType  # 8
     BUCKET_NOT_EMPTY: _Status.ValueType  # 9
@@ -73,6 +75,11 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     QUOTA_ERROR: _Status.ValueType  # 67
     DIRECTORY_NOT_EMPTY: _Status.ValueType  # 68
     RENAME_OPEN_FILE: _Status.ValueType  # 90
+    UNAUTHORIZED: _Status.ValueType  # 91
+    """A client certificate the OM no longer accepts: revoked (om admin user revoke,
+    om/executor/user_certificates.py). Authentication, where PERMISSION_DENIED is
+    authorization.
+    """
     TOO_MANY_BUCKETS: _Status.ValueType  # 94
     NOT_LEADER: _Status.ValueType  # 1001
     """Not ResultCodes in Ozone (it raises OMNotLeaderException and
@@ -100,6 +107,8 @@ OK: Status.ValueType  # 1
 VOLUME_NOT_FOUND: Status.ValueType  # 3
 VOLUME_NOT_EMPTY: Status.ValueType  # 4
 VOLUME_ALREADY_EXISTS: Status.ValueType  # 5
+USER_NOT_FOUND: Status.ValueType  # 6
+"""om admin user revoke: no certificate of that user on record"""
 USER_TOO_MANY_VOLUMES: Status.ValueType  # 7
 BUCKET_NOT_FOUND: Status.ValueType  # 8
 BUCKET_NOT_EMPTY: Status.ValueType  # 9
@@ -134,6 +143,11 @@ QUOTA_EXCEEDED: Status.ValueType  # 66
 QUOTA_ERROR: Status.ValueType  # 67
 DIRECTORY_NOT_EMPTY: Status.ValueType  # 68
 RENAME_OPEN_FILE: Status.ValueType  # 90
+UNAUTHORIZED: Status.ValueType  # 91
+"""A client certificate the OM no longer accepts: revoked (om admin user revoke,
+om/executor/user_certificates.py). Authentication, where PERMISSION_DENIED is
+authorization.
+"""
 TOO_MANY_BUCKETS: Status.ValueType  # 94
 NOT_LEADER: Status.ValueType  # 1001
 """Not ResultCodes in Ozone (it raises OMNotLeaderException and
@@ -222,6 +236,15 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     admin API): the leader hands leadership to a caught-up follower.
     """
     ChangeMembership: _Type.ValueType  # 2007
+    AddUserCertificate: _Type.ValueType  # 2008
+    """Not Ozone's: client certificates as an operator manages them (om admin user
+    add | revoke | list; om/executor/user_certificates.py). Administrators only.
+    a replicated write: records one issued certificate
+    """
+    RevokeUserCertificates: _Type.ValueType  # 2009
+    """a replicated write: revokes a user's certificates"""
+    ListUserCertificates: _Type.ValueType  # 2010
+    """a read"""
 
 class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
 
@@ -286,6 +309,15 @@ TransferLeadership: Type.ValueType  # 2006
 admin API): the leader hands leadership to a caught-up follower.
 """
 ChangeMembership: Type.ValueType  # 2007
+AddUserCertificate: Type.ValueType  # 2008
+"""Not Ozone's: client certificates as an operator manages them (om admin user
+add | revoke | list; om/executor/user_certificates.py). Administrators only.
+a replicated write: records one issued certificate
+"""
+RevokeUserCertificates: Type.ValueType  # 2009
+"""a replicated write: revokes a user's certificates"""
+ListUserCertificates: Type.ValueType  # 2010
+"""a read"""
 Global___Type: _TypeAlias = Type  # noqa: Y015
 
 class _VerifyState:
@@ -350,6 +382,8 @@ class _TableEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Table.ValueType
     """openFileTable"""
     DELETED_DIRECTORY: _Table.ValueType  # 14
     """deletedDirectoryTable"""
+    USER_CERTIFICATE: _Table.ValueType  # 15
+    """userCertificateTable: issued and revoked client certificates"""
 
 class Table(_Table, metaclass=_TableEnumTypeWrapper):
     """------------------------------------------------- replication (PersistDb) ---
@@ -388,6 +422,8 @@ OPEN_FILE: Table.ValueType  # 13
 """openFileTable"""
 DELETED_DIRECTORY: Table.ValueType  # 14
 """deletedDirectoryTable"""
+USER_CERTIFICATE: Table.ValueType  # 15
+"""userCertificateTable: issued and revoked client certificates"""
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
@@ -997,6 +1033,63 @@ class DelegationTokenInfo(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DelegationTokenInfo: _TypeAlias = DelegationTokenInfo  # noqa: Y015
+
+@_typing.final
+class UserCertificate(_message.Message):
+    """------------------------------------------------------- user certificates ---
+    om/executor/user_certificates.py has the rules.
+
+    A row of userCertificateTable, key "<user>\\0<serial>": a client certificate the
+    cluster's CA issued (om admin user add, or om cluster up for its operator), and
+    whether it was revoked. A revoked one is refused on every request (UNAUTHORIZED).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    SERIAL_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    NOT_AFTER_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
+    ISSUED_BY_FIELD_NUMBER: _builtins.int
+    REVOKED_AT_FIELD_NUMBER: _builtins.int
+    REVOKED_BY_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """its subject CN: the user a client presenting it acts as"""
+    serial: _builtins.str
+    """its serial number, upper-case hex, no leading zeros"""
+    not_after: _builtins.int
+    """ms since the epoch: TLS refuses it after this"""
+    issued_at: _builtins.int
+    """ms, leader clock, when it was recorded"""
+    issued_by: _builtins.str
+    """the administrator who recorded it"""
+    revoked_at: _builtins.int
+    """ms, leader clock; 0: not revoked"""
+    revoked_by: _builtins.str
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """its subject OU entries: the user's groups for the ACLs"""
+
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        serial: _builtins.str = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        not_after: _builtins.int = ...,
+        issued_at: _builtins.int = ...,
+        issued_by: _builtins.str = ...,
+        revoked_at: _builtins.int = ...,
+        revoked_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "issued_at", b"issued_at", "issued_by", b"issued_by", "not_after", b"not_after", "revoked_at", b"revoked_at", "revoked_by", b"revoked_by", "serial", b"serial", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserCertificate: _TypeAlias = UserCertificate  # noqa: Y015
 
 @_typing.final
 class CreateVolumeRequest(_message.Message):
@@ -1874,6 +1967,87 @@ class GetAclRequest(_message.Message):
 Global___GetAclRequest: _TypeAlias = GetAclRequest  # noqa: Y015
 
 @_typing.final
+class AddUserCertificateRequest(_message.Message):
+    """Records a certificate the operator's tool issued (the tool writes its files only
+    once this succeeds, so only an administrator can issue one that is on record).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    SERIAL_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    NOT_AFTER_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    serial: _builtins.str
+    """upper-case hex"""
+    not_after: _builtins.int
+    """ms since the epoch"""
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        serial: _builtins.str = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        not_after: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "not_after", b"not_after", "serial", b"serial", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddUserCertificateRequest: _TypeAlias = AddUserCertificateRequest  # noqa: Y015
+
+@_typing.final
+class RevokeUserCertificatesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeUserCertificatesRequest: _TypeAlias = RevokeUserCertificatesRequest  # noqa: Y015
+
+@_typing.final
+class ListUserCertificatesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_AFTER_USER_FIELD_NUMBER: _builtins.int
+    START_AFTER_SERIAL_FIELD_NUMBER: _builtins.int
+    MAX_ROWS_FIELD_NUMBER: _builtins.int
+    start_after_user: _builtins.str
+    """paging: the last row of the previous page"""
+    start_after_serial: _builtins.str
+    max_rows: _builtins.int
+    """0: the server default"""
+    def __init__(
+        self,
+        *,
+        start_after_user: _builtins.str = ...,
+        start_after_serial: _builtins.str = ...,
+        max_rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_rows", b"max_rows", "start_after_serial", b"start_after_serial", "start_after_user", b"start_after_user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUserCertificatesRequest: _TypeAlias = ListUserCertificatesRequest  # noqa: Y015
+
+@_typing.final
 class StartVerifyRequest(_message.Message):
     """------------------------------------------------ integrity (admin) ---
     om/integrity/service.py answers these; om/cli/verify.py sends them.
@@ -2133,6 +2307,7 @@ class OMRequest(_message.Message):
     LOCAL_READ_FIELD_NUMBER: _builtins.int
     TOKEN_FIELD_NUMBER: _builtins.int
     SECRET_KEY_CANDIDATE_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     CREATE_VOLUME_FIELD_NUMBER: _builtins.int
     SET_VOLUME_PROPERTY_FIELD_NUMBER: _builtins.int
     INFO_VOLUME_FIELD_NUMBER: _builtins.int
@@ -2172,6 +2347,9 @@ class OMRequest(_message.Message):
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
     CHANGE_MEMBERSHIP_FIELD_NUMBER: _builtins.int
+    ADD_USER_CERTIFICATE_FIELD_NUMBER: _builtins.int
+    REVOKE_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
+    LIST_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     client_id: _builtins.str
     """a UUID per client instance"""
@@ -2195,6 +2373,13 @@ class OMRequest(_message.Message):
         """A delegation token (om sh token get): a client without a certificate proves its
         user with it, on every request (Ozone carries it in the RPC's SASL handshake).
         With a certificate, the certificate decides and this is not consulted.
+        """
+
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Set by the node from the client certificate's OU entries, never by a client (the
+        node overwrites it): the groups the ACLs give the user, with the configured
+        mapping's. Not part of the retry fingerprint, which covers the body.
         """
 
     @_builtins.property
@@ -2275,6 +2460,12 @@ class OMRequest(_message.Message):
     def transfer_leadership(self) -> Global___TransferLeadershipRequest: ...
     @_builtins.property
     def change_membership(self) -> Global___ChangeMembershipRequest: ...
+    @_builtins.property
+    def add_user_certificate(self) -> Global___AddUserCertificateRequest: ...
+    @_builtins.property
+    def revoke_user_certificates(self) -> Global___RevokeUserCertificatesRequest: ...
+    @_builtins.property
+    def list_user_certificates(self) -> Global___ListUserCertificatesRequest: ...
     def __init__(
         self,
         *,
@@ -2286,6 +2477,7 @@ class OMRequest(_message.Message):
         local_read: _builtins.bool = ...,
         token: Global___TokenProto | None = ...,
         secret_key_candidate: _builtins.bytes = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
         create_volume: Global___CreateVolumeRequest | None = ...,
         set_volume_property: Global___SetVolumePropertyRequest | None = ...,
         info_volume: Global___InfoVolumeRequest | None = ...,
@@ -2325,12 +2517,15 @@ class OMRequest(_message.Message):
         audit_replica: Global___AuditReplicaRequest | None = ...,
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
         change_membership: Global___ChangeMembershipRequest | None = ...,
+        add_user_certificate: Global___AddUserCertificateRequest | None = ...,
+        revoke_user_certificates: Global___RevokeUserCertificatesRequest | None = ...,
+        list_user_certificates: Global___ListUserCertificatesRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -2997,6 +3192,74 @@ class CancelDelegationTokenResponse(_message.Message):
 Global___CancelDelegationTokenResponse: _TypeAlias = CancelDelegationTokenResponse  # noqa: Y015
 
 @_typing.final
+class AddUserCertificateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CERTIFICATE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def certificate(self) -> Global___UserCertificate: ...
+    def __init__(
+        self,
+        *,
+        certificate: Global___UserCertificate | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["certificate", b"certificate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate", b"certificate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddUserCertificateResponse: _TypeAlias = AddUserCertificateResponse  # noqa: Y015
+
+@_typing.final
+class RevokeUserCertificatesResponse(_message.Message):
+    """The certificates this request revoked (empty: every one was revoked already)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVOKED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def revoked(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserCertificate]: ...
+    def __init__(
+        self,
+        *,
+        revoked: _abc.Iterable[Global___UserCertificate] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["revoked", b"revoked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeUserCertificatesResponse: _TypeAlias = RevokeUserCertificatesResponse  # noqa: Y015
+
+@_typing.final
+class ListUserCertificatesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CERTIFICATES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """more rows follow: ask again after the last one"""
+    @_builtins.property
+    def certificates(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserCertificate]:
+        """by user, then serial"""
+
+    def __init__(
+        self,
+        *,
+        certificates: _abc.Iterable[Global___UserCertificate] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificates", b"certificates", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUserCertificatesResponse: _TypeAlias = ListUserCertificatesResponse  # noqa: Y015
+
+@_typing.final
 class NodeInfo(_message.Message):
     """A node of the service, as ServiceList and NOT_LEADER hints name it."""
 
@@ -3522,6 +3785,9 @@ class OMResponse(_message.Message):
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
     CHANGE_MEMBERSHIP_FIELD_NUMBER: _builtins.int
+    ADD_USER_CERTIFICATE_FIELD_NUMBER: _builtins.int
+    REVOKE_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
+    LIST_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     status: Global___Status.ValueType
     message: _builtins.str
@@ -3609,6 +3875,12 @@ class OMResponse(_message.Message):
     def transfer_leadership(self) -> Global___TransferLeadershipResponse: ...
     @_builtins.property
     def change_membership(self) -> Global___ChangeMembershipResponse: ...
+    @_builtins.property
+    def add_user_certificate(self) -> Global___AddUserCertificateResponse: ...
+    @_builtins.property
+    def revoke_user_certificates(self) -> Global___RevokeUserCertificatesResponse: ...
+    @_builtins.property
+    def list_user_certificates(self) -> Global___ListUserCertificatesResponse: ...
     def __init__(
         self,
         *,
@@ -3657,12 +3929,15 @@ class OMResponse(_message.Message):
         audit_replica: Global___AuditReplicaResponse | None = ...,
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
         change_membership: Global___ChangeMembershipResponse | None = ...,
+        add_user_certificate: Global___AddUserCertificateResponse | None = ...,
+        revoke_user_certificates: Global___RevokeUserCertificatesResponse | None = ...,
+        list_user_certificates: Global___ListUserCertificatesResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -25,6 +25,11 @@ FSO tables do, so a directory rename rewrites one row whatever lies below it:
 
 The parent of a bucket's top-level entries is the bucket itself (its object id).
 Ids are decimal: a directory's children are the rows under ``fs_prefix``, by name.
+
+Users' client certificates (``om admin user``):
+
+* userCertificateTable ``<user>\0<serial>``: the client certificates recorded for a user
+  (a user name holds no control character, so ``<user>\0`` prefixes exactly its rows).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.FILE: "fileTable",
     om_pb2.OPEN_FILE: "openFileTable",
     om_pb2.DELETED_DIRECTORY: "deletedDirectoryTable",
+    om_pb2.USER_CERTIFICATE: "userCertificateTable",
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
@@ -169,3 +175,14 @@ def deleted_directory_key(volume_id: int, bucket_id: int, parent_id: int, name: 
                           object_id: int) -> bytes:
     """The deletedDirectoryTable key of a directory deleted with its subtree."""
     return fs_key(volume_id, bucket_id, parent_id, name) + f"/{object_id}".encode()
+
+
+def user_certificate_prefix(user: str) -> bytes:
+    """The prefix every userCertificateTable key of ``user`` starts with."""
+    assert "\0" not in user
+    return user.encode() + b"\0"
+
+
+def user_certificate_key(user: str, serial: str) -> bytes:
+    """The userCertificateTable key of one certificate of ``user``."""
+    return user_certificate_prefix(user) + serial.encode()

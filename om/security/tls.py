@@ -4,7 +4,9 @@ The server requires a client certificate signed by the cluster CA
 (``CERT_REQUIRED``, TLS 1.2 or later); the user of every request on that
 connection is the certificate's subject CN. A request that claims another user
 is refused with PERMISSION_DENIED (``claimed_user_problem``); one that claims
-none acts as the CN. Clients verify the server against the same CA.
+none acts as the CN. The certificate's subject OU entries are the user's groups
+(``om admin user add --groups``), and its serial is what a revocation names
+(``PeerIdentity``). Clients verify the server against the same CA.
 """
 
 from __future__ import annotations
@@ -40,15 +42,40 @@ def server_context(cert_file: Path, key_file: Path, ca_file: Path) -> ssl.SSLCon
     return context
 
 
-def peer_user(peer_cert: dict[str, Any] | None) -> str | None:
-    """The subject CN of a verified peer certificate (``getpeercert()``), if any."""
+@dataclass(frozen=True, slots=True)
+class PeerIdentity:
+    """What a verified client certificate proves: its user (the subject CN), the groups
+    its subject's OU entries name, in their order, and its serial (upper-case hex
+    without leading zeros, as ``userCertificateTable`` keys it)."""
+
+    user: str
+    groups: tuple[str, ...]
+    serial: str
+
+
+def serial_text(serial: int) -> str:
+    """A certificate serial as ``PeerIdentity.serial`` and the revocation list spell it."""
+    assert serial >= 0
+    return f"{serial:X}"
+
+
+def peer_identity(peer_cert: dict[str, Any] | None) -> PeerIdentity | None:
+    """The identity of a verified peer certificate (``getpeercert()``); None without a
+    certificate or without a subject CN."""
     if not peer_cert:
         return None
+    user = None
+    groups: list[str] = []
     for rdn in peer_cert.get("subject", ()):
         for attribute, value in rdn:
-            if attribute == "commonName":
-                return str(value)
-    return None
+            if attribute == "commonName" and user is None:
+                user = str(value)
+            elif attribute == "organizationalUnitName":
+                groups.append(str(value))
+    if user is None:
+        return None
+    return PeerIdentity(user, tuple(groups),
+                        serial_text(int(str(peer_cert.get("serialNumber", "0")), 16)))
 
 
 def claimed_user_problem(claimed: str, proven: str) -> str | None:
