@@ -10,7 +10,7 @@ import pytest
 
 from om.chaos import checkers
 from om.chaos.history import F, History, Op, Outcome
-from om.chaos.nemesis import MEMBERSHIP
+from om.chaos.nemesis import DISK_STALLS, MEMBERSHIP, RESTARTS
 from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
 from om.cli.chaos import PROFILES, ops_budget
@@ -35,6 +35,8 @@ def test_quick_profile_finds_no_violation(tmp_path: Path, execution: str) -> Non
     assert set(result["faults"]) == set(faults)
     assert result["retries"] > 0, "no retry was exercised: the run proves nothing"
     assert result["ops"]["ok"] > 1000
+    assert result["verify"]["result"] == "clean"
+    assert set(result["resources"]["nodes"]) == {"om1", "om2", "om3"}
     assert (tmp_path / "chaos" / "result.json").exists()
     assert History.from_jsonl((tmp_path / "chaos" / "history.jsonl").read_text())
 
@@ -78,3 +80,29 @@ def test_membership_nemesis_finds_no_violation(tmp_path: Path) -> None:
 def _events(tmp_path: Path) -> list[dict[str, str]]:
     faults = tmp_path / "chaos" / "leader" / "traces" / "faults.jsonl"
     return [json.loads(line) for line in faults.read_text().splitlines()]
+
+
+def test_a_soak_cycle_with_disk_stalls_stays_clean_and_bounded(tmp_path: Path) -> None:
+    """The soak's shape, shortened: calm phases (no restarts) and storms, disk stalls
+    among the faults, each node's memory and descriptors sampled, om admin verify at
+    the end."""
+    duration = 40.0
+    faults = (*DISK_STALLS, "kill_follower", "pause_leader")
+    result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, faults=faults,
+                             fault_interval_s=2.0, fault_hold_s=1.5, calm_s=16.0, storm_s=8.0,
+                             sample_interval_s=1.0,
+                             workload=WorkloadConfig(ops_per_worker_max=ops_budget(duration))))
+    assert result["violations"] == []
+    assert result["verify"]["result"] == "clean"
+    events = _events(tmp_path)
+    assert {e["action"] for e in events} >= {*DISK_STALLS, "kill_follower"}
+    first = events[0]["t_ns"] - 2_000_000_000      # the first fault comes one interval in
+    for event in events:
+        if event["action"] in RESTARTS:
+            into_cycle = ((event["t_ns"] - first) / 1e9) % 24.0
+            assert into_cycle >= 16.0 - 1.0, f"a restart in a calm phase: {event}"
+    nodes = result["resources"]["nodes"]
+    assert set(nodes) == {"om1", "om2", "om3"}
+    assert all(n["fds_max"] > 0 and n["rss_max_mib"] > 0 for n in nodes.values())
+    assert sum(n["lifetimes"] for n in nodes.values()) > 3, "the kills started new lifetimes"
+    assert (tmp_path / "chaos" / "resources.jsonl").read_text().count("\n") > 30

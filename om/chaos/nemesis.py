@@ -18,7 +18,16 @@ Faults (round robin, so a short run still sees every kind):
   leader every other time, into maintenance for the hold, then back) and
   ``member_add_remove`` (a new node added through its learner phase, then
   decommissioned after the hold). A refused change is recorded with its reason,
-  not a violation; what the checkers judge is the data.
+  not a violation; what the checkers judge is the data;
+* disk stalls, through each journal's stall file (``[raft]
+  unsafe_journal_stall``, test-only: the runner turns it on when they are
+  chosen): ``disk_stall_leader`` / ``disk_stall_follower`` hang that node's
+  journal syncs for the hold, as a disk stuck behind writeback would.
+
+With ``calm_s`` (a soak), the run alternates a calm phase of ``calm_s``, where
+faults that restart processes (``RESTARTS``) are skipped so a node lives long
+enough for its memory growth to be judged, with a storm of ``storm_s`` where
+every chosen fault runs.
 
 Every injection is recorded (``docs/TRACES.md`` ``fault`` records) and healed
 before the next one, and ``heal`` undoes anything left over, so a run always
@@ -48,6 +57,9 @@ FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers", "re
           *PARTITIONS)
 MEMBERSHIP = ("member_transfer", "member_maintenance", "member_add_remove")
 ALL_FAULTS = (*FAULTS, *MEMBERSHIP)
+DISK_STALLS = ("disk_stall_leader", "disk_stall_follower")
+KNOWN_FAULTS = (*ALL_FAULTS, *DISK_STALLS)
+RESTARTS = frozenset({"kill_leader", "kill_follower", "restart_all", "member_add_remove"})
 MEMBER_TIMEOUT_S = 60.0
 
 
@@ -60,11 +72,17 @@ class Nemesis:
     interval_s: float = 4.0
     hold_s: float = 2.0
     links: LinkProxies | None = None
+    calm_s: float = 0.0
+    storm_s: float = 0.0
     events: list[dict[str, Any]] = field(default_factory=list)
     _paused: set[str] = field(default_factory=set)
+    _stalled: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        assert all(f in ALL_FAULTS for f in self.faults), self.faults
+        assert all(f in KNOWN_FAULTS for f in self.faults), self.faults
+        assert self.calm_s >= 0
+        assert self.storm_s >= 0
+        assert not self.calm_s or self.storm_s > 0, "a soak's cycle has a storm"
         assert self.links is not None or not set(self.faults) & set(PARTITIONS), \
             "partitions need the link proxies"
         assert self.interval_s > 0
@@ -74,10 +92,24 @@ class Nemesis:
         """Injects faults until ``stop`` is set or ``faults_max`` were injected."""
         if not self.faults:
             return
-        for count in range(faults_max):
+        started = time.monotonic()
+        turn = 0
+        for _ in range(faults_max):
             if stop.wait(self.interval_s):
                 return
-            self.inject(self.faults[count % len(self.faults)], stop)
+            calm = self.calm(time.monotonic() - started)
+            for _ in range(len(self.faults)):   # the next fault the phase allows
+                action = self.faults[turn % len(self.faults)]
+                turn += 1
+                if not (calm and action in RESTARTS):
+                    self.inject(action, stop)
+                    break
+
+    def calm(self, elapsed_s: float) -> bool:
+        """Whether a soak is in a calm phase ``elapsed_s`` into the run."""
+        if not self.calm_s:
+            return False
+        return elapsed_s % (self.calm_s + self.storm_s) < self.calm_s
 
     def inject(self, action: str, stop: threading.Event) -> None:
         """Injects one fault, holds it, heals it."""
@@ -95,6 +127,8 @@ class Nemesis:
             "member_transfer": lambda s: self._member_transfer(),
             "member_maintenance": self._member_maintenance,
             "member_add_remove": self._member_add_remove,
+            "disk_stall_leader": lambda s: self._stall(action, self._leader(), s),
+            "disk_stall_follower": lambda s: self._stall(action, self._follower(), s),
         }
         handlers[action](stop)
 
@@ -105,6 +139,9 @@ class Nemesis:
         for node_id in list(self._paused):
             self.cluster.signal_node(node_id, signal.SIGCONT)
         self._paused.clear()
+        for node_id in list(self._stalled):
+            self.cluster.journal_stall_file(node_id).unlink(missing_ok=True)
+        self._stalled.clear()
         for node in self.cluster.nodes:
             if self.cluster.pid(node.id) is None:
                 self.cluster.start_node(node.id)
@@ -140,6 +177,15 @@ class Nemesis:
         for node_id in node_ids:
             self.cluster.signal_node(node_id, signal.SIGCONT)
             self._paused.discard(node_id)
+
+    def _stall(self, action: str, node_id: str, stop: threading.Event) -> None:
+        """Hangs ``node_id``'s journal syncs for the hold (its stall file exists)."""
+        self._record(action, node_id)
+        self.cluster.journal_stall_file(node_id).touch()
+        self._stalled.add(node_id)
+        stop.wait(self.hold_s)
+        self.cluster.journal_stall_file(node_id).unlink(missing_ok=True)
+        self._stalled.discard(node_id)
 
     def _partition(self, action: str, stop: threading.Event, whom: str,
                    both_ways: bool) -> None:

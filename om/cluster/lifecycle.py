@@ -29,6 +29,7 @@ from om import config as om_config
 from om.client import OMClient, OMClientError, OMTlsError
 from om.client.retry_policy import RetryPolicy
 from om.config import ConfigError, NodeAddress, ServerConfig
+from om.consensus.pysyncobj.journal import stall_file
 from om.protocol import om_pb2
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
@@ -161,6 +162,11 @@ class Cluster:
             return int(self.pid_file(node_id).read_text())
         except (OSError, ValueError):
             return None
+
+    def journal_stall_file(self, node_id: str) -> Path:
+        """The file that hangs ``node_id``'s Raft journal syncs while it exists (with
+        ``[raft] unsafe_journal_stall``, test-only)."""
+        return stall_file(self.config.data_dir / node_id / "raft" / "raft.wal")
 
     def signal_node(self, node_id: str, sig: signal.Signals) -> bool:
         """Sends ``sig`` to every process of a node (its process group: the server and
