@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from om.chaos import checkers
+from om.chaos import checkers, fs_checkers
+from om.chaos.fs_checkers import FsEntry
 from om.chaos.history import F, History, Op, Outcome
 from om.chaos.nemesis import DISK_STALLS, MEMBERSHIP, RESTARTS
 from om.chaos.runner import ChaosConfig, run
@@ -77,7 +79,7 @@ def test_membership_nemesis_finds_no_violation(tmp_path: Path) -> None:
     assert result["ops"]["ok"] > 500
 
 
-def _events(tmp_path: Path) -> list[dict[str, str]]:
+def _events(tmp_path: Path) -> list[dict[str, Any]]:
     faults = tmp_path / "chaos" / "leader" / "traces" / "faults.jsonl"
     return [json.loads(line) for line in faults.read_text().splitlines()]
 
@@ -106,3 +108,34 @@ def test_a_soak_cycle_with_disk_stalls_stays_clean_and_bounded(tmp_path: Path) -
     assert all(n["fds_max"] > 0 and n["rss_max_mib"] > 0 for n in nodes.values())
     assert sum(n["lifetimes"] for n in nodes.values()) > 3, "the kills started new lifetimes"
     assert (tmp_path / "chaos" / "resources.jsonl").read_text().count("\n") > 30
+
+
+def test_fso_workload_under_kills_and_partitions_finds_no_violation(tmp_path: Path) -> None:
+    """mkdir, create, directory rename and rm -r on an FSO bucket under a leader kill, a
+    minority leader and a restart of every node: the tree, its quota and every node's
+    audit agree with the history; a tree that lost a file or gained one is red."""
+    duration = 20.0
+    faults = ("kill_leader", "partition_leader", "restart_all")
+    result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, faults=faults,
+                             fault_interval_s=3.0,
+                             workload=WorkloadConfig(register_workers=0, add_workers=0,
+                                                     fs_workers=3,
+                                                     ops_per_worker_max=ops_budget(duration))))
+    assert result["violations"] == []
+    assert result["faults_injected"] >= len(faults)
+    assert result["workloads"] == ["fso"]
+    by_function = result["ops_by_function"]
+    assert all(by_function[f]["ok"] > 0 for f in ("mkdir", "create", "rename", "rmr"))
+    fso = result["fso"]
+    assert fso["quota_check"] == "done"
+    assert len(fso["audited_nodes"]) == 3
+    assert fso["files"] > 0
+
+    history = History.from_jsonl((tmp_path / "chaos" / "history.jsonl").read_text())
+    created = [op for op in history if op.f is F.CREATE and op.outcome is Outcome.OK]
+    entries = [FsEntry(op.key, False) for op in created]
+    ghost = Op(process=999, op_id=10**9, f=F.CREATE, key="f999999999", value=1,
+               invoke_ns=0, complete_ns=1, outcome=Outcome.FAIL)
+    red = fs_checkers.check_fs_tree(History((*history.ops, ghost)),
+                                    [*entries, FsEntry("f999999999", False)])
+    assert ("unexplained_entry", "f999999999") in {(v.kind, v.key) for v in red}

@@ -281,9 +281,9 @@ def check_increasing(acks: Iterable[IdAck]) -> list[Violation]:
 
 
 def id_acks_from_history(history: History) -> list[IdAck]:
-    """The ids of ok puts and adds that recorded `extra["object_id"]` (an int)."""
+    """The ids of ok puts, adds and file creates that recorded `extra["object_id"]` (an int)."""
     acks: list[IdAck] = []
-    for op in history.of(F.PUT, F.ADD):
+    for op in history.of(F.PUT, F.ADD, F.CREATE):
         object_id = op.extra.get(OBJECT_ID_FIELD)
         if op.outcome is not Outcome.OK or type(object_id) is not int:
             continue

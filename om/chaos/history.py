@@ -24,6 +24,17 @@ Functions (`f`) and what `key` and `value` mean for each:
 - `add`: the non-idempotent exactly-once workload: a commit that charges `value`
   (> 0) bytes and one namespace unit to bucket `key`.
 
+The file-system workload (om/chaos/fs_workload.py) on an FSO bucket, where `key`
+is a path below the bucket and every name it creates is unique to its op:
+
+- `mkdir`: CreateDirectory of `key` (`mkdir -p`); `value` is `None`.
+- `create`: CreateFile (not recursive, not overwriting) + CommitKey of the file
+  `key`; `value` is its size (> 0).
+- `rename`: RenameKey of the directory `key` to `extra["to"]` (required, a path);
+  `value` is `None`.
+- `rmr`: DeleteKey of the directory `key` with `recursive` (`rm -r`); `value` is
+  `None`.
+
 Rules checked on construction (a violation raises `HistoryError`, since a
 malformed history cannot be judged): times are ordered, values fit the function
 and outcome, op ids are unique, put values are unique per key, and one process
@@ -69,6 +80,14 @@ class F(StrEnum):
     GET = "get"
     DELETE = "delete"
     ADD = "add"
+    MKDIR = "mkdir"
+    CREATE = "create"
+    RENAME = "rename"
+    RMR = "rmr"
+
+
+NO_VALUE: Final = frozenset({F.DELETE, F.MKDIR, F.RENAME, F.RMR})
+RENAME_TO: Final = "to"
 
 
 class Outcome(StrEnum):
@@ -115,7 +134,9 @@ class Op:
     def describe(self) -> str:
         """A one-line human summary, e.g. `p3#17 put k1=5 ok [100, 250]`."""
         end = "inf)" if self.outcome is Outcome.INFO else f"{self.complete_ns}]"
-        value = "" if self.f is F.DELETE else f"={self.value}"
+        value = "" if self.f in NO_VALUE else f"={self.value}"
+        if self.f is F.RENAME:
+            value = f"->{self.extra.get(RENAME_TO)}"
         return (
             f"p{self.process}#{self.op_id} {self.f} {self.key}{value} {self.outcome} "
             f"[{self.invoke_ns}, {end}"
@@ -252,10 +273,16 @@ def _check_value(op: Op) -> None:
         raise HistoryError(f"a put needs the value it writes: {op.describe()}")
     if op.f is F.GET and op.outcome is not Outcome.OK and op.value is not None:
         raise HistoryError(f"only an ok get observed a value: {op.describe()}")
-    if op.f is F.DELETE and op.value is not None:
-        raise HistoryError(f"a delete carries no value: {op.describe()}")
+    if op.f in NO_VALUE and op.value is not None:
+        raise HistoryError(f"a {op.f} carries no value: {op.describe()}")
     if op.f is F.ADD and (op.value is None or op.value <= 0):
         raise HistoryError(f"an add needs a positive delta: {op.describe()}")
+    if op.f is F.CREATE and (op.value is None or op.value <= 0):
+        raise HistoryError(f"a create needs the file's positive size: {op.describe()}")
+    to = op.extra.get(RENAME_TO)
+    if op.f is F.RENAME and (not isinstance(to, str) or not to):
+        raise HistoryError(f"a rename needs extra[{RENAME_TO!r}], its destination: "
+                           f"{op.describe()}")
 
 
 def _check_extra(extra: Mapping[str, JsonScalar]) -> None:

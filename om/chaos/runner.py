@@ -9,11 +9,16 @@ cluster's logs under ``OUT/cluster``. After the load it heals every fault,
 waits until the replicas converge, reads the final state and the bucket
 usage, has ``om admin verify`` compare every replica's Merkle trees at one log
 position (anything but ``clean`` is a violation), stops the cluster and
-compares the replicas' tables.
+compares the replicas' tables. With the file-system workload (``fs_workers``)
+it also waits for the leader's purge to drain, lists the FSO bucket's whole
+tree on the leader, reads its usage and has every node audit its store
+(AuditReplica) before stopping the cluster; the ``fso`` entry of
+``result.json`` summarizes what was read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -24,14 +29,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om.chaos import checkers, resources, workload
+from om.chaos import checkers, fs_checkers, fs_workload, resources, workload
 from om.chaos.checkers import Usage, Violation
+from om.chaos.fs_checkers import FsEntry, FsObservation
 from om.chaos.history import History, Outcome
 from om.chaos.links import LinkProxies
 from om.chaos.nemesis import DISK_STALLS, FAULTS, PARTITIONS, Nemesis
-from om.client import OMClient
+from om.client import OMClient, OMConnectionError
+from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
+from om.protocol import om_pb2
 
 RAFT_SETTINGS = """
 [raft]
@@ -39,9 +47,19 @@ election_timeout_min_s = 0.4
 election_timeout_max_s = 0.8
 leader_fallback_timeout_s = 1.5
 """
+# A purge step empties one deleted directory (its nested ones become tombstones of
+# their own), one step an interval: at the default 1 s, the hundreds of subtrees a
+# run removes took minutes to drain. Faster here, so purges also run under the load.
+PURGE_SETTINGS = """
+[purge]
+interval_s = 0.1
+"""
 SETTLE_S = 3.0
 VERIFY = "verify"
 VERIFY_TIMEOUT_S = 180.0
+PURGE_WAIT_S = 180.0
+PURGE_METRIC = "om_purge_pending_directories"
+AUDIT_ANSWER_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -75,10 +93,17 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxi
     workers: list[workload.Worker] = []
     threads: list[threading.Thread] = []
     spec = config.workload
-    for process in range(spec.register_workers + spec.add_workers):
-        worker = workload.Worker(process, cluster.addresses, recorder, spec, stop,
-                                 cluster.client_tls())
-        step = worker.register_step if process < spec.register_workers else worker.add_step
+    namespace = fs_workload.Namespace()
+    for process in range(spec.register_workers + spec.add_workers + spec.fs_workers):
+        if process >= spec.register_workers + spec.add_workers:
+            fs_worker = fs_workload.FsWorker(process, cluster.addresses, recorder, spec, stop,
+                                             namespace, cluster.client_tls())
+            worker: workload.Worker = fs_worker
+            step = fs_worker.fs_step
+        else:
+            worker = workload.Worker(process, cluster.addresses, recorder, spec, stop,
+                                     cluster.client_tls())
+            step = worker.register_step if process < spec.register_workers else worker.add_step
         workers.append(worker)
         threads.append(threading.Thread(target=worker.run, args=(step,), daemon=True))
     nemesis = Nemesis(cluster, config.faults, config.fault_interval_s, config.fault_hold_s,
@@ -117,7 +142,7 @@ def _observe(cluster: om_cluster.Cluster, keys: int
             start = page.key_info[-1].key_name
         usage = {}
         ids = [("volume", client.info_volume(workload.VOLUME).object_id)]
-        for bucket in (workload.REGISTER_BUCKET, *workload.ADD_BUCKETS):
+        for bucket in (workload.REGISTER_BUCKET, *workload.ADD_BUCKETS, workload.FS_BUCKET):
             info = client.info_bucket(workload.VOLUME, bucket)
             ids.append((f"bucket:{bucket}", info.object_id))
             if bucket in workload.ADD_BUCKETS:
@@ -148,6 +173,91 @@ def _sampled_nodes(cluster: om_cluster.Cluster) -> list[tuple[str, int | None]]:
     return [(node.id, cluster.pid(node.id)) for node in cluster.nodes]
 
 
+def _observe_fs(cluster: om_cluster.Cluster) -> FsObservation:
+    """Once the purge drained: the FSO bucket's tree as the leader lists it, and its usage.
+    The old flow has no purge (its tombstones stay), so its usage is left to the audit."""
+    drained = _purge_drained(cluster)
+    with OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=60),
+                  tls=cluster.client_tls()) as client:
+        entries = _list_tree(client)
+        info = client.info_bucket(workload.VOLUME, workload.FS_BUCKET)
+        entries_again = _list_tree(client)
+    if entries_again != entries:
+        raise RuntimeError("the FSO bucket changed while the run was quiet")
+    if drained is None:
+        return FsObservation(tuple(entries), None, quota_skipped="no purge in this flow: "
+                             "deleted subtrees keep their usage (the audit counts them)")
+    usage = Usage(info.used_bytes, info.used_namespace) if drained else None
+    return FsObservation(tuple(entries), usage)
+
+
+def _purge_drained(cluster: om_cluster.Cluster) -> bool | None:
+    """Whether the leader saw no deleted directory waiting for its purge (twice in a row)
+    within ``PURGE_WAIT_S``; None when its flow has no purge."""
+    deadline = time.monotonic() + PURGE_WAIT_S
+    zeros = 0
+    while time.monotonic() < deadline:
+        leaders = [i for i in cluster.node_infos() if i.role == "LEADER"]
+        if leaders:
+            pending = leaders[0].metrics.get(PURGE_METRIC)
+            if pending is None:
+                return None
+            zeros = zeros + 1 if pending == 0 else 0
+            if zeros == 2:
+                return True
+        time.sleep(0.5)
+    return False
+
+
+def _list_tree(client: OMClient) -> list[FsEntry]:
+    """Every entry of the FSO bucket (ListStatus, recursive, paged), in tree order."""
+    entries: list[FsEntry] = []
+    start = ""
+    while True:
+        response = client.call_raw(build.list_status(workload.VOLUME, workload.FS_BUCKET,
+                                                     recursive=True, start_key=start,
+                                                     num_entries=1000))
+        if response.status != om_pb2.OK:
+            raise RuntimeError(f"ListStatus: {om_pb2.Status.Name(response.status)} "
+                               f"{response.message}")
+        for status in response.list_status.statuses:
+            if status.is_directory:
+                entries.append(FsEntry(status.path, True, 0, status.directory.object_id))
+            else:
+                key = status.key_info
+                entries.append(FsEntry(status.path, False,
+                                       key.data_size * max(1, key.replication_factor),
+                                       key.object_id))
+        if not response.list_status.truncated:
+            return entries
+        start = response.list_status.statuses[-1].path
+
+
+def _audits(cluster: om_cluster.Cluster) -> dict[str, list[tuple[str, str, str]] | str]:
+    """Each node's audit of its own store (AuditReplica): its findings, or why none."""
+    found: dict[str, list[tuple[str, str, str]] | str] = {}
+    request = om_pb2.OMRequest(cmd_type=om_pb2.AuditReplica,
+                               audit_replica=om_pb2.AuditReplicaRequest(details_max=100))
+    policy = RetryPolicy(deadline_s=10, attempt_timeout_s=AUDIT_ANSWER_S)
+    for address in cluster.addresses:
+        with OMClient([address], policy=policy, tls=cluster.client_tls()) as client:
+            try:
+                response = client.call_raw(request)
+            except OMConnectionError as error:
+                found[address] = f"did not answer: {error}"
+                continue
+        if response.status != om_pb2.OK:
+            found[address] = f"{om_pb2.Status.Name(response.status)} {response.message}"
+            continue
+        answer = response.audit_replica
+        problems = [(v.category, v.subject, v.detail) for v in answer.violations]
+        untold = sum(answer.counts.values()) - len(problems)
+        if untold > 0:
+            problems.append(("more", address, f"{untold} more violations in the node's log"))
+        found[answer.node_id or address] = problems
+    return found
+
+
 def _acked_ids(history: History) -> list[tuple[str, int]]:
     return [(ack.source, ack.object_id) for ack in checkers.id_acks_from_history(history)]
 
@@ -155,7 +265,7 @@ def _acked_ids(history: History) -> list[tuple[str, int]]:
 def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
            workers: list[workload.Worker], recorder: workload.Recorder,
            violations: list[Violation], elapsed_s: float,
-           observed: dict[str, Any]) -> dict[str, Any]:
+           observed: dict[str, Any], fs: FsObservation | None = None) -> dict[str, Any]:
     (out / "history.jsonl").write_text(history.to_jsonl())
     traces = out / config.execution / "traces"
     traces.mkdir(parents=True, exist_ok=True)
@@ -167,7 +277,9 @@ def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
         "execution": config.execution, "duration_s": round(elapsed_s, 1),
         "faults_injected": len(nemesis.events),
         "faults": sorted({e["action"] for e in nemesis.events}),
+        "workloads": _workloads(config.workload),
         "ops": {o.value: outcomes.count(o) for o in Outcome},
+        "ops_by_function": _by_function(history),
         "retries": sum(op.retries for op in history),
         "duplicate_sends": recorder.duplicate_sends,
         "client_resends": sum(w.retries for w in workers),
@@ -176,8 +288,32 @@ def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
         "history": str(out / "history.jsonl"),
         "unsafe_disable_retry_cache": config.unsafe_disable_retry_cache,
     }
+    if fs is not None:
+        result["fso"] = {
+            "directories": sum(e.is_directory for e in fs.entries),
+            "files": sum(not e.is_directory for e in fs.entries),
+            "used_namespace": fs.usage.used_namespace if fs.usage else None,
+            "used_bytes": fs.usage.used_bytes if fs.usage else None,
+            "quota_check": fs.quota_skipped or ("done" if fs.usage else "purge never drained"),
+            "audited_nodes": sorted(fs.audits),
+        }
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _workloads(spec: workload.WorkloadConfig) -> list[str]:
+    counts = {"register": spec.register_workers, "add": spec.add_workers,
+              "fso": spec.fs_workers}
+    return [name for name, workers in counts.items() if workers > 0]
+
+
+def _by_function(history: History) -> dict[str, dict[str, int]]:
+    """Outcome counts per function, e.g. {"rename": {"ok": 40, "fail": 3, "info": 1}}."""
+    counts: dict[str, dict[str, int]] = {}
+    for op in history:
+        per = counts.setdefault(op.f.value, {o.value: 0 for o in Outcome})
+        per[op.outcome.value] += 1
+    return dict(sorted(counts.items()))
 
 
 def run(config: ChaosConfig) -> dict[str, Any]:
@@ -187,7 +323,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     port_base = config.port_base or om_cluster.free_port_base()
     flag = "unsafe_disable_retry_cache = true" if config.unsafe_disable_retry_cache else ""
     links = None
-    raft = RAFT_SETTINGS
+    raft = RAFT_SETTINGS + PURGE_SETTINGS
     if set(config.faults) & set(DISK_STALLS):
         raft += "unsafe_journal_stall = true\n"
     if set(config.faults) & set(PARTITIONS):
@@ -208,16 +344,23 @@ def run(config: ChaosConfig) -> dict[str, Any]:
         cluster.wait_for_leader(timeout_s=60)
         time.sleep(SETTLE_S)
         final, usage, ids = _observe(cluster, config.workload.register_keys)
+        fs = _observe_fs(cluster) if config.workload.fs_workers else None
         cluster.wait_converged(timeout_s=60)
+        if fs is not None:
+            fs = dataclasses.replace(fs, audits=_audits(cluster), nodes=len(cluster.addresses))
         verified, unverified = _verify(cluster)
     finally:
         om_cluster.down(cluster)
         if links is not None:
             links.stop()
     history = recorder.history()
-    violations = checkers.run_all(history, final_state=final, observed_usage=usage,
+    spec = config.workload
+    violations = checkers.run_all(history,
+                                  final_state=final if spec.register_workers else None,
+                                  observed_usage=usage if spec.add_workers else None,
                                   digests=cluster.stopped_digests(),
                                   object_ids=ids + _acked_ids(history))
+    violations += fs_checkers.check_fs(history, fs)
     samples = sampler.snapshot()
     violations += unverified + resources.check(samples, config.resource_bounds)
     (config.out / "resources.jsonl").write_text("".join(
@@ -225,4 +368,4 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     observed = {"resources": resources.summarize(samples, config.resource_bounds),
                 VERIFY: verified}
     return _write(config.out, config, history, nemesis, workers, recorder, violations,
-                  time.monotonic() - started, observed)
+                  time.monotonic() - started, observed, fs)

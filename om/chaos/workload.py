@@ -1,6 +1,6 @@
 """The chaos run's clients: worker threads that drive the cluster and record a history.
 
-Two workloads run side by side, each worker its own history process id:
+The workloads run side by side, each worker its own history process id:
 
 * **register**: put (CreateKey + CommitKey, the committed size being a value
   unique per key), get (LookupKey) and delete of a few keys of one bucket, for
@@ -9,7 +9,10 @@ Two workloads run side by side, each worker its own history process id:
   its size to the bucket, for the exactly-once bounds check. With probability
   ``duplicate_send`` an acknowledged commit is sent again with the same call
   id, as a network that lost the reply would make the client do: with the
-  retry cache on, the answer is the original one; off, the commit runs again.
+  retry cache on, the answer is the original one; off, the commit runs again;
+* **fs** (``om/chaos/fs_workload.py``): mkdir, create, rename and ``rm -r`` on
+  the FILE_SYSTEM_OPTIMIZED bucket, for the tree, quota and audit checks
+  (``om/chaos/fs_checkers.py``).
 
 Outcomes follow om/chaos/history.py: ``ok`` only for a definite success,
 ``fail`` only when the operation certainly did not apply (a definite error
@@ -37,6 +40,8 @@ from om.security.tls import ClientTls
 VOLUME = "chaos"
 REGISTER_BUCKET = "register"
 ADD_BUCKETS = ("exactly-once-1", "exactly-once-2")
+FS_BUCKET = "fso"                    # the file-system workload's (om/chaos/fs_workload.py)
+FSO_LAYOUT = "FILE_SYSTEM_OPTIMIZED"
 AMBIGUOUS = frozenset({om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY, om_pb2.SERVER_BUSY,
                        om_pb2.TIMEOUT, om_pb2.INTERNAL_ERROR})
 
@@ -47,6 +52,7 @@ class WorkloadConfig:
 
     register_workers: int = 4
     add_workers: int = 2
+    fs_workers: int = 0
     register_keys: int = 24
     ops_per_worker_max: int = 20_000
     duplicate_send: float = 0.05
@@ -92,6 +98,11 @@ def _outcome(response: om_pb2.OMResponse) -> Outcome:
     if response.status == om_pb2.OK:
         return Outcome.OK
     return Outcome.INFO if response.status in AMBIGUOUS else Outcome.FAIL
+
+
+def outcome_of(response: om_pb2.OMResponse | None) -> Outcome:
+    """A final answer's outcome; no answer at all (the client gave up) is ``info``."""
+    return Outcome.INFO if response is None else _outcome(response)
 
 
 class Worker:
@@ -215,7 +226,8 @@ def set_up(addresses: list[str], tls: ClientTls | None = None) -> None:
     policy = RetryPolicy(deadline_s=30.0)
     with OMClient(addresses, policy=policy, tls=tls) as client:
         for request in [build.create_volume(VOLUME), build.create_bucket(VOLUME, REGISTER_BUCKET),
-                        *(build.create_bucket(VOLUME, b) for b in ADD_BUCKETS)]:
+                        *(build.create_bucket(VOLUME, b) for b in ADD_BUCKETS),
+                        build.create_bucket(VOLUME, FS_BUCKET, layout=FSO_LAYOUT)]:
             response = client.call_raw(request)
             assert response.status in (om_pb2.OK, om_pb2.VOLUME_ALREADY_EXISTS,
                                        om_pb2.BUCKET_ALREADY_EXISTS), response.message

@@ -26,6 +26,7 @@ from om.config import EXECUTIONS
 PROFILES = {"quick": 60.0, "long": 600.0, "soak": 1800.0}
 SOAK_CALM_S = 240.0
 SOAK_STORM_S = 120.0
+WORKLOADS = {"register": 4, "add": 2, "fso": 2}   # workload -> its worker threads
 
 
 def register(commands: Any) -> None:
@@ -42,6 +43,9 @@ def register(commands: Any) -> None:
     p.add_argument("--fault-interval", type=float, default=4.0)
     p.add_argument("--duplicate-send", type=float, default=0.05,
                    help="share of acknowledged adds re-sent with the same call id")
+    p.add_argument("--workload", default=",".join(WORKLOADS),
+                   help=f"comma-separated workloads, from {', '.join(WORKLOADS)} (fso: mkdir, "
+                   "create, rename and rm -r on a file-system bucket)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--unsafe-disable-retry-cache", action="store_true",
                    help="red test: the exactly-once checker must then report violations")
@@ -64,12 +68,22 @@ def _faults(text: str) -> tuple[str, ...]:
     return faults
 
 
+def workers(text: str) -> dict[str, int]:
+    """The worker threads of each workload named in ``text`` (0 for the others)."""
+    chosen = {w.strip() for w in text.split(",") if w.strip()}
+    unknown = sorted(chosen - set(WORKLOADS))
+    if unknown or not chosen:
+        raise ValueError(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
+    return {name: count if name in chosen else 0 for name, count in WORKLOADS.items()}
+
+
 def run_chaos(args: argparse.Namespace) -> int:
     """Runs the experiment, prints the result, returns the exit status."""
     soak = args.profile == "soak"
     default = KNOWN_FAULTS if soak else ALL_FAULTS
     try:
         faults = _faults(args.faults) if args.faults else default
+        threads = workers(args.workload)
     except ValueError as error:
         print(f"om chaos: {error}", file=sys.stderr)
         return 2
@@ -79,12 +93,15 @@ def run_chaos(args: argparse.Namespace) -> int:
         out=out, duration_s=duration_s, execution=args.execution,
         faults=faults, fault_interval_s=args.fault_interval,
         workload=WorkloadConfig(duplicate_send=args.duplicate_send, seed=args.seed,
-                                ops_per_worker_max=ops_budget(duration_s)),
+                                ops_per_worker_max=ops_budget(duration_s),
+                                register_workers=threads["register"],
+                                add_workers=threads["add"], fs_workers=threads["fso"]),
         unsafe_disable_retry_cache=args.unsafe_disable_retry_cache,
         calm_s=SOAK_CALM_S if soak else 0.0, storm_s=SOAK_STORM_S if soak else 0.0)
     cycles = f" in cycles of {SOAK_CALM_S:.0f} s calm, {SOAK_STORM_S:.0f} s storm" if soak else ""
     print(f"om chaos: {config.duration_s:.0f} s against a 3-node {config.execution} cluster, "
-          f"faults: {', '.join(faults) or 'none'}{cycles}; writing {out}", file=sys.stderr)
+          f"faults: {', '.join(faults) or 'none'}{cycles}; workloads: {args.workload}; "
+          f"writing {out}", file=sys.stderr)
     try:
         result = run(config)
     except ClusterError as error:
