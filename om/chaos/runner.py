@@ -323,9 +323,10 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     port_base = config.port_base or om_cluster.free_port_base()
     flag = "unsafe_disable_retry_cache = true" if config.unsafe_disable_retry_cache else ""
     links = None
-    raft = RAFT_SETTINGS + PURGE_SETTINGS
+    raft = RAFT_SETTINGS
     if set(config.faults) & set(DISK_STALLS):
         raft += "unsafe_journal_stall = true\n"
+    raft += PURGE_SETTINGS
     if set(config.faults) & set(PARTITIONS):
         links = LinkProxies(om_cluster.node_addresses(3, port_base))
         links.start()
