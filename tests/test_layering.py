@@ -66,8 +66,8 @@ EDGES: dict[str, tuple[str, ...]] = {
              "security", "integrity", "flows"),
     # clients and tools, outside any node
     "client": ("protocol", "security"),
-    "cluster": (*CORE, "config", "executor", "statemachine", "consensus", "security",
-                "client"),
+    "cluster": (*CORE, "config", "executor", "gatekeeper", "statemachine", "consensus",
+                "security", "client"),
     "chaos": ("protocol", "config", "security", "client", "cluster"),
     "cli": (*CORE, *LEAVES, "executor", "statemachine", "security", "integrity", "node",
             "client", "cluster", "chaos"),

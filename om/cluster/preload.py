@@ -47,6 +47,7 @@ from om.executor.change_recorder import ChangeRecorder, QuotaChange
 from om.executor.context import ExecContext
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch
+from om.gatekeeper import validation
 from om.protocol import om_pb2
 from om.schema.tables import TableId
 from om.statemachine.apply import StateMachine
@@ -192,6 +193,10 @@ class _Chunk:
         request.client_id = CLIENT_ID
         request.user = self._user
         context = ExecContext(self._user, self._index, self._now_ms, self._reservations)
+        refusal = validation.problem(request, context.limits)
+        if refusal is not None:   # the gate a client's request passes first
+            raise GenerateError(f"{om_pb2.Type.Name(request.cmd_type)} refused: "
+                                f"{om_pb2.Status.Name(refusal.status)} {refusal.message}")
         recorder = ChangeRecorder()
         response = dispatch(request, self._view, recorder, context)
         if response.status != om_pb2.OK:
