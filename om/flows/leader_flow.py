@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from om.config import READ_LINEARIZABLE
+from om.config import FSO_LOCK_OBJECT_ID, READ_LINEARIZABLE
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
@@ -79,6 +79,7 @@ class LeaderConfig:
     retry_cache_enabled: bool = True
     read_mode: str = READ_LINEARIZABLE
     purge: PurgeConfig = field(default_factory=PurgeConfig)
+    fso_lock_plan: str = FSO_LOCK_OBJECT_ID   # [fso] lock_plan: "object-id" or "bucket"
 
 
 class LeaderService(RequestService):
@@ -156,7 +157,8 @@ class LeaderService(RequestService):
         """The request's lock plan, and whether it was resolved against applied state
         (a file-system bucket's, ``om/gatekeeper/fs_locks.py``) and so must be checked
         again after a wait."""
-        resolved = plan_fs_locks(request, self._store, self._limits.key_name_max_bytes)
+        resolved = plan_fs_locks(request, self._store, self._limits.key_name_max_bytes,
+                                 self.config.fso_lock_plan)
         if resolved is not None:
             return resolved, True
         return plan_locks(request), False

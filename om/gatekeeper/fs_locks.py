@@ -29,10 +29,17 @@ and the locks taken in order. A write that got every lock at once executes at on
 nothing was applied in between. A write that waited re-plans once granted; if the
 plan changed (a rename or delete applied meanwhile moved what the path names), it
 releases everything and starts again (``REPLAN_MAX`` times, then TIMEOUT).
+
+**The bucket plan** (``[fso] lock_plan = "bucket"``): every one of these writes takes
+its bucket's exclusive lock and nothing else, as Ozone mainline locks FSO requests
+(``RegularBucketLockStrategy``); writes in one bucket then run one at a time, each
+holding the lock until it is applied. Kept as the baseline ``om bench --profile fso``
+measures the object-id plan against.
 """
 
 from __future__ import annotations
 
+from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID
 from om.executor.errors import OMError
 from om.executor.fs import Resolved, components, ids_of, is_fso, resolve
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
@@ -70,11 +77,12 @@ def _path_locks(resolved: Resolved) -> list[LockRequest]:
     return locks
 
 
-def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView,
-                  key_name_max_bytes: int) -> tuple[LockRequest, ...] | None:
+def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
+                  lock_plan: str = FSO_LOCK_OBJECT_ID) -> tuple[LockRequest, ...] | None:
     """The plan of a write on a file-system bucket, in lock order; None for any other
     request (``om.gatekeeper.lock_plan.plan_locks`` plans it). A path the handler will
-    refuse locks the bucket only."""
+    refuse locks the bucket only. ``lock_plan`` ``"bucket"``: the bucket's exclusive
+    lock alone (see the module docstring)."""
     found = _PATHS.get(request.cmd_type)
     if found is None:
         return None
@@ -86,6 +94,8 @@ def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView,
     bucket = om_pb2.BucketInfo.FromString(raw)
     if not is_fso(bucket):
         return None
+    if lock_plan == FSO_LOCK_BUCKET:
+        return (bucket_lock(body.volume, body.bucket, Mode.WRITE),)
     volume_raw = view.get(om_pb2.VOLUME, tables.volume_key(body.volume))
     locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
     if volume_raw is None:
