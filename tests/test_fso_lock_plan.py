@@ -17,11 +17,15 @@ import pytest
 from om import config as om_config
 from om.client import requests as build
 from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID, ConfigError, Fso, ServerConfig
+from om.executor.change_recorder import ChangeRecorder
+from om.executor.context import ExecContext, NoReservations
 from om.executor.fs import FSO
-from om.gatekeeper.fs_locks import plan_fs_locks
+from om.executor.registry import dispatch
+from om.gatekeeper.fs_locks import plan_fs, plan_fs_locks
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
 from om.node.node import leader_config
 from om.protocol import om_pb2
+from om.schema.tables import TableId
 from tests.leader_harness import LeaderUnderTest, config
 
 V, B, OBS = "vol", "fsb", "obs"
@@ -134,3 +138,54 @@ async def test_the_bucket_plan_serialises_creates_the_object_id_plan_runs_togeth
         tmp_path: Path) -> None:
     assert await _two_creates_in_other_directories(tmp_path, FSO_LOCK_OBJECT_ID) == 0
     assert await _two_creates_in_other_directories(tmp_path, FSO_LOCK_BUCKET) == 1
+
+
+class _CountingView:
+    """The store, counting the directory and file rows read."""
+
+    def __init__(self, leader: LeaderUnderTest) -> None:
+        self.store = leader.store
+        self.path_reads = 0
+
+    def get(self, table: TableId, key: bytes) -> bytes | None:
+        if table in (om_pb2.DIRECTORY, om_pb2.FILE):
+            self.path_reads += 1
+        return self.store.get(table, key)
+
+    def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
+             limit: int) -> list[tuple[bytes, bytes]]:
+        return self.store.scan(table, prefix, start_after, limit)
+
+
+@pytest.mark.parametrize("write", sorted(_writes(B)))
+async def test_a_handler_uses_the_paths_its_lock_plan_resolved(
+        leader: LeaderUnderTest, write: str) -> None:
+    """Executed at once after its plan, a write reads no directory or file row again
+    (the plan's resolution is the handler's), and answers what it answers alone."""
+    request = leader.stamp(_writes(B)[write])
+    found = plan_fs(request, leader.store, 1024, FSO_LOCK_OBJECT_ID)
+    assert found is not None
+    locks, planned = found
+    assert locks == plan_fs_locks(request, leader.store, 1024)
+    paths = {request.rename_key.to_key} if write == "RenameKey" else set()
+    assert {path for (_, _, path) in planned} == {_path(request)} | paths
+    answers = []
+    for given in (planned, {}):
+        view = _CountingView(leader)
+        ctx = ExecContext("alice", 1000, 1, NoReservations(), planned=given)
+        answers.append(dispatch(request, view, ChangeRecorder(), ctx))
+        if given:
+            assert view.path_reads == 0, "resolved once, by the plan"
+    assert answers[0].status == answers[1].status
+    assert answers[0] == answers[1] or write in ("CreateFile", "CreateKey")   # session ids
+
+
+def _path(request: om_pb2.OMRequest) -> str:
+    """The request's (first) path."""
+    return str(getattr(request, request.WhichOneof("body") or "").key)
+
+
+async def test_the_bucket_plan_resolves_nothing(leader: LeaderUnderTest) -> None:
+    found = plan_fs(leader.stamp(_writes(B)["CreateFile"]), leader.store, 1024,
+                    FSO_LOCK_BUCKET)
+    assert found == ((bucket_lock(V, B, Mode.WRITE),), {})

@@ -6,8 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from om.executor.fs import Resolved
+from om.protocol import om_pb2
 from om.schema.ids import MANAGED_INDEX_MAX, object_id_for
 from om.schema.tables import TableId
+
+# (volume, bucket, path) -> the bucket's row and the path resolved in it
+Planned = Mapping[tuple[str, str, str], tuple[om_pb2.BucketInfo, Resolved]]
 
 
 class QuotaReservations(Protocol):
@@ -49,6 +54,10 @@ class ExecContext:
     index; it becomes the update id of every row the request writes.
     ``groups`` maps users to their groups (the configured mapping; the first is
     the primary group): a create gives the primary group its default ACL.
+    ``planned`` holds the paths of a file-system write that the leader resolved while
+    planning its locks, against the state it executes on (nothing was applied in
+    between: ``om/gatekeeper/fs_locks.py``); a handler uses one rather than resolving
+    the path again.
     """
 
     user: str
@@ -57,6 +66,7 @@ class ExecContext:
     reservations: QuotaReservations
     limits: Limits = field(default_factory=Limits)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    planned: Planned = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert 0 <= self.managed_index <= MANAGED_INDEX_MAX  # 0: a read

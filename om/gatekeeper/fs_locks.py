@@ -40,6 +40,7 @@ measures the object-id plan against.
 from __future__ import annotations
 
 from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID
+from om.executor.context import Planned
 from om.executor.errors import OMError
 from om.executor.fs import Resolved, components, ids_of, is_fso, resolve
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
@@ -83,6 +84,15 @@ def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes:
     request (``om.gatekeeper.lock_plan.plan_locks`` plans it). A path the handler will
     refuse locks the bucket only. ``lock_plan`` ``"bucket"``: the bucket's exclusive
     lock alone (see the module docstring)."""
+    found = plan_fs(request, view, key_name_max_bytes, lock_plan)
+    return None if found is None else found[0]
+
+
+def plan_fs(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
+            lock_plan: str = FSO_LOCK_OBJECT_ID
+            ) -> tuple[tuple[LockRequest, ...], Planned] | None:
+    """``plan_fs_locks``, with the paths it resolved (``ExecContext.planned``): valid
+    for an execution on the same state, i.e. at once (in the same turn of the loop)."""
     found = _PATHS.get(request.cmd_type)
     if found is None:
         return None
@@ -95,19 +105,23 @@ def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes:
     if not is_fso(bucket):
         return None
     if lock_plan == FSO_LOCK_BUCKET:
-        return (bucket_lock(body.volume, body.bucket, Mode.WRITE),)
+        return (bucket_lock(body.volume, body.bucket, Mode.WRITE),), {}
     volume_raw = view.get(om_pb2.VOLUME, tables.volume_key(body.volume))
     locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
     if volume_raw is None:
-        return tuple(locks)
+        return tuple(locks), {}
     ids = ids_of(om_pb2.VolumeInfo.FromString(volume_raw), bucket)
+    planned: dict[tuple[str, str, str], tuple[om_pb2.BucketInfo, Resolved]] = {}
     for name in names:
+        path = getattr(body, name)
         try:
-            parts = components(getattr(body, name), key_name_max_bytes)
+            parts = components(path, key_name_max_bytes)
         except OMError:
-            return tuple(locks)   # the handler refuses the path, writing nothing
-        locks.extend(_path_locks(resolve(view, ids, parts)))
-    return _in_order(locks)
+            return tuple(locks), {}   # the handler refuses the path, writing nothing
+        resolved = resolve(view, ids, parts)
+        planned[(body.volume, body.bucket, path)] = (bucket, resolved)
+        locks.extend(_path_locks(resolved))
+    return _in_order(locks), planned
 
 
 def _in_order(locks: list[LockRequest]) -> tuple[LockRequest, ...]:
