@@ -534,9 +534,10 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
 async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
                          connect: Connect, log: StepLog, meter: CpuMeter,
                          base: FreonConfig) -> Phases:
-    """An FSO flow (``bench/fso.py``): warm-up (keys, then files), OBS keys (``omkg``),
-    files (``omfc``, one directory per operation in flight; the headline, traced and
-    metered), the rename/create mix (``omdr``), then rename scaling."""
+    """An FSO flow (``bench/fso.py``): warm-up (keys, then files), OBS keys (``omkg``)
+    for half the measured time, files (``omfc``, one directory per operation in
+    flight; the headline, traced and metered), OBS keys for the other half, the
+    rename/create mix (``omdr``), then rename scaling."""
     profile = config.profile
     files = replace(base, generator="omfc", volume=fso_flows.VOLUME, bucket=fso_flows.BUCKET,
                     dirs=profile.threads)
@@ -545,14 +546,17 @@ async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
                      connect, log, flow.name, "warm-up (keys)")
         await _phase(replace(files, duration_s=profile.warmup_s, prefix="warmup"),
                      connect, log, flow.name, "warm-up (files)")
-    obs_keys = await _phase(replace(base, duration_s=profile.measure_s, prefix="bench-obs"),
-                            connect, log, flow.name, "OBS keys")
+    obs_keys = await _phase(replace(base, duration_s=profile.measure_s / 2,
+                                    prefix="bench-obs"), connect, log, flow.name, "OBS keys")
     meter.start()
     measure = await _phase(replace(files, duration_s=profile.measure_s, prefix="bench",
                                    trace_path=dirs.traces / "client-freon.jsonl"),
                            connect, log, flow.name, "FSO files")
     cpu = meter.stop()
     found = FsoResults(obs_keys)
+    found.obs_keys_after = await _phase(
+        replace(base, duration_s=profile.measure_s / 2, prefix="bench-obs-after"),
+        connect, log, flow.name, "OBS keys again")
     mix_s = profile.mixed_s or profile.measure_s
     found.mix = await _phase(replace(files, generator="omdr", duration_s=mix_s, prefix="mix",
                                      percentage_rename=profile.fso_rename_pct),

@@ -2,8 +2,10 @@
 the engine's phases, and their part of ``summary.json``.
 
 An FSO flow runs, on one cluster: OBS key creates (``omkg``, the baseline of the same
-cluster in the same run), file creates (``omfc``: CreateFile + CommitKey, one
-directory per client), a directory rename/create mix (``omdr``), then **rename
+cluster in the same run) for half the measured time, file creates (``omfc``:
+CreateFile + CommitKey, one directory per client), OBS key creates again for the
+other half (files are compared with the mean of the two, so a machine whose speed
+drifts favours neither), a directory rename/create mix (``omdr``), then **rename
 scaling**: one rename at a time, alternately of a directory holding
 ``files_big`` files (generated offline into the seed, ``om freon generate --layout
 fso``) and of one holding ``files_small`` (created through the API), each renamed
@@ -99,6 +101,7 @@ class FsoResults:
     """What an FSO flow measured beside its headline (the file creates)."""
 
     obs_keys: FreonResult
+    obs_keys_after: FreonResult | None = None
     mix: FreonResult | None = None
     renames: RenameTimes | None = None
 
@@ -109,10 +112,15 @@ def _rate(result: FreonResult | None) -> float | None:
 
 def fso_summary(files: FreonResult | None, found: FsoResults,
                 phase: Callable[[FreonResult], dict[str, Any]]) -> dict[str, Any]:
-    """The ``fso`` part of a flow's summary: each phase, and files / OBS keys."""
-    obs, created = _rate(found.obs_keys), _rate(files)
+    """The ``fso`` part of a flow's summary: each phase, and files / OBS keys (the
+    mean of the OBS phases before and after the files)."""
+    rates = [r for r in (_rate(found.obs_keys), _rate(found.obs_keys_after)) if r is not None]
+    obs, created = statistics.mean(rates), _rate(files)
     return {
         "obs_keys": phase(found.obs_keys),
+        "obs_keys_after": None if found.obs_keys_after is None else phase(
+            found.obs_keys_after),
+        "obs_keys_write_requests_per_s": obs,
         "files_write_requests_per_s": created,
         "files_over_obs_keys": created / obs if created is not None and obs else None,
         "mix": None if found.mix is None else {
@@ -164,7 +172,7 @@ def render_fso(summary: dict[str, Any]) -> list[str]:
         mix = fso.get("mix") or {}
         rename = fso.get("rename") or {}
         lines.append(
-            f"{name}: OBS keys {_n(fso['obs_keys'].get('write_requests_per_s'))}, FSO files "
+            f"{name}: OBS keys {_n(fso.get('obs_keys_write_requests_per_s'))}, FSO files "
             f"{_n(fso['files_write_requests_per_s'])}, rename/create mix "
             f"{_n(mix.get('write_requests_per_s'))} write req/s; rename of a directory of "
             f"{rename.get('files_big', 0):,} files median {_n(rename.get('big_median_ms'), 2)}"

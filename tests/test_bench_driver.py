@@ -89,7 +89,9 @@ def test_the_fso_flows_write_their_phases_and_ratios(tmp_path: Path) -> None:
         fso = flow["fso"]
         assert fso["obs_keys"]["generator"] == "omkg"
         assert fso["obs_keys"]["ok_writes"] > 0
-        assert fso["files_over_obs_keys"] > 0
+        assert fso["obs_keys_after"]["ok_writes"] > 0
+        assert fso["files_over_obs_keys"] == pytest.approx(
+            flow["write_requests_per_s"] / fso["obs_keys_write_requests_per_s"])
         assert fso["mix"]["generator"] == "omdr"
         assert fso["mix"]["failures"] == 0
         assert any(request.startswith("RenameKey OK") for request in fso["mix"]["requests"])
