@@ -546,17 +546,22 @@ async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
                      connect, log, flow.name, "warm-up (keys)")
         await _phase(replace(files, duration_s=profile.warmup_s, prefix="warmup"),
                      connect, log, flow.name, "warm-up (files)")
+    obs_cpu = []
+    meter.start()
     obs_keys = await _phase(replace(base, duration_s=profile.measure_s / 2,
                                     prefix="bench-obs"), connect, log, flow.name, "OBS keys")
+    obs_cpu.append(meter.stop())
     meter.start()
     measure = await _phase(replace(files, duration_s=profile.measure_s, prefix="bench",
                                    trace_path=dirs.traces / "client-freon.jsonl"),
                            connect, log, flow.name, "FSO files")
     cpu = meter.stop()
-    found = FsoResults(obs_keys)
+    found = FsoResults(obs_keys, obs_cpu=obs_cpu)
+    meter.start()
     found.obs_keys_after = await _phase(
         replace(base, duration_s=profile.measure_s / 2, prefix="bench-obs-after"),
         connect, log, flow.name, "OBS keys again")
+    obs_cpu.append(meter.stop())
     mix_s = profile.mixed_s or profile.measure_s
     found.mix = await _phase(replace(files, generator="omdr", duration_s=mix_s, prefix="mix",
                                      percentage_rename=profile.fso_rename_pct),

@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.freon import FreonResult
 from bench.generators import make_directories
+from bench.roles import LEADER_SERVER, per_role
 from bench.session import RequestCaller, RequestFailed, Session, ensure_bucket
 from bench.traces import ClientTrace
 from om.client import requests as build
@@ -104,6 +105,21 @@ class FsoResults:
     obs_keys_after: FreonResult | None = None
     mix: FreonResult | None = None
     renames: RenameTimes | None = None
+    # CpuMeter.stop() of each OBS phase (the files phase's is the flow's own)
+    obs_cpu: list[dict[str, dict[str, float]]] = field(default_factory=list)
+
+
+def _leader_us_per_write(results: list[FreonResult], cpu: list[dict[str, dict[str, float]]],
+                         leader: str) -> float | None:
+    """The leader server's CPU µs per acknowledged write over these phases."""
+    spent = writes = 0.0
+    for result, use in zip(results, cpu, strict=False):
+        roles = per_role({label: u["cpu"] for label, u in use.items()}, leader,
+                         result.duration_s, result.ok_writes)
+        if LEADER_SERVER in roles:
+            spent += roles[LEADER_SERVER] * result.ok_writes
+            writes += result.ok_writes
+    return spent / writes if writes else None
 
 
 def _rate(result: FreonResult | None) -> float | None:
@@ -111,12 +127,21 @@ def _rate(result: FreonResult | None) -> float | None:
 
 
 def fso_summary(files: FreonResult | None, found: FsoResults,
-                phase: Callable[[FreonResult], dict[str, Any]]) -> dict[str, Any]:
+                phase: Callable[[FreonResult], dict[str, Any]], leader: str | None,
+                files_leader_us: float | None) -> dict[str, Any]:
     """The ``fso`` part of a flow's summary: each phase, and files / OBS keys (the
-    mean of the OBS phases before and after the files)."""
+    mean of the OBS phases before and after the files); on a cluster, the leader
+    server's CPU per write in the OBS phases and in the files phase
+    (``files_leader_us``), whose inverse ratio is files / OBS keys where the leader's
+    CPU is the only limit (a figure the machine's noise moves less than throughput)."""
     rates = [r for r in (_rate(found.obs_keys), _rate(found.obs_keys_after)) if r is not None]
     obs, created = statistics.mean(rates), _rate(files)
+    obs_phases = [r for r in (found.obs_keys, found.obs_keys_after) if r is not None]
+    obs_leader_us = (None if leader is None else
+                     _leader_us_per_write(obs_phases, found.obs_cpu, leader))
     return {
+        "leader_cpu_us_per_write": {"obs_keys": obs_leader_us, "files": files_leader_us},
+        "files_over_obs_keys_by_leader_cpu": _ratio(obs_leader_us, files_leader_us),
         "obs_keys": phase(found.obs_keys),
         "obs_keys_after": None if found.obs_keys_after is None else phase(
             found.obs_keys_after),
@@ -144,6 +169,9 @@ def fso_ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
             continue
         key = name.replace("-", "_")
         found[f"{key}_files_over_obs_keys"] = fso["files_over_obs_keys"]
+        if fso.get("files_over_obs_keys_by_leader_cpu") is not None:
+            found[f"{key}_files_over_obs_keys_by_leader_cpu"] = fso[
+                "files_over_obs_keys_by_leader_cpu"]
         rename = fso.get("rename") or {}
         found[f"{key}_rename_big_over_small"] = rename.get("big_over_small")
     for top, bottom in LOCK_PAIRS:
@@ -171,13 +199,15 @@ def render_fso(summary: dict[str, Any]) -> list[str]:
             continue
         mix = fso.get("mix") or {}
         rename = fso.get("rename") or {}
+        leader_us = fso.get("leader_cpu_us_per_write") or {}
         lines.append(
             f"{name}: OBS keys {_n(fso.get('obs_keys_write_requests_per_s'))}, FSO files "
             f"{_n(fso['files_write_requests_per_s'])}, rename/create mix "
             f"{_n(mix.get('write_requests_per_s'))} write req/s; rename of a directory of "
             f"{rename.get('files_big', 0):,} files median {_n(rename.get('big_median_ms'), 2)}"
             f" ms, of {rename.get('files_small', 0):,} files "
-            f"{_n(rename.get('small_median_ms'), 2)} ms")
+            f"{_n(rename.get('small_median_ms'), 2)} ms; leader server CPU per write: OBS "
+            f"keys {_n(leader_us.get('obs_keys'))} us, files {_n(leader_us.get('files'))} us")
     return lines
 
 

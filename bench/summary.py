@@ -135,7 +135,9 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     if flow.failover is not None:
         summary["failover"] = flow.failover.summary()
     if flow.fso is not None:
-        summary["fso"] = fso_summary(flow.measure, flow.fso, _phase)
+        summary["fso"] = fso_summary(flow.measure, flow.fso, _phase,
+                                     None if flow.leader == IN_PROCESS else flow.leader,
+                                     summary.get("cpu_us_per_write", {}).get(LEADER_SERVER))
     return summary
 
 

@@ -60,21 +60,22 @@ _PATHS = {
 }
 
 
-def _slot(bucket_id: int, parent_id: int, name: str, mode: Mode) -> LockRequest:
-    return LockRequest(Level.SLOT, f"{bucket_id}/{parent_id}/{name}", mode)
+# enum members looked up once (a plan is built for every FSO write)
+_SLOT, _READ, _WRITE = Level.SLOT, Mode.READ, Mode.WRITE
 
 
 def _path_locks(resolved: Resolved) -> list[LockRequest]:
     """Shared slots of the ancestors found, the exclusive slot of the first name below
-    them (the leaf, or the first missing directory)."""
+    them (the leaf, or the first missing directory). Each slot has another parent, so
+    no resource is named twice."""
     bucket_id = resolved.ids.bucket_id
     locks: list[LockRequest] = []
     parent_id = bucket_id
     for name, found in zip(resolved.parts, resolved.parents, strict=False):
-        locks.append(_slot(bucket_id, parent_id, name, Mode.READ))
+        locks.append(LockRequest(_SLOT, f"{bucket_id}/{parent_id}/{name}", _READ))
         parent_id = found.object_id
     target = resolved.parts[len(resolved.parents)]
-    locks.append(_slot(bucket_id, parent_id, target, Mode.WRITE))
+    locks.append(LockRequest(_SLOT, f"{bucket_id}/{parent_id}/{target}", _WRITE))
     return locks
 
 
@@ -121,6 +122,8 @@ def plan_fs(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
         resolved = resolve(view, ids, parts)
         planned[(body.volume, body.bucket, path)] = (bucket, resolved)
         locks.extend(_path_locks(resolved))
+    if len(names) == 1:   # the bucket and one path's slots: no resource twice
+        return tuple(sorted(locks)), planned
     return _in_order(locks), planned
 
 
