@@ -23,6 +23,11 @@ shape: ``bench/etcd``), the driver:
    ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up stays out);
 5. writes freon's report (``freon-measure.txt``/``.json``).
 
+The FSO flows (``--profile fso``: ``fso`` and ``fso-bucket``, one ``[fso]
+lock_plan`` apart) replace step 3 with ``run_fso_phases`` (``bench/fso.py``) and start
+from their own seed, ``OUT/seed-fso/db``: the ``keys`` namespace if any and the
+directory of ``fso_files_big`` files the rename measurement renames.
+
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
 its error and the others still run; the etcd flow is recorded as skipped, with
 the reason, where etcd or Go cannot be had (Ctrl-C stops the run; clusters are still
