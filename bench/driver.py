@@ -23,6 +23,11 @@ shape: ``bench/etcd``), the driver:
    ``OUT/<flow>/traces/server-<id>.jsonl`` (warm-up stays out);
 5. writes freon's report (``freon-measure.txt``/``.json``).
 
+The FSO flows (``--profile fso``: ``fso`` and ``fso-bucket``, one ``[fso]
+lock_plan`` apart) replace step 3 with ``run_fso_phases`` (``bench/fso.py``) and start
+from their own seed, ``OUT/seed-fso/db``: the ``keys`` namespace if any and the
+directory of ``fso_files_big`` files the rename measurement renames.
+
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
 its error and the others still run; the etcd flow is recorded as skipped, with
 the reason, where etcd or Go cannot be had (Ctrl-C stops the run; clusters are still
@@ -49,11 +54,13 @@ from typing import Any
 import uvloop
 
 from bench import etcd, failover, freon
+from bench import fso as fso_flows
 from bench.ceiling import InProcessCaller, in_process_node
 from bench.clusters import traced_cluster
 from bench.etcd import EtcdUnavailable
 from bench.failover import FailoverResult
 from bench.freon import FreonConfig, FreonResult
+from bench.fso import FsoResults
 from bench.machine import CpuMeter, children, command_line, rss_mb
 from bench.manifest import build_manifest, write_json
 from bench.progress import StepLog
@@ -87,7 +94,14 @@ class Profile:
     mixed_list_pct: int = 10
     failover_trials: int = 0   # kill -9 of the leader, after the leader flow's phases
     connections: int = 1       # client connections per node the load is spread over
-    flows: tuple[str, ...] = ()  # the flows run by default (empty: every flow but scaling's)
+    flows: tuple[str, ...] = ()  # the flows run by default (empty: every flow but scaling's
+    #                              and the FSO flows')
+    # The FSO flows (bench/fso.py): files in the seeded directory that is renamed against
+    # one of fso_files_small; renames of each; renames in the rename/create mix (%).
+    fso_files_big: int = 100_000
+    fso_files_small: int = 10
+    fso_renames: int = 30
+    fso_rename_pct: int = 25
 
 
 PROFILES: dict[str, Profile] = {
@@ -97,7 +111,11 @@ PROFILES: dict[str, Profile] = {
                     half_load_s=30.0, failover_trials=10),
     # For tests: a couple of seconds per flow.
     "smoke": Profile("smoke", warmup_s=0.3, measure_s=1.5, threads=8, mixed_s=0.5,
-                     half_load_s=0.5, failover_trials=1),
+                     half_load_s=0.5, failover_trials=1, fso_files_big=200, fso_renames=3),
+    # File-system buckets: OBS keys, files, a rename/create mix and rename scaling, with
+    # the object-id locks and with Ozone mainline's bucket lock (bench/fso.py).
+    "fso": Profile("fso", warmup_s=2.0, measure_s=15.0, threads=64, mixed_s=15.0,
+                   flows=("fso", "fso-bucket")),
     # Where the cores go as workers are added: one node, then three, with 1, 2 and 4
     # front workers, the load spread over 8 connections per node.
     "scaling": Profile("scaling", warmup_s=2.0, measure_s=12.0, threads=64, connections=8,
@@ -118,6 +136,7 @@ class FlowSpec:
     failover: bool = False      # measure failover on its cluster (bench/failover)
     nodes: int = 0              # 0: the profile's
     workers: int = 0            # front workers per node (0: the product's default)
+    fso: bool = False           # the file-system phases (bench/fso.py) instead of omkg's
 
 
 FLOWS: tuple[FlowSpec, ...] = (
@@ -135,10 +154,15 @@ FLOWS: tuple[FlowSpec, ...] = (
     FlowSpec("leader-w1", workers=1),
     FlowSpec("leader-w2", workers=2),
     FlowSpec("leader-w4", workers=4),
+    # the fso profile's: one setting apart ([fso] lock_plan, om/config.py)
+    FlowSpec("fso", fso=True, extra_toml='\n[fso]\nlock_plan = "object-id"\n'),
+    FlowSpec("fso-bucket", fso=True, extra_toml='\n[fso]\nlock_plan = "bucket"\n'),
 )
 FLOW_NAMES = tuple(f.name for f in FLOWS)
 SCALING_FLOWS = PROFILES["scaling"].flows
-DEFAULT_FLOWS = tuple(name for name in FLOW_NAMES if name not in SCALING_FLOWS)
+FSO_FLOWS = PROFILES["fso"].flows
+DEFAULT_FLOWS = tuple(name for name in FLOW_NAMES
+                      if name not in SCALING_FLOWS and name not in FSO_FLOWS)
 
 
 @dataclass(frozen=True)
@@ -217,6 +241,7 @@ class Phases:
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     failover: FailoverResult | None = None
     elections: int | None = None   # terms that began while the load ran (0: none)
+    fso: FsoResults | None = None  # an FSO flow's other phases (bench/fso.py)
 
 
 def select_flows(names: list[str]) -> tuple[FlowSpec, ...]:
@@ -233,16 +258,19 @@ def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
     flow_configs = {f.name: {**asdict(f), "nodes": _nodes(config, f)} for f in config.flows}
     write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
     seed = generate_seed(config, log)
+    fso_seed = generate_fso_seed(config, log)
     measurements: list[FlowMeasurement] = []
     for number, flow in enumerate(config.flows, 1):
         log.step(f"flow {number}/{len(config.flows)}: {flow.name}")
-        measurements.append(run_flow(config, flow, log, seed))
+        measurements.append(run_flow(config, flow, log, fso_seed if flow.fso else seed))
         cluster_toml = FlowDirs.of(config.out, flow.name).cluster / "cluster.toml"
         if cluster_toml.exists():
             flow_configs[flow.name]["cluster_toml"] = cluster_toml.read_text()
     run = config.describe()
     if seed is not None:
         run["preload"] = seed.describe()
+    if fso_seed is not None:
+        run["fso_preload"] = fso_seed.describe()
     summary = build_summary(measurements, run)
     write_json(config.out / "summary.json", summary)
     write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
@@ -282,6 +310,29 @@ def generate_seed(config: BenchConfig, log: StepLog) -> Seed | None:
     bar.close(result.keys, 0)
     log.step(f"preload: {result.keys:,} keys in {result.seconds:.1f} s "
              f"({result.keys_per_s:,.0f} keys/s, {result.batches} write batches)")
+    return Seed(root / "db", result)
+
+
+def generate_fso_seed(config: BenchConfig, log: StepLog) -> Seed | None:
+    """The seed of the FSO flows (None when none runs): the ``--keys`` namespace if
+    any, and ``fso_files_big`` files in one directory of an FSO bucket, the directory
+    the rename measurement renames (``bench/fso.py``)."""
+    files = config.profile.fso_files_big
+    if not any(flow.fso for flow in config.flows) or not files:
+        return None
+    root = config.out / "seed-fso"
+    if root.exists():
+        shutil.rmtree(root)
+    big = fso_flows.rename_namespace(files, USER)
+    namespaces = [big]
+    if config.keys:
+        namespaces.insert(0, preload.Namespace(keys=config.keys, volume=config.volume,
+                                               bucket=config.bucket, prefix="preload",
+                                               user=USER))
+    log.step(f"FSO preload: {files:,} files in /{big.volume}/{big.bucket}/{big.prefix}"
+             f"{f' and {config.keys:,} keys' if config.keys else ''} into {root / 'db'}")
+    result = preload.generate_into(root / "db", namespaces[0], more=namespaces[1:])
+    log.step(f"FSO preload: {result.keys:,} keys and files in {result.seconds:.1f} s")
     return Seed(root / "db", result)
 
 
@@ -327,7 +378,8 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
     return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
                            preloaded, leader, cpu=phases.cpu,
                            half_load=phases.half_load, durable=_durable(config, flow),
-                           failover=phases.failover, elections=phases.elections)
+                           failover=phases.failover, elections=phases.elections,
+                           fso=phases.fso)
 
 
 def _durable(config: BenchConfig, flow: FlowSpec) -> bool:
@@ -430,7 +482,14 @@ def _failover(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
 async def _in_process(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
                       log: StepLog) -> Phases:
     log.step(f"{flow.name}: in-process node (no RPC, no Raft) in {dirs.data}")
-    async with in_process_node(dirs.data, dirs.raw / "server-om1.jsonl", flow.name) as node:
+    server_config = None
+    if flow.extra_toml:   # as a cluster node would read it, RocksDB not synced
+        toml = dirs.root / "node.toml"
+        toml.write_text(flow.extra_toml)
+        loaded = om_config.load(toml)
+        server_config = replace(loaded, raft=replace(loaded.raft, fsync=False))
+    async with in_process_node(dirs.data, dirs.raw / "server-om1.jsonl", flow.name,
+                               server_config) as node:
         meter = CpuMeter({CLIENT_PROCESS: os.getpid()})
         phases = await run_phases(config, flow, dirs, lambda: InProcessCaller(node), log, meter)
         rss = rss_mb(os.getpid())
@@ -451,6 +510,8 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
     profile = config.profile
     base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT, threads=profile.threads,
                        volume=config.volume, bucket=config.bucket, flow=flow.name)
+    if flow.fso:
+        return await run_fso_phases(config, flow, dirs, connect, log, meter, base)
     if profile.warmup_s > 0:
         await _phase(replace(base, duration_s=profile.warmup_s, prefix="warmup"),
                      connect, log, flow.name, "warm-up")
@@ -473,6 +534,53 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
             trace_path=dirs.mixed / "traces" / "client-freon.jsonl")
         mixed = await _phase(mixed_config, connect, log, flow.name, "mixed")
     return Phases(measure, mixed, half_load, cpu=cpu)
+
+
+async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
+                         connect: Connect, log: StepLog, meter: CpuMeter,
+                         base: FreonConfig) -> Phases:
+    """An FSO flow (``bench/fso.py``): warm-up (keys, then files), OBS keys (``omkg``)
+    for half the measured time, files (``omfc``, one directory per operation in
+    flight; the headline, traced and metered), OBS keys for the other half, the
+    rename/create mix (``omdr``), then rename scaling."""
+    profile = config.profile
+    files = replace(base, generator="omfc", volume=fso_flows.VOLUME, bucket=fso_flows.BUCKET,
+                    dirs=profile.threads)
+    if profile.warmup_s > 0:
+        await _phase(replace(base, duration_s=profile.warmup_s, prefix="warmup"),
+                     connect, log, flow.name, "warm-up (keys)")
+        await _phase(replace(files, duration_s=profile.warmup_s, prefix="warmup"),
+                     connect, log, flow.name, "warm-up (files)")
+    obs_cpu = []
+    meter.start()
+    obs_keys = await _phase(replace(base, duration_s=profile.measure_s / 2,
+                                    prefix="bench-obs"), connect, log, flow.name, "OBS keys")
+    obs_cpu.append(meter.stop())
+    meter.start()
+    measure = await _phase(replace(files, duration_s=profile.measure_s, prefix="bench",
+                                   trace_path=dirs.traces / "client-freon.jsonl"),
+                           connect, log, flow.name, "FSO files")
+    cpu = meter.stop()
+    found = FsoResults(obs_keys, obs_cpu=obs_cpu)
+    meter.start()
+    found.obs_keys_after = await _phase(
+        replace(base, duration_s=profile.measure_s / 2, prefix="bench-obs-after"),
+        connect, log, flow.name, "OBS keys again")
+    obs_cpu.append(meter.stop())
+    mix_s = profile.mixed_s or profile.measure_s
+    found.mix = await _phase(replace(files, generator="omdr", duration_s=mix_s, prefix="mix",
+                                     percentage_rename=profile.fso_rename_pct),
+                             connect, log, flow.name, "rename/create mix")
+    if profile.fso_files_big and profile.fso_renames:
+        log.step(f"{flow.name}: rename scaling, {profile.fso_renames} renames each of a "
+                 f"directory of {profile.fso_files_big:,} files and of "
+                 f"{profile.fso_files_small:,}")
+        found.renames = await fso_flows.measure_renames(
+            connect, profile.fso_files_big, profile.fso_files_small, profile.fso_renames)
+        rename = found.renames.summary()
+        log.step(f"{flow.name}: rename medians {rename['big_median_ms']} ms (big) and "
+                 f"{rename['small_median_ms']} ms (small)")
+    return Phases(measure, cpu=cpu, fso=found)
 
 
 async def _phase(config: FreonConfig, connect: Connect, log: StepLog, flow: str,

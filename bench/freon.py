@@ -27,6 +27,8 @@ from typing import Any
 
 from bench.generators import (
     BucketGenerator,
+    DirectoryMixGenerator,
+    FileGenerator,
     Generator,
     KeyGenerator,
     ReadWriteListGenerator,
@@ -61,9 +63,13 @@ class FreonConfig:
     trace_path: Path | None = None
     label: str = ""
     rate: float | None = None
+    dirs: int = 64               # omfc, omdr: directories the operations are spread over
+    percentage_rename: int = 25  # omdr: renames; the rest create directories
 
     def __post_init__(self) -> None:
         assert self.count >= 0
+        assert self.dirs > 0
+        assert 0 <= self.percentage_rename <= 100
         assert self.threads > 0
         assert self.rate is None or self.rate > 0
         assert self.duration_s is None or self.duration_s > 0
@@ -140,6 +146,11 @@ def make_generator(config: FreonConfig, prefix: str) -> Generator:
         return ReadWriteListGenerator(config.volume, config.bucket, prefix, config.size,
                                       config.percentage_read, config.percentage_list,
                                       min(key_range, UNBOUNDED_COUNT), config.max_list)
+    if config.generator == "omfc":
+        return FileGenerator(config.volume, config.bucket, prefix, config.size, config.dirs)
+    if config.generator == "omdr":
+        return DirectoryMixGenerator(config.volume, config.bucket, prefix,
+                                     config.percentage_rename, config.dirs)
     raise ValueError(f"unknown generator {config.generator!r}")
 
 

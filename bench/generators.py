@@ -1,22 +1,29 @@
-"""Freon's generators: what one operation of ``omkg``, ``ombg`` and ``ockrw`` does.
+"""Freon's generators: what one operation of ``omkg``, ``ombg``, ``ockrw``, ``omfc``
+and ``omdr`` does.
 
 Names follow ``ozone freon``: keys are ``<prefix>/<index>``, buckets
-``<prefix><index>``. Every generator's ``prepare`` creates what it needs
-(idempotently, untraced); ``operation(session, index)`` runs one timed
-operation and raises ``RequestFailed`` when a request of it fails.
+``<prefix><index>``; the file-system generators (``omfc``, ``omdr``) work in
+directories ``<prefix>/d<k>`` of a FILE_SYSTEM_OPTIMIZED bucket. Every
+generator's ``prepare`` creates what it needs (idempotently, untraced);
+``operation(session, index)`` runs one timed operation and raises
+``RequestFailed`` when a request of it fails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import string
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bench.session import RequestCaller, Session, ensure_bucket
+from bench.session import RequestCaller, RequestFailed, Session, ensure_bucket
+from bench.traces import ClientTrace
 from om.client import requests as build
+from om.executor.fs import FSO
 
-GENERATORS = ("omkg", "ombg", "ockrw")
+GENERATORS = ("omkg", "ombg", "ockrw", "omfc", "omdr")
+PREPARE_IN_FLIGHT = 64   # directories a file-system generator creates at once in prepare
 
 
 def random_prefix(length: int = 10) -> str:
@@ -115,3 +122,106 @@ class ReadWriteListGenerator:
                                                max_keys=self.max_list))
         else:
             await session.put_key(self.volume, self.bucket, key, self.size)
+
+
+async def make_directories(caller: RequestCaller, volume: str, bucket: str,
+                           paths: list[str]) -> None:
+    """CreateDirectory of each path (untraced), ``PREPARE_IN_FLIGHT`` at a time; one
+    that exists already is fine."""
+    session = Session(caller, ClientTrace.off())
+
+    async def make(path: str) -> None:
+        try:
+            await session.send(build.create_directory(volume, bucket, path))
+        except RequestFailed as failure:
+            if failure.status != "DIRECTORY_ALREADY_EXISTS":
+                raise
+
+    for first in range(0, len(paths), PREPARE_IN_FLIGHT):
+        await asyncio.gather(*(make(p) for p in paths[first:first + PREPARE_IN_FLIGHT]))
+
+
+def directory_name(prefix: str, slot: int) -> str:
+    """Directory ``slot`` of a file-system generator."""
+    return f"{prefix}/d{slot}"
+
+
+@dataclass(frozen=True)
+class FileGenerator:
+    """``omfc``: CreateFile + CommitKey of ``<prefix>/d<index % dirs>/<index>`` in a
+    file-system bucket, no data (as ``omkg`` is for keys). ``prepare`` creates the
+    bucket and the ``dirs`` directories, so the timed operations only create files;
+    with ``dirs`` = the operations in flight, the files in flight at any moment are
+    in (nearly always) different directories: each client in its own directory."""
+
+    volume: str
+    bucket: str
+    prefix: str
+    size: int
+    dirs: int
+    timer: str = "file-create"
+
+    def __post_init__(self) -> None:
+        assert self.dirs > 0
+
+    async def prepare(self, caller: RequestCaller) -> None:
+        await ensure_bucket(caller, self.volume, self.bucket, layout=FSO)
+        await make_directories(caller, self.volume, self.bucket,
+                               [directory_name(self.prefix, k) for k in range(self.dirs)])
+
+    async def operation(self, session: Session, index: int) -> None:
+        path = f"{directory_name(self.prefix, index % self.dirs)}/{index}"
+        await session.put_file(self.volume, self.bucket, path, self.size)
+
+
+@dataclass
+class DirectoryMixGenerator:
+    """``omdr``: directory renames and creates in a file-system bucket.
+
+    Operation ``index`` works on directory slot ``index % dirs``, whose directory is
+    ``<prefix>/d<slot>-<generation>``: ``percentage_rename`` per cent of operations
+    rename it to the next generation (RenameKey of a directory: one row, whatever it
+    holds), the rest create a subdirectory ``s<index>`` in it (CreateDirectory).
+    Operations on one slot run one after the other (the generator knows each slot's
+    current name, so every request names what exists); different slots run at once."""
+
+    volume: str
+    bucket: str
+    prefix: str
+    percentage_rename: int
+    dirs: int
+    seed: int | None = None
+    timer: str = "directory-rename-create"
+    chooser: random.Random = field(init=False, repr=False)
+    generations: list[int] = field(init=False, repr=False)
+    busy: list[asyncio.Lock] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.percentage_rename <= 100
+        assert self.dirs > 0
+        self.chooser = random.Random(self.seed)
+        self.generations = [0] * self.dirs
+        self.busy = [asyncio.Lock() for _ in range(self.dirs)]
+
+    def current(self, slot: int) -> str:
+        """The name directory ``slot`` has now."""
+        return f"{directory_name(self.prefix, slot)}-{self.generations[slot]}"
+
+    async def prepare(self, caller: RequestCaller) -> None:
+        await ensure_bucket(caller, self.volume, self.bucket, layout=FSO)
+        await make_directories(caller, self.volume, self.bucket,
+                               [self.current(k) for k in range(self.dirs)])
+
+    async def operation(self, session: Session, index: int) -> None:
+        slot = index % self.dirs
+        rename = self.chooser.randrange(100) < self.percentage_rename
+        async with self.busy[slot]:
+            name = self.current(slot)
+            if rename:
+                await session.send(build.rename_key(
+                    self.volume, self.bucket, name,
+                    f"{directory_name(self.prefix, slot)}-{self.generations[slot] + 1}"))
+                self.generations[slot] += 1
+            else:
+                await session.send(build.create_directory(self.volume, self.bucket,
+                                                          f"{name}/s{index}"))

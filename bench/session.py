@@ -109,9 +109,17 @@ class Session:
         session_id = opened.create_key.client_session_id
         await self.send(build.commit_key(volume, bucket, key, session_id, size))
 
+    async def put_file(self, volume: str, bucket: str, path: str, size: int) -> None:
+        """CreateFile then CommitKey, as an ``ofs`` client writes a file (no data)."""
+        opened = await self.send(build.create_file(volume, bucket, path, size))
+        session_id = opened.create_file.client_session_id
+        await self.send(build.commit_key(volume, bucket, path, session_id, size))
 
-async def ensure_bucket(caller: RequestCaller, volume: str, bucket: str | None) -> None:
-    """Creates ``volume`` and ``bucket`` unless they exist (idempotent, untraced)."""
+
+async def ensure_bucket(caller: RequestCaller, volume: str, bucket: str | None,
+                        layout: str = "") -> None:
+    """Creates ``volume`` and ``bucket`` (of ``layout``) unless they exist (idempotent,
+    untraced)."""
     session = Session(caller, ClientTrace.off())
     try:
         await session.send(build.create_volume(volume))
@@ -121,7 +129,7 @@ async def ensure_bucket(caller: RequestCaller, volume: str, bucket: str | None) 
     if bucket is None:
         return
     try:
-        await session.send(build.create_bucket(volume, bucket))
+        await session.send(build.create_bucket(volume, bucket, layout=layout))
     except RequestFailed as failure:
         if failure.status != "BUCKET_ALREADY_EXISTS":
             raise

@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.failover import FailoverResult
 from bench.freon import FreonResult
+from bench.fso import FsoResults, fso_ratios, fso_summary, render_fso
 from bench.roles import (
     ALL_SERVERS,
     ETCD_FOLLOWER,
@@ -75,6 +76,7 @@ class FlowMeasurement:
     skipped: str | None = None
     failover: FailoverResult | None = None
     elections: int | None = None
+    fso: FsoResults | None = None
 
 
 def ratio_name(numerator: str, denominator: str) -> str:
@@ -132,6 +134,10 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
         summary["half_load"] = _half_load(flow.half_load)
     if flow.failover is not None:
         summary["failover"] = flow.failover.summary()
+    if flow.fso is not None:
+        summary["fso"] = fso_summary(flow.measure, flow.fso, _phase,
+                                     None if flow.leader == IN_PROCESS else flow.leader,
+                                     summary.get("cpu_us_per_write", {}).get(LEADER_SERVER))
     return summary
 
 
@@ -169,6 +175,7 @@ def ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         bottom = flows.get(denominator, {}).get("write_requests_per_s")
         found[ratio_name(numerator, denominator)] = (
             top / bottom if top is not None and bottom else None)
+    found.update(fso_ratios(flows))
     return found
 
 
@@ -236,6 +243,9 @@ def render_table(summary: dict[str, Any]) -> str:
     lines.append("")
     lines += [f"{name:<28} {_number(value, 2)}" + ("x" if value is not None else "")
               for name, value in summary["ratios"].items()]
+    fso_lines = render_fso(summary)
+    if fso_lines:
+        lines += ["", *fso_lines]
     lines += ["", *render_roles(summary)]
     for name, flow in summary["flows"].items():
         found = flow.get("failover")

@@ -23,6 +23,9 @@ Example ``cluster.toml``::
 
     [auditor]
     periodic_interval_s = 86400.0   # the report-only auditor, daily, on followers; 0: off
+
+    [fso]
+    lock_plan = "object-id"         # or "bucket": Ozone mainline's lock, for comparison
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
 READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)
 WORKERS_MAX = 64
+# How the leader locks writes on file-system buckets (docs/FSO.md, *Locks*).
+FSO_LOCK_OBJECT_ID = "object-id"
+FSO_LOCK_BUCKET = "bucket"
+FSO_LOCK_PLANS = (FSO_LOCK_OBJECT_ID, FSO_LOCK_BUCKET)
 LIFETIME_PER_ROTATION_MAX = 1000   # om.executor.tokens keeps at most ~this many secret keys
 
 
@@ -214,6 +221,25 @@ class Purge:
 
 
 @dataclass(frozen=True)
+class Fso:
+    """File-system-optimized buckets (docs/FSO.md). ``lock_plan`` is what the leader
+    locks for a write on one (CreateDirectory, CreateFile, CreateKey, CommitKey,
+    DeleteKey, RenameKey):
+
+    * ``"object-id"`` (default): the bucket's read lock and slot locks keyed by
+      object ids (``om/gatekeeper/fs_locks.py``), so writes in unrelated directories
+      run in parallel.
+    * ``"bucket"``: the bucket's exclusive lock only, as Ozone mainline locks every
+      FSO write (``RegularBucketLockStrategy``): writes in one bucket run one at a
+      time. Correct, slower; kept to measure against (``om bench --profile fso``).
+
+    Only the leader flow locks; ``execution = "replicated"`` applies writes one at a
+    time whatever this says."""
+
+    lock_plan: str = FSO_LOCK_OBJECT_ID
+
+
+@dataclass(frozen=True)
 class Auditor:
     """The periodic report-only auditor (``om.integrity.periodic``), on followers only.
 
@@ -285,6 +311,7 @@ class ServerConfig:
     audit: Audit = field(default_factory=Audit)
     auditor: Auditor = field(default_factory=Auditor)
     purge: Purge = field(default_factory=Purge)
+    fso: Fso = field(default_factory=Fso)
     tls: Tls = field(default_factory=Tls)
     tokens: Tokens = field(default_factory=Tokens)
 
@@ -330,6 +357,9 @@ class ServerConfig:
         if self.purge.deleted_retention_s < 0 or self.purge.open_key_expire_s <= 0:
             raise ConfigError("[purge] deleted_retention_s must be >= 0 and "
                               "open_key_expire_s > 0")
+        if self.fso.lock_plan not in FSO_LOCK_PLANS:
+            raise ConfigError(f"[fso] lock_plan must be one of {FSO_LOCK_PLANS}, not "
+                              f"{self.fso.lock_plan!r}")
         if not 0 <= self.workers <= WORKERS_MAX:
             raise ConfigError(f"workers must be 0 (from the cores) to {WORKERS_MAX}, "
                               f"not {self.workers}")
@@ -454,7 +484,7 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
                           ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens),
-                          ("purge", Purge)):
+                          ("purge", Purge), ("fso", Fso)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

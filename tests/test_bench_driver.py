@@ -64,3 +64,54 @@ def test_etcdbench_records_become_a_freon_result(tmp_path: Path) -> None:
     assert result.write_latency.summary().max == 8.0
     assert result.failure_statuses == {"CLIENT_ERROR": 1}
     assert result.requests[("Put", "OK")] == 4
+
+
+def test_the_fso_flows_write_their_phases_and_ratios(tmp_path: Path) -> None:
+    """The fso profile's two flows, in-process (the same LeaderService, its lock plan
+    set by the flow's TOML): each runs OBS keys, files, the rename/create mix and the
+    rename measurement on the seeded directory; summary.json holds them and the ratios."""
+    profile = dataclasses.replace(driver.PROFILES["smoke"], warmup_s=0.1, measure_s=0.4,
+                                  mixed_s=0.4, threads=4, fso_files_big=50,
+                                  fso_files_small=3, fso_renames=2)
+    flows = tuple(dataclasses.replace(f, in_process=True) for f in driver.FLOWS
+                  if f.name in driver.FSO_FLOWS)
+    assert [f.name for f in flows] == ["fso", "fso-bucket"]
+    log = io.StringIO()
+    summary = driver.run_bench(driver.BenchConfig(out=tmp_path, profile=profile, flows=flows),
+                               StepLog(log))
+    assert summary["fso_preload"]["keys"] == 50
+    for name in ("fso", "fso-bucket"):
+        flow = summary["flows"][name]
+        assert "error" not in flow, flow.get("error")
+        assert flow["generator"] == "omfc"
+        assert flow["failures"] == 0
+        assert flow["write_requests_per_s"] > 0
+        fso = flow["fso"]
+        assert fso["obs_keys"]["generator"] == "omkg"
+        assert fso["obs_keys"]["ok_writes"] > 0
+        assert fso["obs_keys_after"]["ok_writes"] > 0
+        assert fso["files_over_obs_keys"] == pytest.approx(
+            flow["write_requests_per_s"] / fso["obs_keys_write_requests_per_s"])
+        assert fso["mix"]["generator"] == "omdr"
+        assert fso["mix"]["failures"] == 0
+        assert any(request.startswith("RenameKey OK") for request in fso["mix"]["requests"])
+        rename = fso["rename"]
+        assert (rename["files_big"], rename["files_small"], rename["renames_each"]) == (50, 3, 2)
+        assert rename["failures"] == {}
+        assert rename["big_over_small"] > 0
+    ratios = summary["ratios"]
+    for name in ("fso_over_fso_bucket_files", "fso_over_fso_bucket_mix",
+                 "fso_files_over_obs_keys", "fso_bucket_rename_big_over_small"):
+        assert (ratios[name] or 0) > 0, name
+    node_toml = (tmp_path / "fso-bucket" / "node.toml").read_text()
+    assert 'lock_plan = "bucket"' in node_toml
+    assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(
+        json.dumps(summary))
+    table = render_table(summary)
+    assert "fso-bucket: OBS keys" in table
+    assert "rename of a directory of 50 files" in table
+
+
+def test_the_fso_flows_are_not_in_the_default_run() -> None:
+    assert not set(driver.FSO_FLOWS) & set(driver.DEFAULT_FLOWS)
+    assert driver.select_flows(["fso-bucket", "fso"])[0].name == "fso"

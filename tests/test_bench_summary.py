@@ -9,6 +9,7 @@ import pytest
 from bench import driver
 from bench.failover import FailoverResult
 from bench.freon import FreonResult
+from bench.fso import FsoResults, RenameTimes
 from bench.stats import LatencyRecorder
 from bench.summary import FlowMeasurement, build_summary, ratios, render_table
 from om.cli import parser
@@ -136,3 +137,40 @@ def test_failover_is_summarised_and_printed() -> None:
     line = render_table(summary).splitlines()[-1]
     assert line.startswith("failover (leader)")
     assert "median 0.200 s, max 0.300 s" in line
+
+
+def _cpu(leader_percent: float) -> dict[str, dict[str, float]]:
+    use = {"om1": leader_percent, "om2": 10.0, "om3": 10.0, "om1-raft": 5.0, "om2-raft": 2.0,
+           "om3-raft": 2.0, "bench": 40.0}
+    return {label: {"cpu": cpu, "loop_demand": cpu, "thread_demand": cpu}
+            for label, cpu in use.items()}
+
+
+def test_fso_flows_ratios_and_leader_cpu_per_write() -> None:
+    """files / OBS keys uses the mean of the two OBS phases; the leader's CPU per write
+    in them (from their own CPU windows) against the files phase's; object ids over
+    the bucket lock; the rename medians."""
+    obs, after = result(2000, 1.0, []), result(1000, 1.0, [])
+    renames = RenameTimes(100_000, 10, [4.0, 5.0, 6.0], [4.0, 4.0, 5.0])
+    flows = [
+        FlowMeasurement("fso", result(1350, 1.0, []), cpu=_cpu(90.0), leader="om1",
+                        fso=FsoResults(obs, after, result(1200, 1.0, []), renames,
+                                       obs_cpu=[_cpu(60.0), _cpu(30.0)])),
+        FlowMeasurement("fso-bucket", result(150, 1.0, []), cpu=_cpu(20.0), leader="om1",
+                        fso=FsoResults(obs, after, result(100, 1.0, []), renames,
+                                       obs_cpu=[_cpu(60.0), _cpu(30.0)])),
+    ]
+    summary = build_summary(flows, {})
+    fso = summary["flows"]["fso"]["fso"]
+    assert fso["obs_keys_write_requests_per_s"] == pytest.approx(1500.0)
+    assert fso["files_over_obs_keys"] == pytest.approx(0.9)
+    assert fso["leader_cpu_us_per_write"]["obs_keys"] == pytest.approx(300.0)
+    assert fso["leader_cpu_us_per_write"]["files"] == pytest.approx(900_000 / 1350)
+    assert fso["files_over_obs_keys_by_leader_cpu"] == pytest.approx(300.0 / (900_000 / 1350))
+    assert fso["rename"]["big_over_small"] == pytest.approx(5.0 / 4.0)
+    found = summary["ratios"]
+    assert found["fso_over_fso_bucket_files"] == pytest.approx(9.0)
+    assert found["fso_over_fso_bucket_mix"] == pytest.approx(12.0)
+    assert found["fso_files_over_obs_keys"] == pytest.approx(0.9)
+    assert found["fso_bucket_rename_big_over_small"] == pytest.approx(1.25)
+    assert "leader server CPU per write: OBS keys 300 us" in render_table(summary)

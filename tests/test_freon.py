@@ -14,6 +14,7 @@ from bench.ceiling import InProcessCaller, in_process_node
 from bench.session import RequestCaller
 from bench.traces import client_request_problems, read_records
 from om.client import OMClient
+from om.client import requests as build
 from tests.processes import REPO, ServerProcess, free_port, om_command
 
 
@@ -134,3 +135,25 @@ def test_ockrw_without_a_bound_needs_a_range_and_no_server_exits_2() -> None:
                            "--timeout", "0.5")
     assert unreachable.returncode == 2
     assert "CLIENT_ERROR" in unreachable.stderr
+
+
+@pytest.mark.integration
+def test_omfc_and_omdr_create_files_and_rename_directories(server: ServerProcess) -> None:
+    files = om_freon("omfc", "-n", "60", "-t", "6", "--dirs", "6", "--om", server.address,
+                     "-p", "f")
+    assert files.returncode == 0, files.stderr
+    assert "file-create" in files.stdout
+    assert "Successful executions: 60" in files.stdout
+    assert "CreateFile OK: 60" in files.stdout
+    with OMClient([server.address]) as client:
+        listed = client.call(build.list_status("vol1", "fsobucket", "f/d1"))
+    assert len(listed.list_status.statuses) == 10, "file i in directory i mod 6"
+    mix = om_freon("omdr", "-n", "80", "-t", "8", "--dirs", "4", "--percentage-rename", "50",
+                   "--om", server.address, "-p", "m")
+    assert mix.returncode == 0, mix.stderr
+    assert "Failures: 0" in mix.stdout
+    assert "RenameKey OK" in mix.stdout
+    assert "CreateDirectory OK" in mix.stdout
+    bad = om_freon("omdr", "--percentage-rename", "101", "--om", "127.0.0.1:1")
+    assert bad.returncode == 2
+    assert "--percentage-rename" in bad.stderr

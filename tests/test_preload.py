@@ -23,6 +23,8 @@ from om.client import requests as build
 from om.client.errors import OMClientError
 from om.cluster import lifecycle as om_cluster
 from om.cluster import preload
+from om.executor.fs import FSO
+from om.integrity import fs_audit
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import object_id_for
@@ -163,3 +165,24 @@ def _check_served(client: OMClient, namespace: preload.Namespace) -> None:
     assert client.info_volume("vol1").used_namespace == 2
     with pytest.raises(OMClientError):
         client.lookup_key("vol1", "bucket1-1", "preload/0")   # in the other bucket
+
+
+def test_a_file_system_namespace_after_another_is_one_directory_of_files(
+        tmp_path: Path) -> None:
+    """``--layout fso``: ``<prefix>/<i>`` are files of one directory; a second namespace
+    (``more``) goes into the same database with managed indexes above the first's."""
+    first = preload.Namespace(keys=20, user="bench", batch_keys=7)
+    files = preload.Namespace(keys=30, volume="fsovol", bucket="fsb", prefix="big",
+                              layout=FSO, user="bench", batch_keys=7)
+    result = preload.generate_into(tmp_path / "db", first, more=[files])
+    assert (result.volumes, result.buckets, result.keys) == (2, 2, 50)
+    store = Store(tmp_path / "db")
+    try:
+        assert StateMachine(store).managed_index == result.managed_index == 2 + 2 + 2 * 50
+        directories = [om_pb2.DirectoryInfo.FromString(raw).name
+                       for _, raw in store.scan(om_pb2.DIRECTORY, b"", None, 100)]
+        assert directories == ["big"]
+        assert len(store.scan(om_pb2.FILE, b"", None, 100)) == 30
+        assert fs_audit.fs_problems(store) == []
+    finally:
+        store.close()

@@ -1,6 +1,6 @@
 """``om bench``: the leader flow against the old flow and the in-process ceiling.
 
-    om bench [--profile quick|full|scaling] [--out DIR] [--keys N]
+    om bench [--profile quick|full|scaling|fso] [--out DIR] [--keys N]
              [--flows leader,replicated,...] [--insecure]
 
 Starts a fresh local 3-node cluster per flow (127.0.0.1, free ports), drives
@@ -9,7 +9,11 @@ the same ``freon omkg`` load through each, and writes traces
 table at the end, and CPU per acknowledged write by role with one leader's
 projection to more cores (``bench/roles.py``). ``quick`` takes under three
 minutes on two cores; ``scaling`` runs one node and three nodes with 1, 2
-and 4 front workers, the load spread over 8 connections per node. Exits 1
+and 4 front workers, the load spread over 8 connections per node; ``fso``
+runs file-system buckets (OBS keys, then files, a directory rename/create mix
+and rename scaling on one cluster) with the object-id locks and with Ozone
+mainline's bucket lock (``[fso] lock_plan``), flows ``fso`` and ``fso-bucket``
+(``bench/fso.py``). Exits 1
 when a flow failed, 2 on a usage error.
 
 The OM clusters run secure, as ``om cluster up`` starts them (Raft secret,
@@ -31,7 +35,7 @@ from bench import driver
 from bench.progress import StepLog
 from bench.summary import render_table
 
-_VISIBLE_PROFILES = ("quick", "full", "scaling")
+_VISIBLE_PROFILES = ("quick", "full", "scaling", "fso")
 
 
 def register(commands: Any) -> None:
@@ -43,7 +47,8 @@ def register(commands: Any) -> None:
                    metavar="{" + ",".join(_VISIBLE_PROFILES) + "}",
                    help="quick: ~15 s of load per flow; full: longer, more concurrency, "
                         "and a mixed read/list phase; scaling: 1 and 3 nodes with 1, 2 and 4 "
-                        "front workers")
+                        "front workers; fso: file-system buckets, object-id locks against "
+                        "the bucket lock")
     p.add_argument("--out", type=Path, help="run directory (default bench-out/<time>)")
     p.add_argument("--keys", type=int, default=0,
                    help="namespace size: every node starts on a copy of a database with this "

@@ -2,6 +2,8 @@
 
     om freon omkg -n 100000 -t 64 [--om host:port[,host:port...] | --dir CLUSTER_DIR]
     om freon ockrw --duration 30 -t 64 -p KEYPREFIX --percentage-read 80 --percentage-list 10
+    om freon omfc --duration 30 -t 64 --dirs 64      # files in a file-system bucket
+    om freon omdr --duration 30 -t 64 --dirs 64 --percentage-rename 25
     om freon generate --data-dir DIR [--copy-to DIR ...] --volumes V --buckets B --keys N
 
 Presents the certificate of the cluster it targets (``--dir``, else the last
@@ -35,6 +37,7 @@ from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
 from om.cli.common import add_dir_flag, add_tls_flags, client_tls, target_addresses
+from om.cli.sh import layout_name
 from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
@@ -46,7 +49,11 @@ _HELP = {
     "omkg": "create keys (CreateKey + CommitKey, no data), like `ozone freon omkg`",
     "ombg": "create buckets, like `ozone freon ombg`",
     "ockrw": "read, write and list keys of one prefix, like `ozone freon ockrw`",
+    "omfc": "create files (CreateFile + CommitKey, no data) in DIRS directories of a "
+            "file-system bucket, like `ozone freon ommg --operation CREATE_FILE`",
+    "omdr": "rename and create directories in a file-system bucket (a mix)",
 }
+FS_BUCKET = "fsobucket"   # the file-system generators' default bucket (created FSO)
 
 
 def register(commands: Any) -> None:
@@ -62,6 +69,14 @@ def register(commands: Any) -> None:
             g.add_argument("-r", "--range", type=int, default=0, dest="key_range",
                            help="keys <prefix>/0 .. <prefix>/RANGE-1 are used (default: -n)")
             g.add_argument("--max-list-result", type=int, default=10, dest="max_list")
+        if name in ("omfc", "omdr"):
+            g.add_argument("--dirs", type=int, default=64,
+                           help="directories <prefix>/d<k> the operations are spread over "
+                                "(default 64)")
+            g.set_defaults(bucket=FS_BUCKET)
+        if name == "omdr":
+            g.add_argument("--percentage-rename", type=int, default=25, metavar="PCT",
+                           help="renames of a directory; the rest create one (default 25)")
         g.set_defaults(run=run)
     _register_generate(generators)
 
@@ -86,6 +101,9 @@ def _register_generate(generators: Any) -> None:
     g.add_argument("-b", "--bucket", default="bucket1",
                    help="the bucket's name, or the prefix of <bucket>-<j> with --buckets > 1")
     g.add_argument("-p", "--prefix", default="preload", help="keys are <prefix>/<index>")
+    g.add_argument("--layout", type=layout_name,
+                   help="the buckets' layout (fso: file-system buckets, the keys files "
+                        "<index> in directory <prefix>; default: the server's)")
     g.add_argument("--size", type=int, default=0, help="data size recorded per key, in bytes")
     g.add_argument("--user", default="", help="owner of the volumes and buckets "
                    "(default: the current user)")
@@ -110,7 +128,7 @@ def run_generate(args: argparse.Namespace) -> int:
         namespace = preload.Namespace(
             volumes=args.volumes, buckets=args.buckets, keys=args.keys, volume=args.volume,
             bucket=args.bucket, prefix=args.prefix, size=args.size, user=args.user,
-            batch_keys=args.batch_keys)
+            batch_keys=args.batch_keys, layout=args.layout or "")
     except ValueError as error:
         print(f"om freon generate: {error}", file=sys.stderr)
         return 2
@@ -180,13 +198,16 @@ def config_from(args: argparse.Namespace) -> freon.FreonConfig:
         raise ValueError("--range must be >= 0")
     if args.generator == "ockrw" and not key_range and count >= freon.UNBOUNDED_COUNT:
         raise ValueError("ockrw with --duration and no -n needs --range")
+    dirs, renames = getattr(args, "dirs", 64), getattr(args, "percentage_rename", 25)
+    if dirs < 1 or not 0 <= renames <= 100:
+        raise ValueError("--dirs must be >= 1 and --percentage-rename 0..100")
     return freon.FreonConfig(
         generator=args.generator, count=count, threads=args.threads,
         duration_s=args.duration, volume=args.volume, bucket=args.bucket, prefix=args.prefix,
         size=args.size, percentage_read=read, percentage_list=listed,
         key_range=key_range, max_list=getattr(args, "max_list", 10),
         flow=args.flow, trace_path=args.trace, label=f"freon {args.generator}",
-        rate=args.rate)
+        rate=args.rate, dirs=dirs, percentage_rename=renames)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -141,7 +141,7 @@ def _replication_options(parser: argparse.ArgumentParser) -> None:
                         help="replication factor: ONE or THREE")
 
 
-def _layout(text: str) -> str:
+def layout_name(text: str) -> str:
     """Ozone's bucket layout converter: fso, obs or a BucketLayout name, any case."""
     name = _LAYOUTS.get(text, text.upper())
     if name not in _LAYOUT_NAMES:
@@ -173,7 +173,7 @@ def _bucket_commands(parser: argparse.ArgumentParser) -> None:
     create = _command(actions, "create", do.bucket_create, "bucket", "create a bucket")
     create.add_argument("--user", "-u", dest="owner", metavar="USER",
                         help="its owner (default: you)")
-    create.add_argument("--layout", "-l", type=_layout,
+    create.add_argument("--layout", "-l", type=layout_name,
                         help="obs / OBJECT_STORE (the default: flat keys) or fso / "
                              "FILE_SYSTEM_OPTIMIZED (directories; om fs)")
     _quota_options(create)

@@ -77,7 +77,9 @@ class Namespace:
 
     Names: the volume ``volume`` (``<volume>-<i>`` when there are several), the
     bucket ``bucket`` in each (``<bucket>-<j>``), keys ``<prefix>/<index>`` with
-    one index over all buckets (freon's ``omkg`` names).
+    one index over all buckets (freon's ``omkg`` names). ``layout`` is the buckets'
+    (``fso``: file-system buckets, where ``<prefix>/<index>`` is file ``<index>`` in
+    directory ``<prefix>``, created with the first key; empty: the server's default).
     """
 
     volumes: int = 1
@@ -89,6 +91,7 @@ class Namespace:
     size: int = 0
     user: str = ""
     batch_keys: int = DEFAULT_BATCH_KEYS
+    layout: str = ""
 
     def __post_init__(self) -> None:
         if self.volumes < 1 or self.buckets < 1 or self.keys < 0:
@@ -259,7 +262,7 @@ def generate(store: Store, namespace: Namespace, clock: Clock = wall_clock_ms,
         chunk.run(build.create_volume(volume))
     chunk.write()
     for volume, bucket in namespace.bucket_names():
-        chunk.run(build.create_bucket(volume, bucket))
+        chunk.run(build.create_bucket(volume, bucket, layout=namespace.layout))
     chunk.write()
     written = 0
     for volume, bucket, key in namespace.key_names():
@@ -284,8 +287,11 @@ def _put_key(chunk: _Chunk, volume: str, bucket: str, key: str, size: int) -> No
 
 
 def generate_into(db_path: Path, namespace: Namespace, clock: Clock = wall_clock_ms,
-                  progress: Progress | None = None) -> GenerateResult:
-    """``generate`` into a new database at ``db_path``, closed (flushed) afterwards.
+                  progress: Progress | None = None,
+                  more: Sequence[Namespace] = ()) -> GenerateResult:
+    """``generate`` into a new database at ``db_path``, closed (flushed) afterwards;
+    then each namespace of ``more`` (other volumes) into the same database, its
+    managed indexes continuing; the result adds them up.
 
     Written without RocksDB's write-ahead log, which nothing needs: the
     checkpoint taken at the end flushes every memtable to synced files, and a
@@ -298,6 +304,12 @@ def generate_into(db_path: Path, namespace: Namespace, clock: Clock = wall_clock
     store = Store(scratch, wal=False)
     try:
         result = generate(store, namespace, clock, progress)
+        for other in more:
+            added = generate(store, other, clock)
+            result = GenerateResult(
+                result.volumes + added.volumes, result.buckets + added.buckets,
+                result.keys + added.keys, result.batches + added.batches,
+                added.managed_index, result.seconds + added.seconds)
         store.checkpoint(db_path)
     finally:
         store.close()

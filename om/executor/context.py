@@ -6,8 +6,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from om.executor.fs import Resolved
+from om.protocol import om_pb2
 from om.schema.ids import MANAGED_INDEX_MAX, object_id_for
 from om.schema.tables import TableId
+
+# (volume, bucket, path) -> the bucket's row and the path resolved in it
+Planned = Mapping[tuple[str, str, str], tuple[om_pb2.BucketInfo, Resolved]]
 
 
 class QuotaReservations(Protocol):
@@ -57,6 +62,10 @@ class ExecContext:
     ``groups`` maps users to their groups (the configured mapping; the first is
     the primary group), and ``certificate_groups`` are those the requester's client
     certificate adds (``user_groups``): a create gives the primary group its default ACL.
+    ``planned`` holds the paths of a file-system write that the leader resolved while
+    planning its locks, against the state it executes on (nothing was applied in
+    between: ``om/gatekeeper/fs_locks.py``); a handler uses one rather than resolving
+    the path again.
     """
 
     user: str
@@ -66,6 +75,7 @@ class ExecContext:
     limits: Limits = field(default_factory=Limits)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     certificate_groups: tuple[str, ...] = ()
+    planned: Planned = field(default_factory=dict)
 
     def user_groups(self, user: str) -> tuple[str, ...]:
         """The groups of ``user``: the mapping's, and the certificate's for the requester."""

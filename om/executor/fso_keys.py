@@ -69,6 +69,9 @@ def target(view: ReadView, volume: str, bucket: str, path: str, ctx: ExecContext
            what: str) -> Target:
     """Loads an FSO bucket (NOT_SUPPORTED_OPERATION for another layout) and resolves
     ``path`` in it (INVALID_KEY_NAME for a bad path)."""
+    planned = ctx.planned.get((volume, bucket, path))
+    if planned is not None:   # resolved by the lock plan on this very state
+        return Target(*planned)
     found = load_bucket(view, volume, bucket)
     require_fso(found, what)
     parts = components(path, ctx.limits.key_name_max_bytes)
@@ -207,7 +210,9 @@ def rename_key(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecord
     """RenameKey on an FSO bucket: one row moves, a file's or a whole directory's."""
     body = request.rename_key
     source = target(view, body.volume, body.bucket, body.key, ctx, "RenameKey").resolved
-    dest = resolve(view, source.ids, components(body.to_key, ctx.limits.key_name_max_bytes))
+    planned = ctx.planned.get((body.volume, body.bucket, body.to_key))
+    dest = planned[1] if planned is not None else resolve(
+        view, source.ids, components(body.to_key, ctx.limits.key_name_max_bytes))
     moving: Entry
     if source.complete and source.leaf_file is not None:
         moving = source.leaf_file

@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from om.config import READ_LINEARIZABLE
+from om.config import FSO_LOCK_OBJECT_ID, READ_LINEARIZABLE
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
-from om.executor.context import Limits
+from om.executor.context import Limits, Planned
 from om.executor.errors import OMError
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch, error_response
@@ -46,7 +46,7 @@ from om.flows.template import (
     wall_clock_ms,
 )
 from om.gatekeeper.authorize import AclPolicy
-from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs_locks
+from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs
 from om.gatekeeper.lock_plan import LockRequest, plan_locks
 from om.gatekeeper.retry_cache import RetryCache, RetryCacheConfig, StoredReply, expired_row_deletes
 from om.observe.audit import AuditSink
@@ -77,6 +77,7 @@ class LeaderConfig:
     retry_cache_enabled: bool = True
     read_mode: str = READ_LINEARIZABLE
     purge: PurgeConfig = field(default_factory=PurgeConfig)
+    fso_lock_plan: str = FSO_LOCK_OBJECT_ID   # [fso] lock_plan: "object-id" or "bucket"
 
 
 class LeaderService(RequestService):
@@ -150,20 +151,23 @@ class LeaderService(RequestService):
         self.retry_cache.begin(write.key)
         self._lock_and_execute(write, replans=0)
 
-    def _plan(self, request: om_pb2.OMRequest) -> tuple[tuple[LockRequest, ...], bool]:
-        """The request's lock plan, and whether it was resolved against applied state
-        (a file-system bucket's, ``om/gatekeeper/fs_locks.py``) and so must be checked
-        again after a wait."""
-        resolved = plan_fs_locks(request, self._store, self._limits.key_name_max_bytes)
+    def _plan(self, request: om_pb2.OMRequest) -> tuple[tuple[LockRequest, ...], Planned | None]:
+        """The request's lock plan and, when it was resolved against applied state (a
+        file-system bucket's, ``om/gatekeeper/fs_locks.py``) and so must be checked
+        again after a wait, the paths it resolved (for the handler, if it executes at
+        once); None otherwise."""
+        resolved = plan_fs(request, self._store, self._limits.key_name_max_bytes,
+                           self.config.fso_lock_plan)
         if resolved is not None:
-            return resolved, True
-        return plan_locks(request), False
+            return resolved
+        return plan_locks(request), None
 
     def _lock_and_execute(self, write: Write, replans: int) -> None:
-        plan, resolved = self._plan(write.request)
+        plan, planned = self._plan(write.request)
         owner = self.locks.begin(plan)
+        resolved = planned is not None
         if owner.granted:   # nothing was applied since the plan: it stands
-            self._execute(write, owner)
+            self._execute(write, owner, planned)
         else:
             self.spawn(self._execute_when_granted(write, owner, resolved, replans))
 
@@ -182,18 +186,21 @@ class LeaderService(RequestService):
                 f"OM:{self.node_id} is shutting down; retry"), None)
             raise
         write.trace.lock_wait_ns += time.perf_counter_ns() - started
-        if resolved and self._plan(write.request)[0] != owner.plan:
-            self.locks.release(owner)   # what the path names moved meanwhile: plan again
-            if replans < REPLAN_MAX:
-                self._lock_and_execute(write, replans + 1)
-            else:
-                self._end_write(write, error_response(
-                    write.request, om_pb2.TIMEOUT, f"the path kept changing under "
-                    f"{REPLAN_MAX} lock plans; retry"), None)
-            return
-        self._execute(write, owner)
+        planned = None
+        if resolved:
+            plan, planned = self._plan(write.request)
+            if plan != owner.plan:
+                self.locks.release(owner)   # what the path names moved meanwhile: plan again
+                if replans < REPLAN_MAX:
+                    self._lock_and_execute(write, replans + 1)
+                else:
+                    self._end_write(write, error_response(
+                        write.request, om_pb2.TIMEOUT, f"the path kept changing under "
+                        f"{REPLAN_MAX} lock plans; retry"), None)
+                return
+        self._execute(write, owner, planned)
 
-    def _execute(self, write: Write, owner: LockOwner) -> None:
+    def _execute(self, write: Write, owner: LockOwner, planned: Planned | None = None) -> None:
         """Steps 2-3 under the write's locks; the locks stay held until its batch
         settles (``_settled``), or are released here when nothing was queued."""
         request, trace = write.request, write.trace
@@ -204,7 +211,7 @@ class LeaderService(RequestService):
                 self._end_write(write, not_leader_response(request, self.node_id, role), None)
                 return
             index = self.managed_index.next()
-            ctx = self.context(request, index, self.clock_ms(), self.reservations)
+            ctx = self.context(request, index, self.clock_ms(), self.reservations, planned)
             recorder = ChangeRecorder()
             started = time.perf_counter_ns()
             response = dispatch(request, self._store, recorder, ctx)

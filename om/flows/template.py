@@ -53,7 +53,13 @@ from typing import Any
 from om.config import READ_LINEARIZABLE, READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor.change_recorder import ChangeRecorder
-from om.executor.context import ExecContext, Limits, NoReservations, QuotaReservations
+from om.executor.context import (
+    ExecContext,
+    Limits,
+    NoReservations,
+    Planned,
+    QuotaReservations,
+)
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.flows.read_rounds import ReadRound
@@ -440,13 +446,14 @@ class RequestService(abc.ABC):
         return role
 
     def context(self, request: om_pb2.OMRequest, managed_index: int, now_ms: int,
-                reservations: QuotaReservations | None = None) -> ExecContext:
+                reservations: QuotaReservations | None = None,
+                planned: Planned | None = None) -> ExecContext:
         """The ExecContext of one request (with the group mapping and the groups of the
         requester's certificate: a create gives the creator's primary group its default
-        ACL)."""
+        ACL; ``planned``: the paths its lock plan resolved on the state it executes on)."""
         return ExecContext(request.user, managed_index, now_ms,
                            reservations or NoReservations(), self._limits, self._acl.groups,
-                           tuple(request.groups))
+                           tuple(request.groups), planned or {})
 
     def authorize(self, request: om_pb2.OMRequest) -> None:
         """PERMISSION_DENIED unless the request's user may run it."""

@@ -29,10 +29,18 @@ and the locks taken in order. A write that got every lock at once executes at on
 nothing was applied in between. A write that waited re-plans once granted; if the
 plan changed (a rename or delete applied meanwhile moved what the path names), it
 releases everything and starts again (``REPLAN_MAX`` times, then TIMEOUT).
+
+**The bucket plan** (``[fso] lock_plan = "bucket"``): every one of these writes takes
+its bucket's exclusive lock and nothing else, as Ozone mainline locks FSO requests
+(``RegularBucketLockStrategy``); writes in one bucket then run one at a time, each
+holding the lock until it is applied. Kept as the baseline ``om bench --profile fso``
+measures the object-id plan against.
 """
 
 from __future__ import annotations
 
+from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID
+from om.executor.context import Planned
 from om.executor.errors import OMError
 from om.executor.fs import Resolved, components, ids_of, is_fso, resolve
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
@@ -52,29 +60,40 @@ _PATHS = {
 }
 
 
-def _slot(bucket_id: int, parent_id: int, name: str, mode: Mode) -> LockRequest:
-    return LockRequest(Level.SLOT, f"{bucket_id}/{parent_id}/{name}", mode)
+# enum members looked up once (a plan is built for every FSO write)
+_SLOT, _READ, _WRITE = Level.SLOT, Mode.READ, Mode.WRITE
 
 
 def _path_locks(resolved: Resolved) -> list[LockRequest]:
     """Shared slots of the ancestors found, the exclusive slot of the first name below
-    them (the leaf, or the first missing directory)."""
+    them (the leaf, or the first missing directory). Each slot has another parent, so
+    no resource is named twice."""
     bucket_id = resolved.ids.bucket_id
     locks: list[LockRequest] = []
     parent_id = bucket_id
     for name, found in zip(resolved.parts, resolved.parents, strict=False):
-        locks.append(_slot(bucket_id, parent_id, name, Mode.READ))
+        locks.append(LockRequest(_SLOT, f"{bucket_id}/{parent_id}/{name}", _READ))
         parent_id = found.object_id
     target = resolved.parts[len(resolved.parents)]
-    locks.append(_slot(bucket_id, parent_id, target, Mode.WRITE))
+    locks.append(LockRequest(_SLOT, f"{bucket_id}/{parent_id}/{target}", _WRITE))
     return locks
 
 
-def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView,
-                  key_name_max_bytes: int) -> tuple[LockRequest, ...] | None:
+def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
+                  lock_plan: str = FSO_LOCK_OBJECT_ID) -> tuple[LockRequest, ...] | None:
     """The plan of a write on a file-system bucket, in lock order; None for any other
     request (``om.gatekeeper.lock_plan.plan_locks`` plans it). A path the handler will
-    refuse locks the bucket only."""
+    refuse locks the bucket only. ``lock_plan`` ``"bucket"``: the bucket's exclusive
+    lock alone (see the module docstring)."""
+    found = plan_fs(request, view, key_name_max_bytes, lock_plan)
+    return None if found is None else found[0]
+
+
+def plan_fs(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
+            lock_plan: str = FSO_LOCK_OBJECT_ID
+            ) -> tuple[tuple[LockRequest, ...], Planned] | None:
+    """``plan_fs_locks``, with the paths it resolved (``ExecContext.planned``): valid
+    for an execution on the same state, i.e. at once (in the same turn of the loop)."""
     found = _PATHS.get(request.cmd_type)
     if found is None:
         return None
@@ -86,18 +105,26 @@ def plan_fs_locks(request: om_pb2.OMRequest, view: ReadView,
     bucket = om_pb2.BucketInfo.FromString(raw)
     if not is_fso(bucket):
         return None
+    if lock_plan == FSO_LOCK_BUCKET:
+        return (bucket_lock(body.volume, body.bucket, Mode.WRITE),), {}
     volume_raw = view.get(om_pb2.VOLUME, tables.volume_key(body.volume))
     locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
     if volume_raw is None:
-        return tuple(locks)
+        return tuple(locks), {}
     ids = ids_of(om_pb2.VolumeInfo.FromString(volume_raw), bucket)
+    planned: dict[tuple[str, str, str], tuple[om_pb2.BucketInfo, Resolved]] = {}
     for name in names:
+        path = getattr(body, name)
         try:
-            parts = components(getattr(body, name), key_name_max_bytes)
+            parts = components(path, key_name_max_bytes)
         except OMError:
-            return tuple(locks)   # the handler refuses the path, writing nothing
-        locks.extend(_path_locks(resolve(view, ids, parts)))
-    return _in_order(locks)
+            return tuple(locks), {}   # the handler refuses the path, writing nothing
+        resolved = resolve(view, ids, parts)
+        planned[(body.volume, body.bucket, path)] = (bucket, resolved)
+        locks.extend(_path_locks(resolved))
+    if len(names) == 1:   # the bucket and one path's slots: no resource twice
+        return tuple(sorted(locks)), planned
+    return _in_order(locks), planned
 
 
 def _in_order(locks: list[LockRequest]) -> tuple[LockRequest, ...]:

@@ -111,6 +111,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
         read_mode=config.read_mode,
         purge=PurgeConfig(config.purge.interval_s, config.purge.rows_max,
                           config.purge.deleted_retention_s, config.purge.open_key_expire_s),
+        fso_lock_plan=config.fso.lock_plan,
     )
 
 
