@@ -211,13 +211,16 @@ class Purge:
     """The leader's purges (om/flows/purge.py): deleted subtrees of file-system buckets,
     deletedTable rows ``deleted_retention_s`` after their deletion, open keys and files
     never committed ``open_key_expire_s`` after their creation (Ozone's
-    ``ozone.om.open.key.expire.threshold``, 7 days). Each kind: one step of at most
+    ``ozone.om.open.key.expire.threshold``, 7 days), multipart uploads never completed
+    ``multipart_expire_s`` after their initiate (Ozone's ``ozone.om.mpu.expire.threshold``,
+    30 days; their parts go to deletedTable). Each kind: one step of at most
     ``rows_max`` rows every ``interval_s`` while any waits."""
 
     interval_s: float = 1.0
     rows_max: int = 1000
     deleted_retention_s: float = 86_400.0
     open_key_expire_s: float = 7 * 86_400.0
+    multipart_expire_s: float = 30 * 86_400.0
 
 
 @dataclass(frozen=True)
@@ -354,9 +357,10 @@ class ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""
         if self.purge.interval_s <= 0 or self.purge.rows_max < 1:
             raise ConfigError("[purge] interval_s must be > 0 and rows_max >= 1")
-        if self.purge.deleted_retention_s < 0 or self.purge.open_key_expire_s <= 0:
-            raise ConfigError("[purge] deleted_retention_s must be >= 0 and "
-                              "open_key_expire_s > 0")
+        if (self.purge.deleted_retention_s < 0 or self.purge.open_key_expire_s <= 0
+                or self.purge.multipart_expire_s <= 0):
+            raise ConfigError("[purge] deleted_retention_s must be >= 0, "
+                              "open_key_expire_s and multipart_expire_s > 0")
         if self.fso.lock_plan not in FSO_LOCK_PLANS:
             raise ConfigError(f"[fso] lock_plan must be one of {FSO_LOCK_PLANS}, not "
                               f"{self.fso.lock_plan!r}")

@@ -385,6 +385,14 @@ RULES: dict[str, Rule] = {
                        ("bucket", "r"): f"DELETE KEY {_names(K)}",
                        ("bucket", "w"): f"CREATE KEY {_names('k2')}",
                        ("key", "d"): f"DELETE KEY {_names(K)}"}),
+    "InitiateMultiPartUpload": Rule(lambda _: build.initiate_multipart_upload(V, B, K),
+                                    {"volume": "r", "bucket": "w"},
+                                    {("volume", "r"): f"READ VOLUME {_names(K)}",
+                                     ("bucket", "w"): f"WRITE KEY {_names(K)}"}),
+    "ListMultipartUploads": Rule(lambda _: build.list_multipart_uploads(V, B),
+                                 {"volume": "r", "bucket": "l"},
+                                 {("volume", "r"): f"READ VOLUME {BKT}",
+                                  ("bucket", "l"): f"LIST BUCKET {BKT}"}),
     "AddAcl-volume": Rule(lambda _: build.add_acl(build.acl_object(V), acl("user:x:r")),
                           {"volume": "y"}, {("volume", "y"): f"WRITE_ACL VOLUME {VOL}"}),
     "GetAcl-volume": Rule(lambda _: build.get_acl(build.acl_object(V)), {"volume": "x"},
@@ -446,6 +454,11 @@ class TestEachRightIsEnforced:
         fs = set(FS_RULES) | {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
         administrators = {"AddUserCertificate", "RevokeUserCertificates",
                           "ListUserCertificates"}
+        # the requests about an upload in progress: tests/test_multipart.py (WRITE on the
+        # key, a part's commit on its open key; READ to list the parts); the leader's expiry
+        # needs no right
+        fs |= {"CommitMultiPartUpload", "CompleteMultiPartUpload", "AbortMultiPartUpload",
+               "ListMultiPartUploadParts", "AbortExpiredMultiPartUploads"}
         assert covered | {"CreateVolume", "ListVolume"} | tokens | fs | administrators == {
             k.name for k in KINDS.values()}
 

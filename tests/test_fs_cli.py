@@ -93,7 +93,12 @@ def test_paths_and_spelling() -> None:
                      delete_open_keys=om_pb2.DeleteOpenKeysRequest(
                          open_keys=[om_pb2.OpenKeyRef(table=om_pb2.OPEN_KEY, key=b"k")],
                          created_before_ms=1 << 62)),
-], ids=["PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"])
+    om_pb2.OMRequest(cmd_type=om_pb2.AbortExpiredMultiPartUploads,
+                     abort_expired_multipart_uploads=om_pb2.AbortExpiredMultiPartUploadsRequest(
+                         uploads=[om_pb2.MultipartUploadRef(volume="vol1", bucket="lake",
+                                                            key="k", upload_id="1")],
+                         created_before_ms=1 << 62)),
+], ids=["PurgeDirectories", "PurgeKeys", "DeleteOpenKeys", "AbortExpiredMultiPartUploads"])
 def test_a_client_may_not_send_the_leaders_purges(server: ServerProcess,
                                                   request_: om_pb2.OMRequest) -> None:
     with OMClient([server.address], user="alice") as client:

@@ -162,14 +162,24 @@ EVERY_REQUEST: list[tuple[str, Build]] = [
     ("LookupFile", lambda: build.lookup_file(V, B, "d/f")),
     ("GetFileStatus", lambda: build.get_file_status(V, B, "d")),
     ("ListStatus", lambda: build.list_status(V, B, "d")),
+    ("InitiateMultiPartUpload", lambda: build.initiate_multipart_upload(V, B, "k")),
+    ("CommitMultiPartUpload", lambda: build.commit_multipart_upload(V, B, "k", "1", 1, 2, 3)),
+    ("CompleteMultiPartUpload", lambda: build.complete_multipart_upload(V, B, "k", "1",
+                                                                        [(1, "")])),
+    ("AbortMultiPartUpload", lambda: build.abort_multipart_upload(V, B, "k", "1")),
+    ("ListMultiPartUploadParts", lambda: build.list_multipart_upload_parts(V, B, "k", "1")),
+    ("ListMultipartUploads", lambda: build.list_multipart_uploads(V, B)),
 ]
 # outside the namespace: tests/test_tokens.py
 TOKEN_REQUESTS = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
 # the leader's own, refused from clients: tests/test_purge.py, tests/test_fso.py
-INTERNAL_REQUESTS = {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
+INTERNAL_REQUESTS = {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys",
+                     "AbortExpiredMultiPartUploads"}
 OBS_READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey", "ListKeys",
              "GetAcl"}
 READS = OBS_READS | {"LookupFile", "GetFileStatus", "ListStatus"}
+# reads about uploads in progress: tests/test_multipart.py
+MULTIPART_READS = {"ListMultiPartUploadParts", "ListMultipartUploads"}
 # outside the namespace too: tests/test_user_certificates.py
 CERTIFICATE_REQUESTS = {"AddUserCertificate", "RevokeUserCertificates", "ListUserCertificates"}
 
@@ -179,7 +189,7 @@ class TestDispatch:
         assert {kind.name for kind in registry.KINDS.values()} == {
             n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS | CERTIFICATE_REQUESTS
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
-            READS | {"ListUserCertificates"})
+            READS | MULTIPART_READS | {"ListUserCertificates"})
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
 

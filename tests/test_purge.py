@@ -154,3 +154,27 @@ async def test_a_commit_after_its_open_key_expired_is_refused(
     late = await leader.call(build.commit_key(V, OBS_B, "late", opened.client_session_id, 10))
     assert late.status == om_pb2.KEY_NOT_FOUND
     assert leader.store.get(om_pb2.KEY, tables.key_key(V, OBS_B, "late")) is None
+
+
+async def test_the_purger_aborts_uploads_never_completed(leader: LeaderUnderTest) -> None:
+    purger = leader.service.purger
+    started = await leader.ok(build.initiate_multipart_upload(V, OBS_B, "mpu"))
+    upload_id = started.initiate_multipart_upload.upload_id
+    part = (await leader.ok(build.create_key(V, OBS_B, "mpu", 10, upload_id=upload_id))
+            ).create_key
+    await leader.ok(build.commit_multipart_upload(V, OBS_B, "mpu", upload_id, 1,
+                                                  part.client_session_id, 10))
+    assert await purger.expire_multipart_uploads() == 0, "a month is far away"
+    purger.config = PurgeConfig(open_key_expire_s=0.001, multipart_expire_s=0.001)
+    await asyncio.sleep(0.01)
+    assert await purger.expire_open_keys() == 0, "an upload's own open row goes with it"
+    assert await purger.expire_multipart_uploads() == 1
+    assert leader.store.count(om_pb2.MULTIPART_INFO) == leader.store.count(om_pb2.OPEN_KEY) == 0
+    assert leader.store.count(om_pb2.DELETED) == 1, "its part waits in deletedTable"
+    bucket = om_pb2.BucketInfo.FromString(
+        leader.store.get(om_pb2.BUCKET, tables.bucket_key(V, OBS_B)) or b"")
+    assert bucket.used_bytes == 0, "the part's bytes are released"
+    assert purger.uploads_aborted == 1
+    late = await leader.call(build.complete_multipart_upload(V, OBS_B, "mpu", upload_id,
+                                                             [(1, "")]))
+    assert late.status == om_pb2.NO_SUCH_MULTIPART_UPLOAD_ERROR

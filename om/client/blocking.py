@@ -195,6 +195,46 @@ class OMClient(ClientIdentity):
         one)."""
         return self.call(build.delete_key(volume, bucket, key, recursive)).delete_key.key_info
 
+    # -- multipart upload (OBJECT_STORE buckets) ------------------------------------------
+
+    def initiate_multipart_upload(self, volume: str, bucket: str, key: str,
+                                  replication_factor: int = 0) -> str:
+        """A new upload of ``key``: its upload id."""
+        request = build.initiate_multipart_upload(volume, bucket, key, replication_factor)
+        return self.call(request).initiate_multipart_upload.upload_id
+
+    def put_part(self, volume: str, bucket: str, key: str, upload_id: str, part_number: int,
+                 data_size: int) -> str:
+        """CreateKey of a part, then CommitMultiPartUpload: the part's name."""
+        opened = self.call(build.create_key(volume, bucket, key, data_size,
+                                            upload_id=upload_id)).create_key
+        request = build.commit_multipart_upload(volume, bucket, key, upload_id, part_number,
+                                                opened.client_session_id, data_size)
+        return self.call(request).commit_multipart_upload.part_name
+
+    def complete_multipart_upload(self, volume: str, bucket: str, key: str, upload_id: str,
+                                  parts: list[tuple[int, str]]) -> om_pb2.KeyInfo:
+        request = build.complete_multipart_upload(volume, bucket, key, upload_id, parts)
+        return self.call(request).complete_multipart_upload.key_info
+
+    def abort_multipart_upload(self, volume: str, bucket: str, key: str,
+                               upload_id: str) -> None:
+        self.call(build.abort_multipart_upload(volume, bucket, key, upload_id))
+
+    def list_multipart_upload_parts(self, volume: str, bucket: str, key: str, upload_id: str,
+                                    part_number_marker: int = 0, max_parts: int = 0
+                                    ) -> om_pb2.ListMultiPartUploadPartsResponse:
+        request = build.list_multipart_upload_parts(volume, bucket, key, upload_id,
+                                                    part_number_marker, max_parts)
+        return self.call(request).list_multipart_upload_parts
+
+    def list_multipart_uploads(self, volume: str, bucket: str, prefix: str = "",
+                               key_marker: str = "", upload_id_marker: str = "",
+                               max_uploads: int = 0) -> om_pb2.ListMultipartUploadsResponse:
+        request = build.list_multipart_uploads(volume, bucket, prefix, key_marker,
+                                               upload_id_marker, max_uploads)
+        return self.call(request).list_multipart_uploads
+
     # -- file-system buckets (FILE_SYSTEM_OPTIMIZED) --------------------------------------
 
     def create_directory(self, volume: str, bucket: str, path: str) -> None:

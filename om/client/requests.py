@@ -70,10 +70,66 @@ def list_buckets(volume: str, prefix: str = "", start_key: str = "",
 
 
 def create_key(volume: str, bucket: str, key: str, data_size: int = 0,
-               replication_factor: int = 0) -> om_pb2.OMRequest:
+               replication_factor: int = 0, upload_id: str = "") -> om_pb2.OMRequest:
+    """Opens a key, or with ``upload_id`` a part of that multipart upload."""
     return om_pb2.OMRequest(cmd_type=om_pb2.CreateKey, create_key=om_pb2.CreateKeyRequest(
         volume=volume, bucket=bucket, key=key, data_size=data_size,
-        replication_factor=replication_factor))
+        replication_factor=replication_factor, multipart_upload_id=upload_id))
+
+
+def initiate_multipart_upload(volume: str, bucket: str, key: str,
+                              replication_factor: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.InitiateMultiPartUpload,
+        initiate_multipart_upload=om_pb2.InitiateMultiPartUploadRequest(
+            volume=volume, bucket=bucket, key=key, replication_factor=replication_factor))
+
+
+def commit_multipart_upload(volume: str, bucket: str, key: str, upload_id: str,
+                            part_number: int, session_id: int,
+                            data_size: int) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.CommitMultiPartUpload,
+        commit_multipart_upload=om_pb2.CommitMultiPartUploadRequest(
+            volume=volume, bucket=bucket, key=key, upload_id=upload_id,
+            part_number=part_number, client_session_id=session_id, data_size=data_size))
+
+
+def complete_multipart_upload(volume: str, bucket: str, key: str, upload_id: str,
+                              parts: list[tuple[int, str]]) -> om_pb2.OMRequest:
+    """``parts``: (part number, part name or "") in ascending part number."""
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.CompleteMultiPartUpload,
+        complete_multipart_upload=om_pb2.CompleteMultiPartUploadRequest(
+            volume=volume, bucket=bucket, key=key, upload_id=upload_id,
+            parts=[om_pb2.MultipartPart(part_number=n, part_name=name) for n, name in parts]))
+
+
+def abort_multipart_upload(volume: str, bucket: str, key: str,
+                           upload_id: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.AbortMultiPartUpload,
+        abort_multipart_upload=om_pb2.AbortMultiPartUploadRequest(
+            volume=volume, bucket=bucket, key=key, upload_id=upload_id))
+
+
+def list_multipart_upload_parts(volume: str, bucket: str, key: str, upload_id: str,
+                                part_number_marker: int = 0,
+                                max_parts: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.ListMultiPartUploadParts,
+        list_multipart_upload_parts=om_pb2.ListMultiPartUploadPartsRequest(
+            volume=volume, bucket=bucket, key=key, upload_id=upload_id,
+            part_number_marker=part_number_marker, max_parts=max_parts))
+
+
+def list_multipart_uploads(volume: str, bucket: str, prefix: str = "", key_marker: str = "",
+                           upload_id_marker: str = "", max_uploads: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(
+        cmd_type=om_pb2.ListMultipartUploads,
+        list_multipart_uploads=om_pb2.ListMultipartUploadsRequest(
+            volume=volume, bucket=bucket, prefix=prefix, key_marker=key_marker,
+            upload_id_marker=upload_id_marker, max_uploads=max_uploads))
 
 
 def commit_key(volume: str, bucket: str, key: str, session_id: int,

@@ -44,6 +44,9 @@ class Limits:
     token_max_lifetime_ms: int = 7 * 86_400_000
     token_key_rotation_ms: int = 86_400_000
     tokens_max: int = 1_000_000
+    # Multipart upload (om/executor/multipart.py): every part of a complete but the last
+    # holds at least this (Ozone's and S3's 5 MiB).
+    multipart_min_part_bytes: int = 5 * 1024 * 1024
 
 
 def merged_groups(mapped: tuple[str, ...], certified: Iterable[str]) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from om.executor import fso_keys
+from om.executor import fso_keys, multipart
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -95,6 +95,15 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.PurgeKeys, "purge_keys", True, purge_keys.execute, internal=True),
     _kind(om_pb2.DeleteOpenKeys, "delete_open_keys", True, delete_open_keys.execute,
           internal=True),
+    _kind(om_pb2.InitiateMultiPartUpload, "initiate_multipart_upload", True, multipart.initiate),
+    _kind(om_pb2.CommitMultiPartUpload, "commit_multipart_upload", True, multipart.commit_part),
+    _kind(om_pb2.CompleteMultiPartUpload, "complete_multipart_upload", True, multipart.complete),
+    _kind(om_pb2.AbortMultiPartUpload, "abort_multipart_upload", True, multipart.abort),
+    _kind(om_pb2.ListMultiPartUploadParts, "list_multipart_upload_parts", False,
+          multipart.list_parts),
+    _kind(om_pb2.ListMultipartUploads, "list_multipart_uploads", False, multipart.list_uploads),
+    _kind(om_pb2.AbortExpiredMultiPartUploads, "abort_expired_multipart_uploads", True,
+          multipart.abort_expired, internal=True),
     _kind(om_pb2.AddAcl, "add_acl", True, add_acl.execute),
     _kind(om_pb2.RemoveAcl, "remove_acl", True, remove_acl.execute),
     _kind(om_pb2.SetAcl, "set_acl", True, set_acl.execute),

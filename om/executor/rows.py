@@ -49,7 +49,7 @@ def require_key(view: ReadView, volume: str, bucket: str, key: str) -> om_pb2.Ke
 
 
 def encode(message: om_pb2.VolumeInfo | om_pb2.BucketInfo | om_pb2.KeyInfo
-           | om_pb2.RepeatedKeyInfo) -> bytes:
+           | om_pb2.RepeatedKeyInfo | om_pb2.MultipartKeyInfo) -> bytes:
     """A row's bytes: deterministic, so replicas and flows compare byte for byte."""
     return message.SerializeToString(deterministic=True)
 

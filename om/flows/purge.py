@@ -13,7 +13,12 @@ like any write: followers never compute anything):
 * **deletedTable rows past their retention** (``PurgeKeys``, Ozone's type 81):
   versions deleted or overwritten more than ``deleted_retention_s`` ago.
 * **open keys and files never committed** (``DeleteOpenKeys``, Ozone's open-key
-  cleanup): created more than ``open_key_expire_s`` ago.
+  cleanup): created more than ``open_key_expire_s`` ago. A multipart upload's own
+  open row is not one: it goes with its upload.
+* **multipart uploads never completed** (``AbortExpiredMultiPartUploads``, Ozone's
+  type 127): initiated more than ``multipart_expire_s`` ago; aborted as a client's
+  abort would (parts to deletedTable, their bytes back to the bucket), at most
+  ``multipart.UPLOADS_MAX`` a step.
 
 Each interval, while this node is the ready leader, each kind gets at most one
 step, one at a time, so purges never crowd out client writes. The row kinds are
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from om.executor.multipart import UPLOADS_MAX
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -59,12 +65,20 @@ class PurgeConfig:
     rows_max: int = 1000
     deleted_retention_s: float = DAY_S
     open_key_expire_s: float = 7 * DAY_S   # Ozone's ozone.om.open.key.expire.threshold
+    multipart_expire_s: float = 30 * DAY_S  # Ozone's ozone.om.mpu.expire.threshold
 
     def __post_init__(self) -> None:
         assert self.interval_s > 0
         assert self.rows_max > 0
         assert self.deleted_retention_s >= 0
         assert self.open_key_expire_s > 0
+        assert self.multipart_expire_s > 0
+
+
+def _expires(info: om_pb2.KeyInfo, cutoff_ms: int) -> bool:
+    """An open row created at or before the cutoff that is not an upload's own row."""
+    return (info.creation_time <= cutoff_ms
+            and info.multipart_upload_id != str(info.open_client_id))
 
 
 class Purger:
@@ -84,6 +98,7 @@ class Purger:
         self.purged = 0
         self.keys_purged = 0
         self.open_keys_deleted = 0
+        self.uploads_aborted = 0
 
     def pending(self, limit: int = 10_000) -> int:
         """Deleted directories waiting for their purge (counted up to ``limit``)."""
@@ -142,7 +157,7 @@ class Purger:
         expired = [om_pb2.OpenKeyRef(table=table, key=key)
                    for table in (om_pb2.OPEN_KEY, om_pb2.OPEN_FILE)
                    for key, raw in self._next_page(table)
-                   if om_pb2.KeyInfo.FromString(raw).creation_time <= cutoff]
+                   if _expires(om_pb2.KeyInfo.FromString(raw), cutoff)]
         if not expired:
             return 0
         answer = await self._send(om_pb2.DeleteOpenKeys, "delete_open_keys",
@@ -152,6 +167,27 @@ class Purger:
         deleted = 0 if answer is None else answer.delete_open_keys.deleted
         self.open_keys_deleted += deleted
         return deleted
+
+    async def expire_multipart_uploads(self) -> int:
+        """One step over multipartInfoTable: aborts uploads past their expiry; how many."""
+        cutoff = self._cutoff_ms(self.config.multipart_expire_s)
+        expired = []
+        for _, raw in self._next_page(om_pb2.MULTIPART_INFO):
+            upload = om_pb2.MultipartKeyInfo.FromString(raw)
+            if upload.creation_time <= cutoff:
+                expired.append(om_pb2.MultipartUploadRef(
+                    volume=upload.volume_name, bucket=upload.bucket_name,
+                    key=upload.key_name, upload_id=upload.upload_id))
+        if not expired:
+            return 0
+        step = min(self.config.rows_max, UPLOADS_MAX)
+        answer = await self._send(om_pb2.AbortExpiredMultiPartUploads,
+                                  "abort_expired_multipart_uploads",
+                                  om_pb2.AbortExpiredMultiPartUploadsRequest(
+                                      uploads=expired[:step], created_before_ms=cutoff))
+        aborted = 0 if answer is None else answer.abort_expired_multipart_uploads.aborted
+        self.uploads_aborted += aborted
+        return aborted
 
     def _cutoff_ms(self, age_s: float) -> int:
         return max(0, int((time.time() - age_s) * 1000))
@@ -180,7 +216,8 @@ class Purger:
         """Purges while this node is the ready leader: each kind one step an interval."""
         while True:
             await asyncio.sleep(self.config.interval_s)
-            for step in (self.step, self.purge_deleted_keys, self.expire_open_keys):
+            for step in (self.step, self.purge_deleted_keys, self.expire_open_keys,
+                         self.expire_multipart_uploads):
                 if not self._ready():
                     break
                 try:

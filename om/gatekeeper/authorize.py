@@ -29,6 +29,14 @@ ListStatus             LIST on the bucket
 PurgeDirectories,      none: the leader's own requests (refused from clients)
 PurgeKeys,
 DeleteOpenKeys
+Initiate/Commit/       WRITE on the key (Ozone's S3 multipart requests);
+Complete/Abort-        a part's commit: on the part's open key
+MultiPartUpload
+ListMultiPartUpload-   READ on the key
+Parts
+ListMultipartUploads   LIST on the bucket
+AbortExpiredMulti-     none: the leader's own (refused from clients)
+PartUploads
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
 *DelegationToken       none: authentication only (om/executor/tokens.py
@@ -195,6 +203,10 @@ def _commit_key(body: om_pb2.CommitKeyRequest) -> tuple[Need, ...]:
     return (Need(KEY, acls.WRITE, body.volume, body.bucket, body.key, body.client_session_id),)
 
 
+def _commit_part(body: om_pb2.CommitMultiPartUploadRequest) -> tuple[Need, ...]:
+    return (Need(KEY, acls.WRITE, body.volume, body.bucket, body.key, body.client_session_id),)
+
+
 def _rename_key(body: om_pb2.RenameKeyRequest) -> tuple[Need, ...]:
     return (Need(KEY, acls.DELETE, body.volume, body.bucket, body.key),
             Need(KEY, acls.CREATE, body.volume, body.bucket, body.to_key))
@@ -233,6 +245,13 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.PurgeDirectories: lambda body: (),
     om_pb2.PurgeKeys: lambda body: (),
     om_pb2.DeleteOpenKeys: lambda body: (),
+    om_pb2.InitiateMultiPartUpload: _on(KEY, acls.WRITE),
+    om_pb2.CommitMultiPartUpload: _commit_part,
+    om_pb2.CompleteMultiPartUpload: _on(KEY, acls.WRITE),
+    om_pb2.AbortMultiPartUpload: _on(KEY, acls.WRITE),
+    om_pb2.ListMultiPartUploadParts: _on(KEY, acls.READ),
+    om_pb2.ListMultipartUploads: _on(BUCKET, acls.LIST),
+    om_pb2.AbortExpiredMultiPartUploads: lambda body: (),
     om_pb2.AddAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.RemoveAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.SetAcl: _acl_request(acls.WRITE_ACL),

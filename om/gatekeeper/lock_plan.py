@@ -8,6 +8,11 @@
 * CreateKey: bucket read only; the open key is keyed by its session.
 * CommitKey, DeleteKey: bucket read + key write.
 * RenameKey: bucket read + both keys' write locks, sorted.
+* Multipart upload: InitiateMultiPartUpload (and a part's CreateKey) bucket read only,
+  its rows keyed by a fresh id; Commit/Complete/AbortMultiPartUpload bucket read + key
+  write (Ozone's rule for a commit-part: the part key's lock), as they read, modify
+  and write the upload's row; AbortExpiredMultiPartUploads the bucket read and key
+  write lock of every upload it names, sorted.
 * Add/Remove/SetAcl: the locks a property change of the object takes (volume
   write; volume read + bucket write; bucket read + key write), so the row they
   rewrite has no quota delta or other change in flight.
@@ -91,12 +96,23 @@ def _bucket_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
 def _key_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     body = getattr(request, request.WhichOneof("body") or "")
     locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
-    if request.cmd_type in (om_pb2.CommitKey, om_pb2.DeleteKey):
+    if request.cmd_type in _KEY_WRITES:
         locks.append(_key(body.volume, body.bucket, body.key))
     elif request.cmd_type == om_pb2.RenameKey:
         names = sorted({body.key, body.to_key})
         locks.extend(_key(body.volume, body.bucket, name) for name in names)
     return tuple(locks)
+
+
+_KEY_WRITES = frozenset({om_pb2.CommitKey, om_pb2.DeleteKey, om_pb2.CommitMultiPartUpload,
+                         om_pb2.CompleteMultiPartUpload, om_pb2.AbortMultiPartUpload})
+
+
+def _expired_uploads_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    uploads = request.abort_expired_multipart_uploads.uploads
+    locks = {bucket_lock(u.volume, u.bucket, Mode.READ) for u in uploads}
+    locks.update(_key(u.volume, u.bucket, u.key) for u in uploads)
+    return tuple(sorted(locks))
 
 
 def _acl_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
@@ -144,6 +160,11 @@ _PLANNERS = {
     # PurgeKeys and DeleteOpenKeys lock nothing: the rows they remove are written once
     # and read by no client write but the one commit of an open session, which removes
     # the same row (om/executor/handlers/purge_keys.py, delete_open_keys.py)
+    om_pb2.InitiateMultiPartUpload: _key_plan,
+    om_pb2.CommitMultiPartUpload: _key_plan,
+    om_pb2.CompleteMultiPartUpload: _key_plan,
+    om_pb2.AbortMultiPartUpload: _key_plan,
+    om_pb2.AbortExpiredMultiPartUploads: _expired_uploads_plan,
     om_pb2.AddAcl: _acl_plan,
     om_pb2.RemoveAcl: _acl_plan,
     om_pb2.SetAcl: _acl_plan,

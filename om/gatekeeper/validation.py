@@ -39,6 +39,18 @@ rows_max, keys,       a purge step: 1 to ``PURGE_ROWS_MAX`` rows, open  INVALID_
 open_keys             keys of openKeyTable or openFileTable only
 serial                a certificate serial: upper-case hex, <= 20 bytes INVALID_REQUEST
 max_rows              at most 1,000 certificates a page                 INVALID_REQUEST
+upload_id,            a multipart upload id: the decimal object id an   NO_SUCH_MULTIPART_
+multipart_upload_id,  initiate answered (no upload has another);        UPLOAD_ERROR
+upload_id_marker      empty: none (CreateKey, the marker)
+part_number           1 to 10,000 (S3's range)                          INVALID_REQUEST
+part_number_marker    0 to 10,000
+parts                 a complete's list: 1 to 10,000 parts, each with a INVALID_REQUEST
+                      number in range and a part name of at most
+                      ``PART_NAME_MAX_BYTES`` (their order and their
+                      being committed are the handler's: Ozone's
+                      INVALID_PART_ORDER, INVALID_PART)
+uploads               an expiry step: 1 to ``multipart.UPLOADS_MAX``    INVALID_REQUEST, a
+                      uploads, each named validly                       name's status
 obj (OzoneObj)        VOLUME, BUCKET or KEY naming exactly its parts,   INVALID_REQUEST, a
                       each valid; PREFIX is not supported               name's status,
                                                                         NOT_SUPPORTED_OPERATION
@@ -64,7 +76,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from om.executor import names, user_certificates
+from om.executor import multipart, names, user_certificates
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.fs import FSO, LAYOUTS, OBS
@@ -260,6 +272,64 @@ def open_key_refs(values: Any, limits: Limits) -> Refusal | None:
     return refusal
 
 
+# ------------------------------------------------------------------- multipart ---
+
+UPLOAD_ID_MAX_DIGITS = 20          # a uint64 in decimal
+PART_NAME_MAX_BYTES = 4096
+
+
+def upload_id(value: str, limits: Limits) -> Refusal | None:
+    """An upload id is the decimal object id an initiate answered: nothing else names one."""
+    if 0 < len(value) <= UPLOAD_ID_MAX_DIGITS and value.isascii() and value.isdigit() \
+            and value[0] != "0":
+        return None
+    return (om_pb2.NO_SUCH_MULTIPART_UPLOAD_ERROR,
+            f"{value[:80]!r} is not an upload id (the decimal number an initiate answers)")
+
+
+def upload_id_or_empty(value: str, limits: Limits) -> Refusal | None:
+    return None if not value else upload_id(value, limits)
+
+
+def part_number(value: int, limits: Limits) -> Refusal | None:
+    if 1 <= value <= multipart.PART_NUMBER_MAX:
+        return None
+    return om_pb2.INVALID_REQUEST, (f"part number {value} is out of range: 1 to "
+                                    f"{multipart.PART_NUMBER_MAX}")
+
+
+def part_number_marker(value: int, limits: Limits) -> Refusal | None:
+    return None if value == 0 else part_number(value, limits)
+
+
+def parts(values: Any, limits: Limits) -> Refusal | None:
+    """A complete's list: 1 to 10,000 parts, numbers in range, names bounded."""
+    if not 0 < len(values) <= multipart.PART_NUMBER_MAX:
+        return om_pb2.INVALID_REQUEST, (f"a complete lists 1 to {multipart.PART_NUMBER_MAX} "
+                                        f"parts, not {len(values)}")
+    for n, part in enumerate(values):
+        refusal = part_number(part.part_number, limits)
+        if refusal is None and len(part.part_name.encode()) > PART_NAME_MAX_BYTES:
+            refusal = om_pb2.INVALID_REQUEST, f"a part name over {PART_NAME_MAX_BYTES} bytes"
+        if refusal is not None:
+            return refusal[0], f"[{n}]: {refusal[1]}"
+    return None
+
+
+def upload_refs(values: Any, limits: Limits) -> Refusal | None:
+    """The uploads an expiry step names: 1 to ``UPLOADS_MAX``, each validly named."""
+    if not 0 < len(values) <= multipart.UPLOADS_MAX:
+        return om_pb2.INVALID_REQUEST, (f"an expiry step names 1 to {multipart.UPLOADS_MAX} "
+                                        f"uploads, not {len(values)}")
+    for n, ref in enumerate(values):
+        for name, rule in (("volume", volume), ("bucket", bucket), ("key", key),
+                           ("upload_id", upload_id)):
+            refusal = rule(getattr(ref, name), limits)
+            if refusal is not None:
+                return refusal[0], f"[{n}].{name}: {refusal[1]}"
+    return None
+
+
 # ------------------------------------------------------------- nested messages ---
 
 _OBJECT_PARTS: dict[int, tuple[tuple[str, Rule], ...]] = {
@@ -351,7 +421,8 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.DeleteBucket: _BUCKET,
     om_pb2.ListBuckets: {"volume": volume, **_PAGING_NAMES},
     om_pb2.CreateKey: {**_KEY, "data_size": data_size,
-                       "replication_factor": replication_factor},
+                       "replication_factor": replication_factor,
+                       "multipart_upload_id": upload_id_or_empty},
     om_pb2.CommitKey: {**_KEY, "client_session_id": any_value, "data_size": data_size},
     om_pb2.LookupKey: _KEY,
     om_pb2.DeleteKey: {**_KEY, "recursive": any_value},
@@ -379,6 +450,20 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.PurgeDirectories: {**_BUCKET, "rows_max": purge_rows},
     om_pb2.PurgeKeys: {"keys": purge_refs, "retired_before_ms": any_value},
     om_pb2.DeleteOpenKeys: {"open_keys": open_key_refs, "created_before_ms": any_value},
+    # multipart upload: whether parts are listed in order and committed is state
+    om_pb2.InitiateMultiPartUpload: {**_KEY, "replication_factor": replication_factor},
+    om_pb2.CommitMultiPartUpload: {**_KEY, "upload_id": upload_id, "part_number": part_number,
+                                   "client_session_id": any_value, "data_size": data_size},
+    om_pb2.CompleteMultiPartUpload: {**_KEY, "upload_id": upload_id, "parts": parts},
+    om_pb2.AbortMultiPartUpload: {**_KEY, "upload_id": upload_id},
+    om_pb2.ListMultiPartUploadParts: {**_KEY, "upload_id": upload_id,
+                                      "part_number_marker": part_number_marker,
+                                      "max_parts": max_keys},
+    om_pb2.ListMultipartUploads: {**_BUCKET, "prefix": key_part, "key_marker": key_part,
+                                  "upload_id_marker": upload_id_or_empty,
+                                  "max_uploads": max_keys},
+    om_pb2.AbortExpiredMultiPartUploads: {"uploads": upload_refs,
+                                          "created_before_ms": any_value},
     # users' certificates (administrators only): not_after against the clock is state
     om_pb2.AddUserCertificate: {"user": certificate_user, "serial": serial, "groups": groups,
                                 "not_after": any_value},

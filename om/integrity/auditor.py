@@ -12,7 +12,8 @@ Invariants checked, per row of the store:
   only committed keys, and purging is not ours);
 * a bucket's ``used_bytes`` is the sum of its keys' replicated sizes
   (``quota.replicated_size``: size times replication factor, as CommitKey and
-  DeleteKey charge) and its ``used_namespace`` the number of its keys; a
+  DeleteKey charge) plus those of the committed parts of its multipart uploads in
+  progress, and its ``used_namespace`` the number of its keys; a
   volume's ``used_namespace`` is the number of its buckets;
 * no object id (decoded back to its managed index, ``ids.object_id_for``)
   and no update id is above the managed index persisted in transaction info:
@@ -21,7 +22,9 @@ Invariants checked, per row of the store:
   batch's timestamp) minus the expiry and a grace for the sweeper's period,
   and every reply has its expiry-index row and every index row its reply (a
   reply without one is never swept);
-* every row parses and sits under the key its own fields name;
+* every row parses and sits under the key its own fields name; a multipart upload's
+  parts are listed once each, by ascending number in 1..10000, and the upload has its
+  open row;
 * each file-system bucket's tree (``fs_audit``): no orphan, no cycle, no name that
   is both a directory and a file, unique ids, usage equal to the tree.
 
@@ -285,9 +288,16 @@ def _check_bucket(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Pr
 
 
 def _bucket_usage(view: ReadView, bucket: om_pb2.BucketInfo) -> tuple[int, int]:
-    """(replicated bytes, keys) over the bucket's committed keys."""
+    """(replicated bytes, keys) over the bucket's committed keys, the bytes with the
+    committed parts of its uploads in progress."""
     total = count = 0
     prefix = tables.key_prefix(bucket.volume_name, bucket.bucket_name)
+    for _, raw in rows_under(view, om_pb2.MULTIPART_INFO, prefix):
+        upload = _parse(om_pb2.MultipartKeyInfo, raw)
+        if upload is not None:   # else: reported as malformed
+            total += sum(replicated_size(p.part_key_info.data_size,
+                                         max(1, p.part_key_info.replication_factor))
+                         for p in upload.part_key_info_list)
     for _, raw in rows_under(view, om_pb2.KEY, prefix):
         count += 1
         info = _parse(om_pb2.KeyInfo, raw)
@@ -406,6 +416,28 @@ def _check_file(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Prob
     return _id_problems(facts, object_ids=ids, update_ids=[info.update_id])
 
 
+def _check_multipart(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Problems:
+    """A multipartInfoTable row: under its own names, parts once each by ascending number
+    in range, each of the upload's replication; its open row there; ids below the index."""
+    row = _parse(om_pb2.MultipartKeyInfo, value)
+    numbers = [] if row is None else [p.part_number for p in row.part_key_info_list]
+    if (row is None or not row.upload_id or row.replication_factor < 1
+            or key != tables.multipart_key(row.volume_name, row.bucket_name, row.key_name,
+                                           row.upload_id)
+            or numbers != sorted(set(numbers)) or any(not 1 <= n <= 10_000 for n in numbers)
+            or any(p.part_key_info.replication_factor != row.replication_factor
+                   for p in row.part_key_info_list)):
+        return {ROW_MALFORMED: _malformed("MultipartKeyInfo", row)}
+    problems = _id_problems(
+        facts, object_ids=[row.object_id, *(p.part_key_info.object_id
+                                            for p in row.part_key_info_list)],
+        update_ids=[row.update_id, *(p.part_key_info.update_id
+                                     for p in row.part_key_info_list)])
+    if view.get(om_pb2.OPEN_KEY, key) is None:
+        problems[ROW_MALFORMED] = "the upload has no openKeyTable row under its key"
+    return problems
+
+
 def _check_user_certificate(view: ReadView, key: bytes, value: bytes,
                             facts: _Facts) -> Problems:
     row = _parse(om_pb2.UserCertificate, value)
@@ -431,6 +463,7 @@ _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.OPEN_FILE: _check_file,
     om_pb2.DELETED_DIRECTORY: _check_directory,
     om_pb2.USER_CERTIFICATE: _check_user_certificate,
+    om_pb2.MULTIPART_INFO: _check_multipart,
 }
 assert set(_ROW_CHECKS) == set(tables.TABLE_NAMES), "every table has a row check"
 

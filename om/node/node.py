@@ -110,7 +110,8 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
         retry_cache_enabled=not config.unsafe_disable_retry_cache,
         read_mode=config.read_mode,
         purge=PurgeConfig(config.purge.interval_s, config.purge.rows_max,
-                          config.purge.deleted_retention_s, config.purge.open_key_expire_s),
+                          config.purge.deleted_retention_s, config.purge.open_key_expire_s,
+                          config.purge.multipart_expire_s),
         fso_lock_plan=config.fso.lock_plan,
     )
 
@@ -403,6 +404,7 @@ class Node:
                           purge_entries=service.purger.purged,
                           purge_deleted_keys=service.purger.keys_purged,
                           purge_expired_open_keys=service.purger.open_keys_deleted,
+                          purge_expired_multipart_uploads=service.purger.uploads_aborted,
                           retry_cache_hits=service.retry_cache.hits,
                           retry_cache_entries=service.retry_cache.statistics()["recent"],
                           lock_waiters=service.locks.table.statistics().waiters)

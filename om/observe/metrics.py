@@ -116,6 +116,9 @@ NODE_STATE: tuple[StateGauge, ...] = (
     StateGauge("purge_expired_open_keys", "om_purge_expired_open_keys",
                "Open keys and files never committed this leader removed after their "
                "expiry", counter=True),
+    StateGauge("purge_expired_multipart_uploads", "om_purge_expired_multipart_uploads",
+               "Multipart uploads never completed this leader aborted after their expiry",
+               counter=True),
     StateGauge("double_buffer_flushes", "om_double_buffer_flushes",
                "The old flow's double-buffer flushes", counter=True),
     StateGauge("double_buffer_transactions", "om_double_buffer_transactions",

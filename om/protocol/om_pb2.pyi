@@ -50,6 +50,12 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     INVALID_KEY_NAME: _Status.ValueType  # 13
     INTERNAL_ERROR: _Status.ValueType  # 15
     METADATA_ERROR: _Status.ValueType  # 19
+    NO_SUCH_MULTIPART_UPLOAD_ERROR: _Status.ValueType  # 26
+    """Multipart upload (om/executor/multipart.py): an upload id naming no upload of that
+    key (never initiated, completed, aborted or expired), a part of a complete's list
+    smaller than the minimum although not the last.
+    """
+    ENTITY_TOO_SMALL: _Status.ValueType  # 30
     INVALID_AUTH_METHOD: _Status.ValueType  # 33
     """Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
     credential, a forged, cancelled or unknown one, one past its expiry or max date,
@@ -66,6 +72,11 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     NOT_A_FILE: _Status.ValueType  # 47
     PERMISSION_DENIED: _Status.ValueType  # 48
     TIMEOUT: _Status.ValueType  # 49
+    INVALID_PART: _Status.ValueType  # 55
+    """A complete's list names a part not committed (or under another part name), or
+    lists the part numbers out of ascending order.
+    """
+    INVALID_PART_ORDER: _Status.ValueType  # 56
     INVALID_BUCKET_NAME: _Status.ValueType  # 58
     CANNOT_CREATE_DIRECTORY_AT_ROOT: _Status.ValueType  # 59
     DIRECTORY_ALREADY_EXISTS: _Status.ValueType  # 60
@@ -118,6 +129,12 @@ KEY_NOT_FOUND: Status.ValueType  # 12
 INVALID_KEY_NAME: Status.ValueType  # 13
 INTERNAL_ERROR: Status.ValueType  # 15
 METADATA_ERROR: Status.ValueType  # 19
+NO_SUCH_MULTIPART_UPLOAD_ERROR: Status.ValueType  # 26
+"""Multipart upload (om/executor/multipart.py): an upload id naming no upload of that
+key (never initiated, completed, aborted or expired), a part of a complete's list
+smaller than the minimum although not the last.
+"""
+ENTITY_TOO_SMALL: Status.ValueType  # 30
 INVALID_AUTH_METHOD: Status.ValueType  # 33
 """Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
 credential, a forged, cancelled or unknown one, one past its expiry or max date,
@@ -134,6 +151,11 @@ FILE_ALREADY_EXISTS: Status.ValueType  # 46
 NOT_A_FILE: Status.ValueType  # 47
 PERMISSION_DENIED: Status.ValueType  # 48
 TIMEOUT: Status.ValueType  # 49
+INVALID_PART: Status.ValueType  # 55
+"""A complete's list names a part not committed (or under another part name), or
+lists the part numbers out of ascending order.
+"""
+INVALID_PART_ORDER: Status.ValueType  # 56
 INVALID_BUCKET_NAME: Status.ValueType  # 58
 CANNOT_CREATE_DIRECTORY_AT_ROOT: Status.ValueType  # 59
 DIRECTORY_ALREADY_EXISTS: Status.ValueType  # 60
@@ -192,6 +214,17 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     DeleteKey: _Type.ValueType  # 34
     ListKeys: _Type.ValueType  # 35
     CommitKey: _Type.ValueType  # 36
+    InitiateMultiPartUpload: _Type.ValueType  # 45
+    """Multipart upload (om/executor/multipart.py): Ozone's numbers. A part is written
+    by CreateKey with the upload id, then committed by CommitMultiPartUpload.
+    """
+    CommitMultiPartUpload: _Type.ValueType  # 46
+    CompleteMultiPartUpload: _Type.ValueType  # 47
+    AbortMultiPartUpload: _Type.ValueType  # 48
+    ListMultiPartUploadParts: _Type.ValueType  # 50
+    ListMultipartUploads: _Type.ValueType  # 82
+    AbortExpiredMultiPartUploads: _Type.ValueType  # 127
+    """The leader's own (om/flows/purge.py): uploads never completed past their expiry."""
     ServiceList: _Type.ValueType  # 51
     GetDelegationToken: _Type.ValueType  # 61
     """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
@@ -265,6 +298,17 @@ RenameKey: Type.ValueType  # 33
 DeleteKey: Type.ValueType  # 34
 ListKeys: Type.ValueType  # 35
 CommitKey: Type.ValueType  # 36
+InitiateMultiPartUpload: Type.ValueType  # 45
+"""Multipart upload (om/executor/multipart.py): Ozone's numbers. A part is written
+by CreateKey with the upload id, then committed by CommitMultiPartUpload.
+"""
+CommitMultiPartUpload: Type.ValueType  # 46
+CompleteMultiPartUpload: Type.ValueType  # 47
+AbortMultiPartUpload: Type.ValueType  # 48
+ListMultiPartUploadParts: Type.ValueType  # 50
+ListMultipartUploads: Type.ValueType  # 82
+AbortExpiredMultiPartUploads: Type.ValueType  # 127
+"""The leader's own (om/flows/purge.py): uploads never completed past their expiry."""
 ServiceList: Type.ValueType  # 51
 GetDelegationToken: Type.ValueType  # 61
 """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
@@ -384,6 +428,8 @@ class _TableEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Table.ValueType
     """deletedDirectoryTable"""
     USER_CERTIFICATE: _Table.ValueType  # 15
     """userCertificateTable: issued and revoked client certificates"""
+    MULTIPART_INFO: _Table.ValueType  # 16
+    """multipartInfoTable: uploads in progress and their parts"""
 
 class Table(_Table, metaclass=_TableEnumTypeWrapper):
     """------------------------------------------------- replication (PersistDb) ---
@@ -424,6 +470,8 @@ DELETED_DIRECTORY: Table.ValueType  # 14
 """deletedDirectoryTable"""
 USER_CERTIFICATE: Table.ValueType  # 15
 """userCertificateTable: issued and revoked client certificates"""
+MULTIPART_INFO: Table.ValueType  # 16
+"""multipartInfoTable: uploads in progress and their parts"""
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
@@ -741,6 +789,7 @@ class KeyInfo(_message.Message):
     ACLS_FIELD_NUMBER: _builtins.int
     PARENT_OBJECT_ID_FIELD_NUMBER: _builtins.int
     DELETION_TIME_FIELD_NUMBER: _builtins.int
+    MULTIPART_UPLOAD_ID_FIELD_NUMBER: _builtins.int
     volume_name: _builtins.str
     bucket_name: _builtins.str
     key_name: _builtins.str
@@ -760,6 +809,10 @@ class KeyInfo(_message.Message):
     deletion_time: _builtins.int
     """deletedTable: when this version left the namespace (deleted or overwritten; ms,
     leader clock). Its retention counts from here.
+    """
+    multipart_upload_id: _builtins.str
+    """Multipart upload: set on the upload's own openKeyTable row (its open_client_id is the
+    upload id) and on each part's open row (CreateKey with the upload id).
     """
     @_builtins.property
     def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___OzoneAcl]:
@@ -781,14 +834,100 @@ class KeyInfo(_message.Message):
         acls: _abc.Iterable[Global___OzoneAcl] | None = ...,
         parent_object_id: _builtins.int = ...,
         deletion_time: _builtins.int = ...,
+        multipart_upload_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "deletion_time", b"deletion_time", "key_name", b"key_name", "modification_time", b"modification_time", "object_id", b"object_id", "open_client_id", b"open_client_id", "parent_object_id", b"parent_object_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "bucket_name", b"bucket_name", "creation_time", b"creation_time", "data_size", b"data_size", "deletion_time", b"deletion_time", "key_name", b"key_name", "modification_time", b"modification_time", "multipart_upload_id", b"multipart_upload_id", "object_id", b"object_id", "open_client_id", b"open_client_id", "parent_object_id", b"parent_object_id", "replication_factor", b"replication_factor", "update_id", b"update_id", "volume_name", b"volume_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KeyInfo: _TypeAlias = KeyInfo  # noqa: Y015
+
+@_typing.final
+class PartKeyInfo(_message.Message):
+    """One committed part of a multipart upload (Ozone's PartKeyInfo)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PART_NAME_FIELD_NUMBER: _builtins.int
+    PART_NUMBER_FIELD_NUMBER: _builtins.int
+    PART_KEY_INFO_FIELD_NUMBER: _builtins.int
+    part_name: _builtins.str
+    """the part's open key when it was written: "/vol/bucket/key/<session>" """
+    part_number: _builtins.int
+    """1 to 10000"""
+    @_builtins.property
+    def part_key_info(self) -> Global___KeyInfo:
+        """the part as committed (its size, replication, object id)"""
+
+    def __init__(
+        self,
+        *,
+        part_name: _builtins.str = ...,
+        part_number: _builtins.int = ...,
+        part_key_info: Global___KeyInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["part_key_info", b"part_key_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["part_key_info", b"part_key_info", "part_name", b"part_name", "part_number", b"part_number"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartKeyInfo: _TypeAlias = PartKeyInfo  # noqa: Y015
+
+@_typing.final
+class MultipartKeyInfo(_message.Message):
+    """A row of multipartInfoTable, key "/<volume>/<bucket>/<key>/<upload id>" (Ozone's
+    OmMultipartKeyInfo): an upload in progress and its committed parts. Its bytes are in
+    the bucket's used_bytes from each part's commit; its namespace from the complete.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    CREATION_TIME_FIELD_NUMBER: _builtins.int
+    REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    PART_KEY_INFO_LIST_FIELD_NUMBER: _builtins.int
+    OBJECT_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    VOLUME_NAME_FIELD_NUMBER: _builtins.int
+    BUCKET_NAME_FIELD_NUMBER: _builtins.int
+    KEY_NAME_FIELD_NUMBER: _builtins.int
+    upload_id: _builtins.str
+    creation_time: _builtins.int
+    """ms, leader clock: its expiry counts from here"""
+    replication_factor: _builtins.int
+    object_id: _builtins.int
+    """the key's object id once completed"""
+    update_id: _builtins.int
+    volume_name: _builtins.str
+    bucket_name: _builtins.str
+    key_name: _builtins.str
+    @_builtins.property
+    def part_key_info_list(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartKeyInfo]:
+        """by ascending part number, one each"""
+
+    def __init__(
+        self,
+        *,
+        upload_id: _builtins.str = ...,
+        creation_time: _builtins.int = ...,
+        replication_factor: _builtins.int = ...,
+        part_key_info_list: _abc.Iterable[Global___PartKeyInfo] | None = ...,
+        object_id: _builtins.int = ...,
+        update_id: _builtins.int = ...,
+        volume_name: _builtins.str = ...,
+        bucket_name: _builtins.str = ...,
+        key_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_name", b"bucket_name", "creation_time", b"creation_time", "key_name", b"key_name", "object_id", b"object_id", "part_key_info_list", b"part_key_info_list", "replication_factor", b"replication_factor", "update_id", b"update_id", "upload_id", b"upload_id", "volume_name", b"volume_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MultipartKeyInfo: _TypeAlias = MultipartKeyInfo  # noqa: Y015
 
 @_typing.final
 class DirectoryInfo(_message.Message):
@@ -1369,6 +1508,7 @@ class CreateKeyRequest(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     DATA_SIZE_FIELD_NUMBER: _builtins.int
     REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    MULTIPART_UPLOAD_ID_FIELD_NUMBER: _builtins.int
     volume: _builtins.str
     bucket: _builtins.str
     key: _builtins.str
@@ -1376,6 +1516,10 @@ class CreateKeyRequest(_message.Message):
     """the size the writer expects to write"""
     replication_factor: _builtins.int
     """0: 3 (RATIS/THREE)"""
+    multipart_upload_id: _builtins.str
+    """A part of this multipart upload (commit it with CommitMultiPartUpload); its
+    replication is the upload's.
+    """
     def __init__(
         self,
         *,
@@ -1384,10 +1528,11 @@ class CreateKeyRequest(_message.Message):
         key: _builtins.str = ...,
         data_size: _builtins.int = ...,
         replication_factor: _builtins.int = ...,
+        multipart_upload_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "data_size", b"data_size", "key", b"key", "replication_factor", b"replication_factor", "volume", b"volume"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "data_size", b"data_size", "key", b"key", "multipart_upload_id", b"multipart_upload_id", "replication_factor", b"replication_factor", "volume", b"volume"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1554,6 +1699,292 @@ class ServiceListRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ServiceListRequest: _TypeAlias = ServiceListRequest  # noqa: Y015
+
+@_typing.final
+class InitiateMultiPartUploadRequest(_message.Message):
+    """Multipart upload (om/executor/multipart.py). A part: CreateKey with
+    multipart_upload_id, then CommitMultiPartUpload with its session and number.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    replication_factor: _builtins.int
+    """0: 3"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        replication_factor: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "replication_factor", b"replication_factor", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitiateMultiPartUploadRequest: _TypeAlias = InitiateMultiPartUploadRequest  # noqa: Y015
+
+@_typing.final
+class CommitMultiPartUploadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    PART_NUMBER_FIELD_NUMBER: _builtins.int
+    CLIENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    DATA_SIZE_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    part_number: _builtins.int
+    """1 to 10000; a part committed again replaces the earlier"""
+    client_session_id: _builtins.int
+    """the part's CreateKey session"""
+    data_size: _builtins.int
+    """the size actually written"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+        part_number: _builtins.int = ...,
+        client_session_id: _builtins.int = ...,
+        data_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "client_session_id", b"client_session_id", "data_size", b"data_size", "key", b"key", "part_number", b"part_number", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitMultiPartUploadRequest: _TypeAlias = CommitMultiPartUploadRequest  # noqa: Y015
+
+@_typing.final
+class MultipartPart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PART_NUMBER_FIELD_NUMBER: _builtins.int
+    PART_NAME_FIELD_NUMBER: _builtins.int
+    part_number: _builtins.int
+    part_name: _builtins.str
+    """empty: any part of that number; else it must match"""
+    def __init__(
+        self,
+        *,
+        part_number: _builtins.int = ...,
+        part_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["part_name", b"part_name", "part_number", b"part_number"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MultipartPart: _TypeAlias = MultipartPart  # noqa: Y015
+
+@_typing.final
+class CompleteMultiPartUploadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    PARTS_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    @_builtins.property
+    def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultipartPart]:
+        """ascending part numbers; parts not listed are dropped"""
+
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+        parts: _abc.Iterable[Global___MultipartPart] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "parts", b"parts", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteMultiPartUploadRequest: _TypeAlias = CompleteMultiPartUploadRequest  # noqa: Y015
+
+@_typing.final
+class AbortMultiPartUploadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortMultiPartUploadRequest: _TypeAlias = AbortMultiPartUploadRequest  # noqa: Y015
+
+@_typing.final
+class ListMultiPartUploadPartsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    PART_NUMBER_MARKER_FIELD_NUMBER: _builtins.int
+    MAX_PARTS_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    part_number_marker: _builtins.int
+    """exclusive: parts after this number"""
+    max_parts: _builtins.int
+    """0: the server default"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+        part_number_marker: _builtins.int = ...,
+        max_parts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "max_parts", b"max_parts", "part_number_marker", b"part_number_marker", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMultiPartUploadPartsRequest: _TypeAlias = ListMultiPartUploadPartsRequest  # noqa: Y015
+
+@_typing.final
+class ListMultipartUploadsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    KEY_MARKER_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_MARKER_FIELD_NUMBER: _builtins.int
+    MAX_UPLOADS_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    prefix: _builtins.str
+    """of the key names"""
+    key_marker: _builtins.str
+    """exclusive with upload_id_marker: the previous page's next_*"""
+    upload_id_marker: _builtins.str
+    max_uploads: _builtins.int
+    """0: the server default"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        prefix: _builtins.str = ...,
+        key_marker: _builtins.str = ...,
+        upload_id_marker: _builtins.str = ...,
+        max_uploads: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key_marker", b"key_marker", "max_uploads", b"max_uploads", "prefix", b"prefix", "upload_id_marker", b"upload_id_marker", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMultipartUploadsRequest: _TypeAlias = ListMultipartUploadsRequest  # noqa: Y015
+
+@_typing.final
+class MultipartUploadRef(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MultipartUploadRef: _TypeAlias = MultipartUploadRef  # noqa: Y015
+
+@_typing.final
+class AbortExpiredMultiPartUploadsRequest(_message.Message):
+    """Uploads the leader found past their expiry; each is aborted only if it is still there
+    and was initiated at or before created_before_ms (a rerun aborts nothing twice).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPLOADS_FIELD_NUMBER: _builtins.int
+    CREATED_BEFORE_MS_FIELD_NUMBER: _builtins.int
+    created_before_ms: _builtins.int
+    @_builtins.property
+    def uploads(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultipartUploadRef]: ...
+    def __init__(
+        self,
+        *,
+        uploads: _abc.Iterable[Global___MultipartUploadRef] | None = ...,
+        created_before_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_before_ms", b"created_before_ms", "uploads", b"uploads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortExpiredMultiPartUploadsRequest: _TypeAlias = AbortExpiredMultiPartUploadsRequest  # noqa: Y015
 
 @_typing.final
 class CreateDirectoryRequest(_message.Message):
@@ -2324,6 +2755,11 @@ class OMRequest(_message.Message):
     DELETE_KEY_FIELD_NUMBER: _builtins.int
     LIST_KEYS_FIELD_NUMBER: _builtins.int
     COMMIT_KEY_FIELD_NUMBER: _builtins.int
+    INITIATE_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    COMMIT_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    COMPLETE_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    ABORT_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    LIST_MULTIPART_UPLOAD_PARTS_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
     GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
@@ -2335,6 +2771,8 @@ class OMRequest(_message.Message):
     LIST_STATUS_FIELD_NUMBER: _builtins.int
     PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
     PURGE_KEYS_FIELD_NUMBER: _builtins.int
+    LIST_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
+    ABORT_EXPIRED_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
     DELETE_OPEN_KEYS_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
@@ -2415,6 +2853,16 @@ class OMRequest(_message.Message):
     @_builtins.property
     def commit_key(self) -> Global___CommitKeyRequest: ...
     @_builtins.property
+    def initiate_multipart_upload(self) -> Global___InitiateMultiPartUploadRequest: ...
+    @_builtins.property
+    def commit_multipart_upload(self) -> Global___CommitMultiPartUploadRequest: ...
+    @_builtins.property
+    def complete_multipart_upload(self) -> Global___CompleteMultiPartUploadRequest: ...
+    @_builtins.property
+    def abort_multipart_upload(self) -> Global___AbortMultiPartUploadRequest: ...
+    @_builtins.property
+    def list_multipart_upload_parts(self) -> Global___ListMultiPartUploadPartsRequest: ...
+    @_builtins.property
     def service_list(self) -> Global___ServiceListRequest: ...
     @_builtins.property
     def get_delegation_token(self) -> Global___GetDelegationTokenRequest: ...
@@ -2436,6 +2884,10 @@ class OMRequest(_message.Message):
     def purge_directories(self) -> Global___PurgeDirectoriesRequest: ...
     @_builtins.property
     def purge_keys(self) -> Global___PurgeKeysRequest: ...
+    @_builtins.property
+    def list_multipart_uploads(self) -> Global___ListMultipartUploadsRequest: ...
+    @_builtins.property
+    def abort_expired_multipart_uploads(self) -> Global___AbortExpiredMultiPartUploadsRequest: ...
     @_builtins.property
     def delete_open_keys(self) -> Global___DeleteOpenKeysRequest: ...
     @_builtins.property
@@ -2494,6 +2946,11 @@ class OMRequest(_message.Message):
         delete_key: Global___DeleteKeyRequest | None = ...,
         list_keys: Global___ListKeysRequest | None = ...,
         commit_key: Global___CommitKeyRequest | None = ...,
+        initiate_multipart_upload: Global___InitiateMultiPartUploadRequest | None = ...,
+        commit_multipart_upload: Global___CommitMultiPartUploadRequest | None = ...,
+        complete_multipart_upload: Global___CompleteMultiPartUploadRequest | None = ...,
+        abort_multipart_upload: Global___AbortMultiPartUploadRequest | None = ...,
+        list_multipart_upload_parts: Global___ListMultiPartUploadPartsRequest | None = ...,
         service_list: Global___ServiceListRequest | None = ...,
         get_delegation_token: Global___GetDelegationTokenRequest | None = ...,
         renew_delegation_token: Global___RenewDelegationTokenRequest | None = ...,
@@ -2505,6 +2962,8 @@ class OMRequest(_message.Message):
         list_status: Global___ListStatusRequest | None = ...,
         purge_directories: Global___PurgeDirectoriesRequest | None = ...,
         purge_keys: Global___PurgeKeysRequest | None = ...,
+        list_multipart_uploads: Global___ListMultipartUploadsRequest | None = ...,
+        abort_expired_multipart_uploads: Global___AbortExpiredMultiPartUploadsRequest | None = ...,
         delete_open_keys: Global___DeleteOpenKeysRequest | None = ...,
         add_acl: Global___AddAclRequest | None = ...,
         remove_acl: Global___RemoveAclRequest | None = ...,
@@ -2521,11 +2980,11 @@ class OMRequest(_message.Message):
         revoke_user_certificates: Global___RevokeUserCertificatesRequest | None = ...,
         list_user_certificates: Global___ListUserCertificatesRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -2914,6 +3373,229 @@ class LookupFileResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LookupFileResponse: _TypeAlias = LookupFileResponse  # noqa: Y015
+
+@_typing.final
+class InitiateMultiPartUploadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    """pass to CreateKey, Commit/Complete/AbortMultiPartUpload"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "key", b"key", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitiateMultiPartUploadResponse: _TypeAlias = InitiateMultiPartUploadResponse  # noqa: Y015
+
+@_typing.final
+class CommitMultiPartUploadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PART_NAME_FIELD_NUMBER: _builtins.int
+    part_name: _builtins.str
+    """name it in CompleteMultiPartUploadRequest.parts"""
+    def __init__(
+        self,
+        *,
+        part_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["part_name", b"part_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitMultiPartUploadResponse: _TypeAlias = CommitMultiPartUploadResponse  # noqa: Y015
+
+@_typing.final
+class CompleteMultiPartUploadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_INFO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def key_info(self) -> Global___KeyInfo: ...
+    def __init__(
+        self,
+        *,
+        key_info: Global___KeyInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["key_info", b"key_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_info", b"key_info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteMultiPartUploadResponse: _TypeAlias = CompleteMultiPartUploadResponse  # noqa: Y015
+
+@_typing.final
+class AbortMultiPartUploadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortMultiPartUploadResponse: _TypeAlias = AbortMultiPartUploadResponse  # noqa: Y015
+
+@_typing.final
+class PartInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PART_NUMBER_FIELD_NUMBER: _builtins.int
+    PART_NAME_FIELD_NUMBER: _builtins.int
+    MODIFICATION_TIME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    part_number: _builtins.int
+    part_name: _builtins.str
+    modification_time: _builtins.int
+    size: _builtins.int
+    def __init__(
+        self,
+        *,
+        part_number: _builtins.int = ...,
+        part_name: _builtins.str = ...,
+        modification_time: _builtins.int = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["modification_time", b"modification_time", "part_name", b"part_name", "part_number", b"part_number", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartInfo: _TypeAlias = PartInfo  # noqa: Y015
+
+@_typing.final
+class ListMultiPartUploadPartsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    NEXT_PART_NUMBER_MARKER_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    PARTS_FIELD_NUMBER: _builtins.int
+    replication_factor: _builtins.int
+    next_part_number_marker: _builtins.int
+    truncated: _builtins.bool
+    @_builtins.property
+    def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartInfo]: ...
+    def __init__(
+        self,
+        *,
+        replication_factor: _builtins.int = ...,
+        next_part_number_marker: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
+        parts: _abc.Iterable[Global___PartInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_part_number_marker", b"next_part_number_marker", "parts", b"parts", "replication_factor", b"replication_factor", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMultiPartUploadPartsResponse: _TypeAlias = ListMultiPartUploadPartsResponse  # noqa: Y015
+
+@_typing.final
+class MultipartUploadInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    CREATION_TIME_FIELD_NUMBER: _builtins.int
+    REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    key: _builtins.str
+    upload_id: _builtins.str
+    creation_time: _builtins.int
+    replication_factor: _builtins.int
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        key: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+        creation_time: _builtins.int = ...,
+        replication_factor: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "creation_time", b"creation_time", "key", b"key", "replication_factor", b"replication_factor", "upload_id", b"upload_id", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MultipartUploadInfo: _TypeAlias = MultipartUploadInfo  # noqa: Y015
+
+@_typing.final
+class ListMultipartUploadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPLOADS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    NEXT_KEY_MARKER_FIELD_NUMBER: _builtins.int
+    NEXT_UPLOAD_ID_MARKER_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    next_key_marker: _builtins.str
+    next_upload_id_marker: _builtins.str
+    @_builtins.property
+    def uploads(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultipartUploadInfo]: ...
+    def __init__(
+        self,
+        *,
+        uploads: _abc.Iterable[Global___MultipartUploadInfo] | None = ...,
+        truncated: _builtins.bool = ...,
+        next_key_marker: _builtins.str = ...,
+        next_upload_id_marker: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_key_marker", b"next_key_marker", "next_upload_id_marker", b"next_upload_id_marker", "truncated", b"truncated", "uploads", b"uploads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMultipartUploadsResponse: _TypeAlias = ListMultipartUploadsResponse  # noqa: Y015
+
+@_typing.final
+class AbortExpiredMultiPartUploadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ABORTED_FIELD_NUMBER: _builtins.int
+    aborted: _builtins.int
+    def __init__(
+        self,
+        *,
+        aborted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted", b"aborted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortExpiredMultiPartUploadsResponse: _TypeAlias = AbortExpiredMultiPartUploadsResponse  # noqa: Y015
 
 @_typing.final
 class PurgeKeysResponse(_message.Message):
@@ -3762,6 +4444,11 @@ class OMResponse(_message.Message):
     DELETE_KEY_FIELD_NUMBER: _builtins.int
     LIST_KEYS_FIELD_NUMBER: _builtins.int
     COMMIT_KEY_FIELD_NUMBER: _builtins.int
+    INITIATE_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    COMMIT_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    COMPLETE_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    ABORT_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
+    LIST_MULTIPART_UPLOAD_PARTS_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
     GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
@@ -3773,6 +4460,8 @@ class OMResponse(_message.Message):
     LIST_STATUS_FIELD_NUMBER: _builtins.int
     PURGE_DIRECTORIES_FIELD_NUMBER: _builtins.int
     PURGE_KEYS_FIELD_NUMBER: _builtins.int
+    LIST_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
+    ABORT_EXPIRED_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
     DELETE_OPEN_KEYS_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
@@ -3830,6 +4519,16 @@ class OMResponse(_message.Message):
     @_builtins.property
     def commit_key(self) -> Global___CommitKeyResponse: ...
     @_builtins.property
+    def initiate_multipart_upload(self) -> Global___InitiateMultiPartUploadResponse: ...
+    @_builtins.property
+    def commit_multipart_upload(self) -> Global___CommitMultiPartUploadResponse: ...
+    @_builtins.property
+    def complete_multipart_upload(self) -> Global___CompleteMultiPartUploadResponse: ...
+    @_builtins.property
+    def abort_multipart_upload(self) -> Global___AbortMultiPartUploadResponse: ...
+    @_builtins.property
+    def list_multipart_upload_parts(self) -> Global___ListMultiPartUploadPartsResponse: ...
+    @_builtins.property
     def service_list(self) -> Global___ServiceListResponse: ...
     @_builtins.property
     def get_delegation_token(self) -> Global___GetDelegationTokenResponse: ...
@@ -3851,6 +4550,10 @@ class OMResponse(_message.Message):
     def purge_directories(self) -> Global___PurgeDirectoriesResponse: ...
     @_builtins.property
     def purge_keys(self) -> Global___PurgeKeysResponse: ...
+    @_builtins.property
+    def list_multipart_uploads(self) -> Global___ListMultipartUploadsResponse: ...
+    @_builtins.property
+    def abort_expired_multipart_uploads(self) -> Global___AbortExpiredMultiPartUploadsResponse: ...
     @_builtins.property
     def delete_open_keys(self) -> Global___DeleteOpenKeysResponse: ...
     @_builtins.property
@@ -3906,6 +4609,11 @@ class OMResponse(_message.Message):
         delete_key: Global___DeleteKeyResponse | None = ...,
         list_keys: Global___ListKeysResponse | None = ...,
         commit_key: Global___CommitKeyResponse | None = ...,
+        initiate_multipart_upload: Global___InitiateMultiPartUploadResponse | None = ...,
+        commit_multipart_upload: Global___CommitMultiPartUploadResponse | None = ...,
+        complete_multipart_upload: Global___CompleteMultiPartUploadResponse | None = ...,
+        abort_multipart_upload: Global___AbortMultiPartUploadResponse | None = ...,
+        list_multipart_upload_parts: Global___ListMultiPartUploadPartsResponse | None = ...,
         service_list: Global___ServiceListResponse | None = ...,
         get_delegation_token: Global___GetDelegationTokenResponse | None = ...,
         renew_delegation_token: Global___RenewDelegationTokenResponse | None = ...,
@@ -3917,6 +4625,8 @@ class OMResponse(_message.Message):
         list_status: Global___ListStatusResponse | None = ...,
         purge_directories: Global___PurgeDirectoriesResponse | None = ...,
         purge_keys: Global___PurgeKeysResponse | None = ...,
+        list_multipart_uploads: Global___ListMultipartUploadsResponse | None = ...,
+        abort_expired_multipart_uploads: Global___AbortExpiredMultiPartUploadsResponse | None = ...,
         delete_open_keys: Global___DeleteOpenKeysResponse | None = ...,
         add_acl: Global___AddAclResponse | None = ...,
         remove_acl: Global___RemoveAclResponse | None = ...,
@@ -3933,11 +4643,11 @@ class OMResponse(_message.Message):
         revoke_user_certificates: Global___RevokeUserCertificatesResponse | None = ...,
         list_user_certificates: Global___ListUserCertificatesResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

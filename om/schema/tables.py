@@ -26,6 +26,12 @@ FSO tables do, so a directory rename rewrites one row whatever lies below it:
 The parent of a bucket's top-level entries is the bucket itself (its object id).
 Ids are decimal: a directory's children are the rows under ``fs_prefix``, by name.
 
+Multipart uploads (``om.executor.multipart``), as Ozone keys them:
+
+* multipartInfoTable   ``/<volume>/<bucket>/<key>/<upload id>``: an upload in progress
+  and its committed parts; its openKeyTable row sits under the same key (the upload id
+  is the decimal object id that row carries as its session id).
+
 Users' client certificates (``om admin user``):
 
 * userCertificateTable ``<user>\0<serial>``: the client certificates recorded for a user
@@ -57,6 +63,7 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.OPEN_FILE: "openFileTable",
     om_pb2.DELETED_DIRECTORY: "deletedDirectoryTable",
     om_pb2.USER_CERTIFICATE: "userCertificateTable",
+    om_pb2.MULTIPART_INFO: "multipartInfoTable",
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
@@ -98,6 +105,12 @@ def open_key_key(volume: str, bucket: str, key: str, session_id: int) -> bytes:
 def deleted_key(volume: str, bucket: str, key: str, object_id: int) -> bytes:
     """The deletedTable key of a key version waiting for purge."""
     return f"/{volume}/{bucket}/{key}/{object_id}".encode()
+
+
+def multipart_key(volume: str, bucket: str, key: str, upload_id: str) -> bytes:
+    """The multipartInfoTable key of an upload (also its openKeyTable row's key)."""
+    assert upload_id
+    return f"/{volume}/{bucket}/{key}/{upload_id}".encode()
 
 
 def reply_key(client_id: str, call_id: int) -> bytes:

@@ -30,6 +30,11 @@ def _open_key(view: ReadView, body: om_pb2.CommitKeyRequest) -> om_pb2.KeyInfo:
                       f"{body.client_session_id} not found")
     info = om_pb2.KeyInfo.FromString(raw)
     assert info.open_client_id == body.client_session_id
+    if info.multipart_upload_id:
+        raise OMError(om_pb2.NOT_SUPPORTED_OPERATION,
+                      f"session {body.client_session_id} of '/{body.volume}/{body.bucket}/"
+                      f"{body.key}' belongs to multipart upload {info.multipart_upload_id}: "
+                      "commit it with CommitMultiPartUpload")
     return info
 
 

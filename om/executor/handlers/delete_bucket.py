@@ -1,4 +1,6 @@
-"""DeleteBucket: BUCKET_NOT_FOUND, BUCKET_NOT_EMPTY while it holds committed keys."""
+"""DeleteBucket: BUCKET_NOT_FOUND, BUCKET_NOT_EMPTY while it holds committed keys or a
+multipart upload in progress (Ozone refuses a bucket with incomplete uploads: their
+parts' bytes are charged to it)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ FS_TABLES = (om_pb2.DIRECTORY, om_pb2.FILE, om_pb2.OPEN_FILE, om_pb2.DELETED_DIR
 def _empty(view: ReadView, volume: om_pb2.VolumeInfo, bucket: om_pb2.BucketInfo) -> bool:
     """No committed key, or for a file-system bucket no directory, file, open file or
     subtree waiting for its purge."""
+    prefix = tables.key_prefix(bucket.volume_name, bucket.bucket_name)
+    if view.scan(om_pb2.MULTIPART_INFO, prefix, None, 1):
+        return False
     if not is_fso(bucket):
-        return not view.scan(om_pb2.KEY, tables.key_prefix(bucket.volume_name,
-                                                          bucket.bucket_name), None, 1)
+        return not view.scan(om_pb2.KEY, prefix, None, 1)
     scope = f"/{volume.object_id}/{bucket.object_id}/".encode()
     return not any(view.scan(table, scope, None, 1) for table in FS_TABLES)
 

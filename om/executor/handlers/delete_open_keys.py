@@ -33,7 +33,10 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         raw = view.get(table, key)
         if raw is None:
             continue
-        if om_pb2.KeyInfo.FromString(raw).creation_time <= body.created_before_ms:
+        info = om_pb2.KeyInfo.FromString(raw)
+        if info.multipart_upload_id == str(info.open_client_id):
+            continue   # an upload's own row: it goes with its upload (AbortExpiredMultiPartUploads)
+        if info.creation_time <= body.created_before_ms:
             recorder.delete(table, key)
             deleted += 1
     if deleted == 0:
