@@ -155,6 +155,22 @@ def test_a_snapshots_ring_keeps_the_links_this_node_dials() -> None:
         node._destroy()
 
 
+def test_a_dump_made_as_a_learner_loads_once_the_node_votes() -> None:
+    """pysyncobj's dump stores ``otherNodes | {selfNode}``: a learner's selfNode is None.
+    The node, a voter after its promotion, must still load that ring (it used to fail
+    with 'failed to load full dump': AttributeError on None)."""
+    base = om_cluster.free_port_base(3)
+    own, peer = (f"127.0.0.1:{base + 10 + i}" for i in range(2))
+    conf = SyncObjConf(autoTick=False, dynamicMembershipChange=True)
+    node = RaftLog(own, [peer], conf, lambda position, _entry: Applied(position), False,
+                   GroupCommitTransport)
+    try:
+        node._SyncObj__updateClusterConfiguration([TCPNode(peer), None])
+        assert [n.id for n in node.otherNodes] == [peer]
+    finally:
+        node._destroy()
+
+
 def test_a_second_request_before_the_first_starts_is_refused(ring: Scenario) -> None:
     leader = ring.nodes[_leader(ring)]
     first: list[tuple[str, str]] = []

@@ -282,7 +282,10 @@ class RaftLog(SyncObj):  # type: ignore[misc]
     def _SyncObj__updateClusterConfiguration(self, newNodes: list[Any]) -> None:
         """pysyncobj's, keeping each peer this node dials through a link as configured:
         a snapshot carries the ring as its maker saw it (with the maker's own links),
-        and with dynamic membership pysyncobj replaces the ring with it."""
+        and with dynamic membership pysyncobj replaces the ring with it. A dump made
+        while its maker was a learner names the maker as None (its ``selfNode``):
+        pysyncobj would fail to load it once the node is a voter, so None is dropped."""
+        newNodes = [n for n in newNodes if n is not None]
         ids = [str(n.id) if isinstance(n, TCPNode) else str(n) for n in newNodes]
         SyncObj._SyncObj__updateClusterConfiguration(
             self, [self._dialled.get(i, node) for i, node in zip(ids, newNodes, strict=True)])
