@@ -147,6 +147,27 @@ async def test_delete_file_directory_and_subtree(leader: LeaderUnderTest) -> Non
         "the subtree waits for its purge"
 
 
+async def test_one_purge_step_takes_many_small_deleted_subtrees(
+        leader: LeaderUnderTest) -> None:
+    """As Ozone's DirectoryDeletingService, a step empties deleted directories until
+    its row budget is spent, not one directory a step (the soak's backlog grew
+    faster than one a step could drain)."""
+    for n in range(6):
+        await _put(leader, f"t{n}/f", 10)
+        await leader.ok(build.delete_key(V, B, f"t{n}", recursive=True))
+    purger = leader.service.purger
+    assert purger.pending() == 6
+    purger.config = PurgeConfig(interval_s=1.0, rows_max=4)
+    assert await purger.step()
+    assert purger.pending() == 2, "four one-file subtrees in one step of four rows"
+    assert await purger.step()
+    assert purger.pending() == 0
+    assert not await purger.step()
+    bucket = leader.bucket(V, B)
+    assert (bucket.used_namespace, bucket.used_bytes) == (0, 0), "every count released"
+    assert fs_audit.fs_problems(leader.store) == []
+
+
 async def test_object_store_buckets_refuse_file_system_requests(
         leader: LeaderUnderTest) -> None:
     await leader.ok(build.create_bucket(V, "obs"))

@@ -5,9 +5,9 @@ A soak must show that a node leaks neither memory nor descriptors under faults.
 its Raft process and its front workers, through psutil) and records the
 tree's total RSS and open descriptors. A process killed
 and restarted by the nemesis starts a new *segment* (a new pid); memory growth
-is judged per segment, over segments long enough to mean something, after a
-warm-up (caches fill, RocksDB opens its files), as a least-squares slope in
-bytes per hour. ``check`` turns the bounds into violations for the run's result
+is judged per segment, over segments long enough to mean something, on the
+later half of each (caches and memtables fill first), as a least-squares slope
+in bytes per hour. ``check`` turns the bounds into violations for the run's result
 (checker ``resources``): a descriptor count or an RSS above its ceiling at any
 sample, or a long segment growing faster than the bound.
 
@@ -50,7 +50,7 @@ class Bounds:
     fds_max: int = 1024
     rss_max_bytes: int = 2048 * MIB
     growth_max_bytes_per_h: int = 256 * MIB
-    segment_min_s: float = 150.0     # shorter segments are reported, not judged
+    segment_min_s: float = 240.0     # shorter lifetimes are reported, not judged
     warmup_s: float = 30.0
 
 
@@ -119,11 +119,14 @@ def segments(samples: Sequence[Sample]) -> dict[tuple[str, int], list[Sample]]:
 
 
 def growth_per_hour(segment: Sequence[Sample], bounds: Bounds) -> float | None:
-    """The RSS slope (bytes/hour, least squares) after the warm-up; None when the
-    segment is shorter than ``segment_min_s`` or has too few samples."""
+    """The RSS slope (bytes/hour, least squares) over the later half of a lifetime (and
+    past the warm-up): a process's caches and memtables fill after it starts, and a
+    leak is what keeps growing once they have; None when the lifetime is shorter
+    than ``segment_min_s`` or has too few samples there."""
     if not segment or segment[-1].t_s - segment[0].t_s < bounds.segment_min_s:
         return None
-    warm = [s for s in segment if s.t_s >= segment[0].t_s + bounds.warmup_s]
+    settled = max(bounds.warmup_s, (segment[-1].t_s - segment[0].t_s) / 2)
+    warm = [s for s in segment if s.t_s >= segment[0].t_s + settled]
     if len(warm) < 3:
         return None
     mean_t = sum(s.t_s for s in warm) / len(warm)

@@ -24,7 +24,7 @@ from om.cluster.lifecycle import ClusterError
 from om.config import EXECUTIONS
 
 PROFILES = {"quick": 60.0, "long": 600.0, "soak": 1800.0}
-SOAK_CALM_S = 240.0
+SOAK_CALM_S = 480.0
 SOAK_STORM_S = 120.0
 WORKLOADS = {"register": 4, "add": 2, "fso": 2}   # workload -> its worker threads
 

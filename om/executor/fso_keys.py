@@ -29,6 +29,7 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.fs import (
     Entry,
+    Ids,
     Resolved,
     children,
     components,
@@ -392,29 +393,51 @@ def _listed(body: om_pb2.ListKeysRequest, name: str, entry: Entry) -> om_pb2.Key
 def purge_directories(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
                       ctx: ExecContext) -> om_pb2.OMResponse:
     """PurgeDirectories (the leader's own request, Ozone's type 95): one bounded step of
-    purging the bucket's first deleted subtree. Its directory's direct entries go, at
-    most ``rows_max``: files to deletedTable with their bytes and namespace released,
-    directories to deletedDirectoryTable (their own subtrees are purged in later
-    steps); once it has none left, the tombstone goes too. Unreachable rows only: no
-    client request can lock or see them, and a step is computed from applied state,
-    so a step lost with a leadership change is simply computed again."""
+    purging the bucket's deleted subtrees, as Ozone's DirectoryDeletingService takes
+    many deleted directories a run. Tombstones are taken in key order (at most
+    ``rows_max`` of them), and their direct entries go, at most ``rows_max`` in all:
+    files to deletedTable with their bytes and namespace released, directories to
+    deletedDirectoryTable (their own subtrees are purged in later steps); a
+    tombstone with nothing left goes too, and the step stops at the first one it
+    could not empty. Unreachable rows only: no client request can lock or see them,
+    and a step is computed from applied state, so a step lost with a leadership
+    change is simply computed again."""
     body = request.purge_directories
     bucket = load_bucket(view, body.volume, body.bucket)
     require_fso(bucket, "PurgeDirectories")
     assert body.rows_max > 0, "the gate bounds a purge step"
     ids = ids_of(load_volume(view, body.volume), bucket)
     scope = f"/{ids.volume_id}/{ids.bucket_id}/".encode()
-    found = view.scan(om_pb2.DELETED_DIRECTORY, scope, None, 1)
+    found = view.scan(om_pb2.DELETED_DIRECTORY, scope, None, body.rows_max)
     if not found:
         raise OMError(om_pb2.DIRECTORY_NOT_FOUND, "no deleted directory waits for its purge")
-    tombstone_key, raw = found[0]
-    gone = om_pb2.DirectoryInfo.FromString(raw)
-    purged = released_bytes = 0
-    done = True
-    for name, entry in children(view, ids, gone.object_id):
-        if purged == body.rows_max:
-            done = False
+    purged = released_bytes = removed = 0
+    for tombstone_key, raw in found:
+        gone = om_pb2.DirectoryInfo.FromString(raw)
+        emptied, count, released = _purge_children(view, recorder, ids, gone,
+                                                   body.rows_max - purged, ctx)
+        purged += count
+        released_bytes += released
+        if not emptied:
             break
+        recorder.delete(om_pb2.DELETED_DIRECTORY, tombstone_key)
+        removed += 1
+    assert purged <= body.rows_max
+    if purged:
+        charge_namespace(recorder, bucket, -released_bytes, -purged)
+    return om_pb2.OMResponse(purge_directories=om_pb2.PurgeDirectoriesResponse(
+        purged=purged, tombstone_removed=removed == len(found), tombstones_removed=removed))
+
+
+def _purge_children(view: ReadView, recorder: ChangeRecorder, ids: Ids,
+                    gone: om_pb2.DirectoryInfo, budget: int, ctx: ExecContext
+                    ) -> tuple[bool, int, int]:
+    """Removes at most ``budget`` direct entries of the deleted directory ``gone``:
+    (whether none is left, how many went, the replicated bytes they released)."""
+    purged = released_bytes = 0
+    for name, entry in children(view, ids, gone.object_id):
+        if purged == budget:
+            return False, purged, released_bytes
         purged += 1
         if isinstance(entry, om_pb2.DirectoryInfo):
             recorder.delete(om_pb2.DIRECTORY, ids.key(gone.object_id, name))
@@ -425,9 +448,4 @@ def purge_directories(request: om_pb2.OMRequest, view: ReadView, recorder: Chang
             recorder.delete(om_pb2.FILE, ids.key(gone.object_id, name))
             retire(recorder, entry, ctx)
             released_bytes += replicated_size(entry.data_size, entry.replication_factor)
-    if done:
-        recorder.delete(om_pb2.DELETED_DIRECTORY, tombstone_key)
-    if purged:
-        charge_namespace(recorder, bucket, -released_bytes, -purged)
-    return om_pb2.OMResponse(purge_directories=om_pb2.PurgeDirectoriesResponse(
-        purged=purged, tombstone_removed=done))
+    return True, purged, released_bytes

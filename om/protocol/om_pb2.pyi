@@ -3641,19 +3641,23 @@ class PurgeDirectoriesResponse(_message.Message):
 
     PURGED_FIELD_NUMBER: _builtins.int
     TOMBSTONE_REMOVED_FIELD_NUMBER: _builtins.int
+    TOMBSTONES_REMOVED_FIELD_NUMBER: _builtins.int
     purged: _builtins.int
     """directories and files removed from the subtree"""
     tombstone_removed: _builtins.bool
-    """the deleted directory had nothing left: it is gone"""
+    """every deleted directory the step took had nothing left"""
+    tombstones_removed: _builtins.int
+    """deleted directories emptied and removed"""
     def __init__(
         self,
         *,
         purged: _builtins.int = ...,
         tombstone_removed: _builtins.bool = ...,
+        tombstones_removed: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged", "tombstone_removed", b"tombstone_removed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged", "tombstone_removed", b"tombstone_removed", "tombstones_removed", b"tombstones_removed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,6 +41,14 @@ def test_a_flat_lifetime_has_no_growth_and_no_violation() -> None:
     assert resources.check(samples, Bounds()) == []
 
 
+def test_a_lifetime_that_warms_up_then_settles_is_not_a_leak() -> None:
+    warming = [100.0 + 3 * i for i in range(12)] + [136.0] * 18   # caches fill, then stop
+    samples = _series("om1", 11, warming)
+    growth = resources.growth_per_hour(samples, Bounds())
+    assert growth == pytest.approx(0.0)
+    assert resources.check(samples, Bounds()) == []
+
+
 def test_a_steady_leak_is_measured_per_hour_and_reported() -> None:
     samples = _series("om1", 11, [100.0 + i for i in range(30)])    # 1 MiB / 10 s
     growth = resources.growth_per_hour(samples, Bounds())
