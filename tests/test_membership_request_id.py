@@ -47,7 +47,8 @@ def config(tmp_path: Path) -> ServerConfig:
     return om_config.load(None, data_dir=tmp_path / "data")
 
 
-def _request(request_id: str, op: int = om_pb2.ChangeMembershipRequest.ADD
+def _request(request_id: str,
+             op: om_pb2.ChangeMembershipRequest.Op.ValueType = om_pb2.ChangeMembershipRequest.ADD
              ) -> om_pb2.OMRequest:
     return om_pb2.OMRequest(
         cmd_type=om_pb2.ChangeMembership, client_id="c", call_id=1,
