@@ -6,6 +6,8 @@ on one ring."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +18,7 @@ from om import config as om_config
 from om.cli import main
 from om.client import OMClient
 from om.cluster import lifecycle as om_cluster
+from om.cluster import membership
 from om.config import ConfigError
 from tests import cluster_harness as harness
 
@@ -175,6 +178,77 @@ def test_maintenance_while_writes_continue(ring: om_cluster.Cluster,
     assert not lost
     roles = _roles(ring, capsys)
     assert {r["membership"] for r in roles.values() if r["node_id"] != "om4"} == {"VOTER"}
+
+
+def test_a_timed_out_add_reports_its_real_outcome_and_the_node_serves_and_votes(
+        ring: om_cluster.Cluster, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool starts om5 itself; a paused follower holds the addition's commit past
+    the client's 1.5 s answer timeout, the tool asks again with the same request id and
+    reports the leader's recorded outcome. Then om5 counts: with one original voter
+    down, 3 of the 4 acknowledge a write only with om5, and om5 serves it locally.
+    Decommissioning it (again past a tiny answer timeout) stops its process."""
+    leader = harness.leader_id(ring)
+    # not the first address, which the tool's client tries first: the first request
+    # reaches the leader (directly or redirected) and records its id there
+    paused = [n.id for n in ring.nodes[1:] if n.id != leader][-1]
+    ask = membership._ask_leader
+
+    def ask_with_a_paused_follower(*args: Any) -> Any:
+        ring.signal_node(paused, signal.SIGSTOP)
+        resume = threading.Timer(4.0, ring.signal_node, (paused, signal.SIGCONT))
+        resume.start()
+        try:
+            return ask(*args)
+        finally:
+            resume.join()
+
+    monkeypatch.setattr(membership, "_ask_leader", ask_with_a_paused_follower)
+    base = om_cluster.free_port_base(1)
+    capsys.readouterr()
+    status = _admin(ring, "add", "--node-id", "om5", "--address", f"127.0.0.1:{base}",
+                    "--raft-address", f"127.0.0.1:{base + om_cluster.RAFT_PORT_OFFSET}",
+                    "--answer-timeout", "1.5")
+    monkeypatch.setattr(membership, "_ask_leader", ask)
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert f"log {ring.directory / 'om5'}.log" in out.out
+    assert "no answer within 1.5 s" in out.out
+    assert "asking the leader again with request id" in out.out
+    assert "the addition of OM:om5 was committed" in out.out
+    assert "(recorded outcome)" in out.out, "the leader answered the first request's id"
+    assert "OM:om5 is a voter" in out.out
+    assert ring.pid("om5") is not None
+    ring.wait_converged(timeout_s=60)
+    down = next(n.id for n in ring.nodes if n.id not in (harness.leader_id(ring), "om5"))
+    ring.stop_node(down)
+    try:
+        with harness.client(ring) as om:
+            om.put_key("vol", "bkt", "needs-om5", 10)
+        om5 = next(n for n in ring.nodes if n.id == "om5")
+        with OMClient([om5.address], read_mode="local", tls=ring.client_tls()) as local:
+            assert "needs-om5" in harness.all_keys(local)
+    finally:
+        ring.start_node(down)
+    ring.wait_converged(timeout_s=60)
+    capsys.readouterr()
+    assert _admin(ring, "decommission", "--node-id", "om5", "--answer-timeout", "0.001") == 0
+    out = capsys.readouterr()
+    assert "the removal of OM:om5 was committed" in out.out, out
+    assert ring.pid("om5") is None, "decommission stopped the process it started"
+    assert [n.id for n in ring.nodes] == ["om1", "om2", "om3"]
+
+
+def test_add_given_only_addresses_says_what_to_start(
+        ring: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _ring_state(ring)
+    capsys.readouterr()
+    assert main(["admin", "om", "add", "--om", ",".join(ring.addresses), "--node-id", "om6",
+                 "--address", "127.0.0.1:1", "--raft-address", "127.0.0.1:2"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot start OM:om6; nothing was changed" in err
+    assert "om serve --config CONFIG --node-id om6" in err
+    assert _ring_state(ring) == before
 
 
 def test_every_voter_holds_the_same_data(ring: om_cluster.Cluster) -> None:

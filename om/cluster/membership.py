@@ -24,11 +24,21 @@ processes and keeps ``cluster.toml`` true (``om/cluster/ring.py``).
 
 A refusal raises ``Refused`` and changes nothing (except a learner that did
 not catch up, which is stopped and dropped).
+
+**A timed-out change is asked about again, never left silent.** Each change
+the tools ask of the leader carries a request id (``om/node/membership.py``
+makes ChangeMembership idempotent by it). When the leader does not answer in
+time (``answer_timeout_s``), the tool says so and resends the same id until it
+learns the outcome (the leader answers the recorded outcome: committed or
+refused), for up to ``ASK_AGAIN_S``; a change whose outcome is still unknown
+then raises ``Unknown``, which says so and leaves ``cluster.toml`` as it was
+(an added node stays listed as a stopped learner, a removed one as a member).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 from om.client import OMClient, OMClientError
@@ -44,15 +54,26 @@ CATCH_UP_GAP = 1000        # entries a learner may trail by when it is promoted
 CATCH_UP_FRACTION = 0.9    # and at least this share of the leader's commit index (etcd)
 POLL_S = 0.2
 ANSWER_S = 35.0            # the leader answers once the entry is committed
+ASK_AGAIN_S = 120.0        # how long a timed-out change is asked about again
+
+
+# answers that are no outcome: still pending, or a node that is not the ready leader
+# (once the client's deadline left no time to follow its redirect)
+_ASK_AGAIN = (om_pb2.TIMEOUT, om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY)
 
 
 class Refused(Exception):
     """A membership command that cannot go on; nothing was changed."""
 
 
+class Unknown(Refused):
+    """A change whose outcome no leader told in time: it may have committed or not."""
+
+
 # -- add ---------------------------------------------------------------------------------
 
-def add(cluster: om_cluster.Cluster, node: NodeAddress, catch_up_timeout_s: float) -> None:
+def add(cluster: om_cluster.Cluster, node: NodeAddress, catch_up_timeout_s: float,
+        answer_timeout_s: float = ANSWER_S) -> None:
     """Learner, catch-up, promotion (see the module's docstring)."""
     config = cluster.config
     if node.id in {n.id for n in config.nodes} or node.id in config.decommissioned:
@@ -63,8 +84,7 @@ def add(cluster: om_cluster.Cluster, node: NodeAddress, catch_up_timeout_s: floa
         CertificateAuthority.load(cluster.directory / om_cluster.TLS_DIR).issue_server(
             node.id, (node.host,))
     cluster_ring.add_node(cluster.config_path, node, learner=True)
-    cluster.start_node(node.id)
-    print(f"OM:{node.id} started as a learner")
+    _start(cluster, node.id, "as a learner")
     try:
         applied, commit = _wait_learner(cluster, node, catch_up_timeout_s)
     except Refused:
@@ -75,14 +95,21 @@ def add(cluster: om_cluster.Cluster, node: NodeAddress, catch_up_timeout_s: floa
     cluster.stop_node(node.id)
     response = _ask_leader(cluster, om_pb2.ChangeMembershipRequest(
         op=om_pb2.ChangeMembershipRequest.ADD, node_id=node.id,
-        raft_address=node.raft_address))
+        raft_address=node.raft_address), answer_timeout_s)
     if response.status != om_pb2.OK:
         _drop(cluster, node.id)
         raise Refused(f"{om_pb2.Status.Name(response.status)}: {response.message}")
     cluster_ring.set_fields(cluster.config_path, node.id, learner=False)
-    cluster.start_node(node.id)
+    _start(cluster, node.id, "as a voter")
     _wait_caught_up(cluster, node.id, catch_up_timeout_s)
     print(f"OM:{node.id} is a voter, caught up")
+
+
+def _start(cluster: om_cluster.Cluster, node_id: str, how: str) -> None:
+    """Starts a node's process and says what it started and where its log is."""
+    process = cluster.start_node(node_id)
+    print(f"OM:{node_id} started {how}: pid {process.pid}, `om serve --config "
+          f"{cluster.config_path} --node-id {node_id}`, log {cluster.directory / node_id}.log")
 
 
 def _wait_learner(cluster: om_cluster.Cluster, node: NodeAddress,
@@ -117,7 +144,8 @@ def _drop(cluster: om_cluster.Cluster, node_id: str) -> None:
 
 # -- decommission --------------------------------------------------------------------------
 
-def decommission(cluster: om_cluster.Cluster, node_id: str) -> None:
+def decommission(cluster: om_cluster.Cluster, node_id: str,
+                 answer_timeout_s: float = ANSWER_S) -> None:
     """Checks, moves leadership away, removes, stops, records (module docstring)."""
     config = cluster.config
     node = _member(cluster, node_id)
@@ -131,20 +159,21 @@ def decommission(cluster: om_cluster.Cluster, node_id: str) -> None:
         if len(up) < quorum(len(remaining)):
             raise Refused(f"the {len(remaining)} voters left need {quorum(len(remaining))} up; "
                           f"only {sorted(up)} answer")
-        _remove(cluster, node)
+        _remove(cluster, node, answer_timeout_s)
     cluster.stop_node(node.id)
     cluster_ring.decommission(cluster.config_path, node.id)
     print(f"OM:{node.id} decommissioned: removed from the ring, stopped, never to rejoin")
 
 
-def _remove(cluster: om_cluster.Cluster, node: NodeAddress, attempts: int = 3) -> None:
+def _remove(cluster: om_cluster.Cluster, node: NodeAddress, answer_timeout_s: float,
+            attempts: int = 3) -> None:
     """Has the leader commit ``node``'s removal, moving leadership away first (again, if
     an election made it the leader in between)."""
     for _ in range(attempts):
         _lead_elsewhere(cluster, node.id)
         response = _ask_leader(cluster, om_pb2.ChangeMembershipRequest(
             op=om_pb2.ChangeMembershipRequest.REMOVE, node_id=node.id,
-            raft_address=node.raft_address))
+            raft_address=node.raft_address), answer_timeout_s)
         if response.status == om_pb2.OK:
             return
         if "cannot remove itself" not in response.message:
@@ -234,16 +263,50 @@ def _wait_leader(cluster: om_cluster.Cluster, timeout_s: float = 15.0) -> om_pb2
     return leader
 
 
-def _ask_leader(cluster: om_cluster.Cluster,
-                body: om_pb2.ChangeMembershipRequest) -> om_pb2.OMResponse:
-    voters = [n.address for n in cluster.config.nodes if not n.learner and not n.maintenance]
+def _ask_leader(cluster: om_cluster.Cluster, body: om_pb2.ChangeMembershipRequest,
+                answer_timeout_s: float = ANSWER_S) -> om_pb2.OMResponse:
+    """The leader's answer to a change: committed (OK) or refused. A call that times out
+    (no answer within ``answer_timeout_s``, the leader's TIMEOUT: still pending, or a
+    NOT_LEADER the client had no time left to follow) is said and asked again with the
+    same request id until the outcome is known; raises ``Unknown`` when it is not within
+    ``ASK_AGAIN_S``."""
+    body.request_id = body.request_id or uuid.uuid4().hex
+    what = (f"the {'addition' if body.op == om_pb2.ChangeMembershipRequest.ADD else 'removal'}"
+            f" of OM:{body.node_id}")
     request = om_pb2.OMRequest(cmd_type=om_pb2.ChangeMembership, change_membership=body)
-    policy = RetryPolicy(deadline_s=ANSWER_S + 10, attempt_timeout_s=ANSWER_S)
-    try:
-        with OMClient(voters, policy=policy, tls=cluster.client_tls()) as client:
-            return client.call_raw(request)
-    except OMClientError as error:
-        return om_pb2.OMResponse(status=om_pb2.TIMEOUT, message=f"no leader answered: {error}")
+    deadline = time.monotonic() + ASK_AGAIN_S
+    timeout_s, asked = answer_timeout_s, 0
+    while True:
+        asked += 1
+        voters = [n.address for n in cluster.config.nodes
+                  if not n.learner and not n.maintenance]
+        policy = RetryPolicy(deadline_s=timeout_s + (10 if asked > 1 else 0),
+                             attempt_timeout_s=timeout_s)
+        try:
+            with OMClient(voters, policy=policy, tls=cluster.client_tls()) as client:
+                response = client.call_raw(request)
+            if response.status not in _ASK_AGAIN:
+                if asked > 1:
+                    outcome = ("committed" if response.status == om_pb2.OK else
+                               f"refused ({om_pb2.Status.Name(response.status)})")
+                    print(f"{what} was {outcome}: the leader's answer to request id "
+                          f"{body.request_id} on asking again "
+                          f"{'(recorded outcome)' if response.change_membership.replayed else ''}"
+                          .rstrip())
+                return response
+            problem = (f"{om_pb2.Status.Name(response.status)} (no leader's answer yet): "
+                       f"{response.message}")
+        except OMClientError as error:
+            problem = f"no answer within {timeout_s} s ({error})"
+        if time.monotonic() >= deadline:
+            raise Unknown(f"the outcome of {what} is unknown: {problem}; asked {asked} "
+                          f"times with request id {body.request_id} over {ASK_AGAIN_S} s. It "
+                          "may still commit: see `om admin roles` (MEMBERSHIP) before trying "
+                          "again; cluster.toml is unchanged")
+        print(f"{what}: {problem}; asking the leader again with request id "
+              f"{body.request_id}")
+        timeout_s = max(answer_timeout_s, ANSWER_S)
+        time.sleep(POLL_S)
 
 
 def _lead_elsewhere(cluster: om_cluster.Cluster, node_id: str) -> None:

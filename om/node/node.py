@@ -161,6 +161,7 @@ class Node:
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
                                        lambda: self.state_machine.applied_index, fail_stop)
         self.raft: RaftReplicator | RaftProcessReplicator | None = None
+        self.membership_ledger = node_membership.Ledger()
         self.replicator: Replicator
         if len(config.nodes) == 1:
             self.replicator = LocalReplicator(config.node_id, config.node.address,
@@ -255,7 +256,8 @@ class Node:
             return self._guarded(request, node_transfer.answer(request, self.config, self.raft))
         if request.cmd_type == om_pb2.ChangeMembership:
             return self._guarded(request,
-                                 node_membership.answer(request, self.config, self.raft))
+                                 node_membership.answer(request, self.config, self.raft,
+                                                        self.membership_ledger))
         if self.integrity.diverged:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None

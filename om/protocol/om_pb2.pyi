@@ -2707,20 +2707,27 @@ class ChangeMembershipRequest(_message.Message):
     OP_FIELD_NUMBER: _builtins.int
     NODE_ID_FIELD_NUMBER: _builtins.int
     RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     op: Global___ChangeMembershipRequest.Op.ValueType
     node_id: _builtins.str
     raft_address: _builtins.str
     """host:port of the node's Raft endpoint"""
+    request_id: _builtins.str
+    """Makes the change idempotent: a client that timed out resends the same id and the
+    leader answers that id's recorded outcome (committed, refused or still pending)
+    instead of starting a second change. "" (an old client): no record.
+    """
     def __init__(
         self,
         *,
         op: Global___ChangeMembershipRequest.Op.ValueType = ...,
         node_id: _builtins.str = ...,
         raft_address: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "op", b"op", "raft_address", b"raft_address"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "op", b"op", "raft_address", b"raft_address", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4107,7 +4114,12 @@ class ChangeMembershipResponse(_message.Message):
 
     MEMBERS_FIELD_NUMBER: _builtins.int
     TERM_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
     term: _builtins.int
+    replayed: _builtins.bool
+    """True when this answer is the recorded outcome of an earlier request of the same
+    request_id (or, on a leader that has no record of it, the change already in effect).
+    """
     @_builtins.property
     def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the Raft addresses of the voters after the change"""
@@ -4117,10 +4129,11 @@ class ChangeMembershipResponse(_message.Message):
         *,
         members: _abc.Iterable[_builtins.str] | None = ...,
         term: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "replayed", b"replayed", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -30,7 +30,9 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON
 
-Reply = Callable[[str, str], None]   # (code, message): OK, REFUSED, NOT_LEADER, FAILED
+Reply = Callable[[str, str], None]   # (code, message): OK, REFUSED, NOT_LEADER, FAILED,
+#                                       IN_EFFECT (a refusal: the ring is already as asked)
+IN_EFFECT = "already"   # the end of a problem that says the change is in effect already
 ADD = "add"
 REMOVE = "remove"
 
@@ -68,7 +70,8 @@ class MembershipChanges:
         self._requested = None
         problem = self.problem(op, address)
         if problem:
-            reply("NOT_LEADER" if problem == "not the leader" else "REFUSED", problem)
+            reply("NOT_LEADER" if problem == "not the leader"
+                  else "IN_EFFECT" if problem.endswith(IN_EFFECT) else "REFUSED", problem)
             return
 
         def done(_result: Any, reason: int) -> None:
@@ -95,7 +98,7 @@ class MembershipChanges:
         connected = 1 + sum(1 for n in others.values() if raft.isNodeConnected(n))
         if op == ADD:
             if address == raft.selfNode.id or address in others:
-                return f"{address} is a voter already"
+                return f"{address} is a voter {IN_EFFECT}"
             needed = quorum(len(others) + 2)
             if connected < needed:
                 return (f"{len(others) + 2} voters need {needed} up, and the leader is "
@@ -105,7 +108,7 @@ class MembershipChanges:
         if address == raft.selfNode.id:
             return "the leader cannot remove itself: transfer leadership away first"
         if address not in others:
-            return f"{address} is not a voter"
+            return f"{address} is not a voter {IN_EFFECT}"
         remaining = len(others)   # the leader and the others but the removed one
         up = connected - (1 if raft.isNodeConnected(others[address]) else 0)
         if up < quorum(remaining):
