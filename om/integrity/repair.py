@@ -37,7 +37,7 @@ from pathlib import Path
 
 from om.integrity import marker, merkle, scan, verifier
 from om.integrity.compare import Replica, ReplicaError, span
-from om.integrity.merkle import Forest, KeyRange, MerkleTree, TreeParams
+from om.integrity.merkle import Forest, KeyRange, TreeParams, TreeView
 from om.statemachine.store import Store
 
 WHOLE_TABLE_FRACTION = 0.5
@@ -71,20 +71,24 @@ class RepairResult:
     after: Mapping[str, bytes] = field(default_factory=dict)
 
 
-def plan(majority_trees: Mapping[str, MerkleTree], local: Forest) -> list[KeyRange]:
-    """The ranges to copy, table by table, in key order (see the module doc)."""
+def plan(majority_trees: Mapping[str, TreeView], local: Forest) -> list[KeyRange]:
+    """The ranges to copy, table by table, in key order (see the module doc).
+
+    The majority's trees are read level by level (over RPC, a page at a time):
+    only the subtrees that differ from the local ones are fetched.
+    """
     ranges: list[KeyRange] = []
     for table, tree in sorted(majority_trees.items()):
-        found = merkle.diff(tree, local.trees[table])
-        if sum(merkle.rows_in(tree, r) for r in found) > WHOLE_TABLE_FRACTION * tree.rows:
+        found = merkle.diff_counted(tree, local.trees[table])
+        if sum(rows for _, rows in found) > WHOLE_TABLE_FRACTION * tree.rows:
             ranges.append(KeyRange(table, b"", None))
         else:
-            ranges.extend(found)
+            ranges.extend(key_range for key_range, _ in found)
     return ranges
 
 
 def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
-           majority_roots: Mapping[str, bytes], majority_tree: Callable[[str], MerkleTree],
+           majority_roots: Mapping[str, bytes], majority_tree: Callable[[str], TreeView],
            sources: Mapping[str, Sequence[Replica]],
            after_range: Callable[[int], None] = lambda done: None) -> RepairResult:
     """Repairs the stopped node whose database is ``store`` (at ``position``).
@@ -121,7 +125,7 @@ def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
                                 tuple(unrepairable), before=local.roots()))
 
 
-def _pull(key_range: KeyRange, tree: MerkleTree,
+def _pull(key_range: KeyRange, tree: TreeView,
           sources: Sequence[Replica]) -> tuple[str, list[tuple[bytes, bytes]]] | Unrepairable:
     """The first source's rows that hash to the majority's tree, or why none did."""
     reasons: dict[str, str] = {}
@@ -131,7 +135,12 @@ def _pull(key_range: KeyRange, tree: MerkleTree,
         except ReplicaError as error:
             reasons[source.node_id] = f"cannot read the range: {error}"
             continue
-        if merkle.range_matches(tree, key_range, rows):
+        try:
+            matches = merkle.range_matches(tree, key_range, rows)
+        except ReplicaError as error:
+            reasons[source.node_id] = f"cannot read the majority's leaves: {error}"
+            continue
+        if matches:
             return source.node_id, rows
         reasons[source.node_id] = (f"its {len(rows)} rows do not hash to the majority's tree "
                                    "(its copy lacks rows or holds others)")

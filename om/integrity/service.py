@@ -119,6 +119,15 @@ class IntegrityService:
         if verification is not None and (not body.position
                                          or verification.spec.position == body.position):
             _describe(answer, verification, body.tables)
+            if body.HasField("level") and verification.forest is not None:
+                tree = verification.forest.trees.get(body.level.table)
+                if tree is None:
+                    return error_response(request, om_pb2.INVALID_REQUEST,
+                                          f"no tree of table {body.level.table!r}")
+                answer.level_page.CopyFrom(level_page(tree, body.level))
+            elif verification.state == om_pb2.VERIFY_COMPUTING:
+                answer.rows_scanned, answer.rows_total = self._verifier.progress(
+                    verification.spec.position)
         return _ok(request, "get_verify_trees", answer)
 
     async def _range(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
@@ -275,6 +284,25 @@ def _describe(answer: om_pb2.GetVerifyTreesResponse, verification: Verification,
     subset = merkle.Forest(forest.applied_index, forest.term,
                            {t: tree for t, tree in forest.trees.items() if t in wanted})
     answer.trees.CopyFrom(merkle.forest_to_proto(subset))
+
+
+LEVEL_PAGE_NODES = 2000      # ~100 bytes a node: a page stays far below any frame limit
+
+
+def level_page(tree: merkle.MerkleTree, query: om_pb2.TreeLevelQuery) -> om_pb2.TreeLevelPage:
+    """One page of ``tree``'s nodes at ``query.level`` in its span (``TreeLevelQuery``)."""
+    end = query.end if query.HasField("end") else None
+    start = query.start
+    if query.HasField("start_after") and query.start_after >= start:
+        start = query.start_after + b"\0"          # the least key after it
+    limit = min(query.max_nodes or LEVEL_PAGE_NODES, LEVEL_PAGE_NODES)
+    nodes = ([] if end is not None and start >= end
+             else tree.nodes(query.level, start, end, limit + 1))
+    page = om_pb2.TreeLevelPage(table=tree.table, depth=tree.depth, root=tree.root_hash,
+                                rows=tree.rows, truncated=len(nodes) > limit)
+    page.nodes.extend(om_pb2.MerkleNode(start=n.start, hash=n.hash, rows=n.rows, level=n.level)
+                      for n in nodes[:limit])
+    return page
 
 
 def _roots(forest: merkle.Forest) -> list[om_pb2.TableRoot]:

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from om.integrity import scan
+from om.integrity import compute, scan
 from om.integrity.merkle import DEFAULT_PARAMS, Forest, KeyRange, TreeParams
 from om.protocol import om_pb2
 from om.statemachine.store import Store
@@ -163,6 +163,10 @@ class Verifier:
         with self._lock:
             done = [v for v in self._verifications.values() if v.state == om_pb2.VERIFY_DONE]
         return max(done, key=lambda v: v.spec.position, default=None)
+
+    def progress(self, position: int) -> tuple[int, int]:
+        """(rows hashed, rows estimated) of the trees being computed at ``position``."""
+        return compute.read_progress(self._directory(position) / _TREES)
 
     def read_range(self, position: int, key_range: KeyRange, start_after: bytes | None,
                    max_rows: int) -> tuple[list[tuple[bytes, bytes]], bool]:
