@@ -9,12 +9,13 @@ page bound the pager would send the whole level and the diff would fail).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 import pytest
 
-from om.cli.integrity_rpc import NodeLink, RpcReplica
-from om.integrity import compare, merkle
+from om.cli.integrity_rpc import NodeLink, RpcReplica, collect_trees
+from om.integrity import compare, compute, merkle
 from om.integrity.compare import ReplicaError
 from om.integrity.merkle import MerkleTree, TreeParams
 from om.integrity.service import level_page
@@ -122,3 +123,54 @@ def test_a_page_never_holds_more_than_asked() -> None:
     top = level_page(tree, om_pb2.TreeLevelQuery(table=TABLE, level=99))
     assert [n.hash for n in top.nodes] == [tree.root_hash]
     assert (top.depth, top.rows) == (tree.depth, ROWS)
+
+
+class ProgressLink:
+    """A node computing its trees: ``steps`` answers with more rows hashed, then done
+    (``stall`` after ``steps``: it stays computing with no progress)."""
+
+    def __init__(self, steps: int, stall: bool = False) -> None:
+        self.steps, self.stall, self.asked = steps, stall, 0
+
+    def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        self.asked += 1
+        answer = om_pb2.GetVerifyTreesResponse(node_id="om1", state=om_pb2.VERIFY_COMPUTING,
+                                               rows_scanned=min(self.asked, self.steps) * 100,
+                                               rows_total=10_000)
+        if self.asked > self.steps and not self.stall:
+            answer.state = om_pb2.VERIFY_DONE
+        return om_pb2.OMResponse(status=om_pb2.OK, get_verify_trees=answer)
+
+
+def test_the_wait_lasts_as_long_as_a_node_advances_and_a_stall_ends_it() -> None:
+    seen: list[int] = []
+    links = {"slow": cast(NodeLink, ProgressLink(steps=8)),
+             "stuck": cast(NodeLink, ProgressLink(steps=2, stall=True))}
+    # Each poll is 0.2 s: the slow node takes ~1.6 s, longer than the stall bound, and is
+    # waited for since it advances; the stuck one is given up after 0.6 s without progress.
+    found = collect_trees(links, 7, stall_s=0.6,
+                          on_progress=lambda progress: seen.append(progress.rows_scanned))
+    slow, stuck = found["slow"], found["stuck"]
+    assert not isinstance(slow, str)
+    assert slow.state == om_pb2.VERIFY_DONE
+    assert isinstance(stuck, str)
+    assert "no progress for 0.6 s" in stuck
+    assert "200 rows hashed" in stuck
+    assert (min(seen), max(seen)) == (100, 800)
+
+
+def test_a_timeout_when_given_still_caps_the_whole_wait() -> None:
+    found = collect_trees({"slow": cast(NodeLink, ProgressLink(steps=100))}, 7,
+                          stall_s=60, timeout_s=0.5)
+    assert found["slow"] == "no trees at position 7 within 0.5 s"
+
+
+def test_the_scan_reports_its_progress_beside_the_trees(tmp_path: Path) -> None:
+    out = tmp_path / "trees"
+    assert compute.read_progress(out) == (0, 0)          # nothing yet: unknown
+    limit = compute.ProgressLimit(compute.progress_path(out), 1000, None)
+    limit.charge(1, 10)                                   # the first charge writes at once
+    assert compute.read_progress(out) == (1, 1000)
+    limit.charge(1500, 10)
+    limit.write()
+    assert compute.read_progress(out) == (1501, 1501)    # past the estimate: the count
