@@ -2,8 +2,9 @@
 
 ``python -m om.integrity.compute CHECKPOINT OUT POSITION SALT_HEX LEAF_BITS FANOUT_BITS
 ROWS_PER_S`` scans the checkpoint at the given pace, checks that it holds
-``POSITION``, and saves the trees to ``OUT`` (``scan.save_trees``: atomic,
-durable). The node's verifier starts it (``om.integrity.verifier``): the scan
+``POSITION``, and writes the trees to ``OUT`` while it scans
+(``tree_store.write_forest``: each node as it closes, one open node a level in
+memory; atomic, durable). The node's verifier starts it (``om.integrity.verifier``): the scan
 hashes every row in Python, and in a process of its own, at a lower priority,
 it neither holds the serving process's GIL nor delays apply; the rate limit
 keeps it off the disk's back too.
@@ -24,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from om.integrity import scan
+from om.integrity import scan, tree_store
 from om.integrity.merkle import TreeParams
 from om.integrity.scan import RateLimit
+from om.schema import tables
 from om.statemachine.store import Store
 
 NICE = 10
@@ -82,17 +84,19 @@ def main(argv: list[str]) -> int:
         os.nice(NICE)
     store = Store(checkpoint)
     try:
+        info = store.transaction_info()
+        if info.applied_index != position:
+            print(f"the checkpoint holds position {info.applied_index}, not {position}",
+                  file=sys.stderr)
+            return 3
         limit = ProgressLimit(progress_path(out), store.estimate_rows(),
                               rows_per_s if rows_per_s > 0 else None)
-        forest = scan.compute_trees(store, params, limit)
+        tree_store.write_forest(out, info.applied_index, info.term, params,
+                                ((name, scan.table_rows(store, table, limit))
+                                 for table, name in tables.TABLE_NAMES.items()))
+        limit.write()
     finally:
         store.close()
-    limit.write()
-    if forest.applied_index != position:
-        print(f"the checkpoint holds position {forest.applied_index}, not {position}",
-              file=sys.stderr)
-        return 3
-    scan.save_trees(out, forest)
     return 0
 
 

@@ -241,6 +241,12 @@ def _leaf_ranges(rows: Iterable[tuple[bytes, bytes]], params: TreeParams,
     yield start, hasher.digest(), count
 
 
+def assemble(table: str, params: TreeParams,
+             leaves: Sequence[tuple[bytes, bytes, int]]) -> MerkleTree:
+    """The tree above ``leaves`` ((start, hash, rows) in key order, the first at b"")."""
+    return _assemble(table, params, leaves)
+
+
 def _assemble(table: str, params: TreeParams,
               leaves: Sequence[tuple[bytes, bytes, int]]) -> MerkleTree:
     assert leaves, "a tree has at least one leaf"
