@@ -360,7 +360,8 @@ def _repair_with(args: argparse.Namespace, store: Store, node_dir: Path, positio
                  answers: dict[str, om_pb2.GetVerifyTreesResponse],
                  peers: dict[str, rpc.NodeLink], cluster_size: int) -> repair.RepairResult:
     params = _params(answers)
-    local = scan.compute_trees(store, params).roots()
+    forest = scan.compute_trees(store, params)   # once: the vote and the plan use it
+    local = forest.roots()
     roots = {node: rpc.roots_of(answer) for node, answer in answers.items()}
     verdict = merkle.majority({**roots, args.node_id: local}, cluster_size)
     if verdict.no_majority:
@@ -383,7 +384,7 @@ def _repair_with(args: argparse.Namespace, store: Store, node_dir: Path, positio
         return trees[table]
 
     return repair.repair(store, node_dir, position, params, majority_roots, majority_tree,
-                         sources, _crash_hook())
+                         sources, _crash_hook(), forest)
 
 
 def _params(answers: dict[str, om_pb2.GetVerifyTreesResponse]) -> TreeParams:

@@ -90,19 +90,22 @@ def plan(majority_trees: Mapping[str, TreeView], local: Forest) -> list[KeyRange
 def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
            majority_roots: Mapping[str, bytes], majority_tree: Callable[[str], TreeView],
            sources: Mapping[str, Sequence[Replica]],
-           after_range: Callable[[int], None] = lambda done: None) -> RepairResult:
+           after_range: Callable[[int], None] = lambda done: None,
+           local: Forest | None = None) -> RepairResult:
     """Repairs the stopped node whose database is ``store`` (at ``position``).
 
     ``majority_tree(table)`` fetches the majority's tree of a table;
     ``sources[table]`` are the healthy peers holding the majority's rows of it,
     in the order to ask them; ``after_range`` is called with the count of
-    ranges written so far (a test's crash point).
+    ranges written so far (a test's crash point); ``local``: the store's trees
+    when the caller has just computed them (one scan fewer).
     """
     found = marker.load(node_dir)
     assert found is not None, "repair only a node a repair stopped"
     assert found.stops_start, "repair only a node a repair stopped"
     assert store.transaction_info().applied_index == position, "the store is not at P"
-    local = scan.compute_trees(store, params)
+    if local is None or local.applied_index != position:
+        local = scan.compute_trees(store, params)
     differing = sorted(t for t, root in majority_roots.items() if local.roots().get(t) != root)
     ranges = plan({t: majority_tree(t) for t in differing}, local)
     trees = {t: majority_tree(t) for t in {r.table for r in ranges}}
