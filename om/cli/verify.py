@@ -33,7 +33,7 @@ from om.cli import integrity_rpc as rpc
 from om.cli.common import add_target, client_tls, targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, ServerConfig
-from om.integrity import compare, marker, merkle, repair, scan
+from om.integrity import compare, marker, merkle, repair
 from om.integrity.compare import Comparison, ReplicaError
 from om.integrity.merkle import TreeParams
 from om.protocol import om_pb2
@@ -327,6 +327,7 @@ def _repair_stopped(args: argparse.Namespace, config: ServerConfig, tls: ClientT
                                 len(config.nodes))
         finally:
             store.close()
+            repair.remove_local_trees(node_dir)
     finally:
         for link in peers.values():
             link.close()
@@ -360,7 +361,7 @@ def _repair_with(args: argparse.Namespace, store: Store, node_dir: Path, positio
                  answers: dict[str, om_pb2.GetVerifyTreesResponse],
                  peers: dict[str, rpc.NodeLink], cluster_size: int) -> repair.RepairResult:
     params = _params(answers)
-    forest = scan.compute_trees(store, params)   # once: the vote and the plan use it
+    forest = repair.local_trees(store, node_dir, params)  # once: for the vote and the plan
     local = forest.roots()
     roots = {node: rpc.roots_of(answer) for node, answer in answers.items()}
     verdict = merkle.majority({**roots, args.node_id: local}, cluster_size)

@@ -35,13 +35,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from om.integrity import marker, merkle, scan, verifier
+from om.integrity import marker, merkle, scan, tree_store, verifier
 from om.integrity.compare import Replica, ReplicaError, span
-from om.integrity.merkle import Forest, KeyRange, TreeParams, TreeView
+from om.integrity.merkle import KeyRange, TreeParams, TreeView
+from om.integrity.tree_store import StoredForest
 from om.statemachine.store import Store
 
 WHOLE_TABLE_FRACTION = 0.5
 WRITE_CHUNK_ROWS = 10_000
+TREES_FILE = "repair-trees.db"          # the stopped node's own trees, beside its db
+_AFTER_FILE = "repair-trees-after.db"
+
+
+def local_trees(store: Store, node_dir: Path, params: TreeParams,
+                name: str = TREES_FILE) -> StoredForest:
+    """The stopped node's trees, streamed to a file in ``node_dir`` (not held in memory)."""
+    return tree_store.compute_to_file(store, params, node_dir / name)
+
+
+def remove_local_trees(node_dir: Path) -> None:
+    for name in (TREES_FILE, _AFTER_FILE):
+        (node_dir / name).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -71,7 +85,7 @@ class RepairResult:
     after: Mapping[str, bytes] = field(default_factory=dict)
 
 
-def plan(majority_trees: Mapping[str, TreeView], local: Forest) -> list[KeyRange]:
+def plan(majority_trees: Mapping[str, TreeView], local: StoredForest) -> list[KeyRange]:
     """The ranges to copy, table by table, in key order (see the module doc).
 
     The majority's trees are read level by level (over RPC, a page at a time):
@@ -91,7 +105,7 @@ def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
            majority_roots: Mapping[str, bytes], majority_tree: Callable[[str], TreeView],
            sources: Mapping[str, Sequence[Replica]],
            after_range: Callable[[int], None] = lambda done: None,
-           local: Forest | None = None) -> RepairResult:
+           local: StoredForest | None = None) -> RepairResult:
     """Repairs the stopped node whose database is ``store`` (at ``position``).
 
     ``majority_tree(table)`` fetches the majority's tree of a table;
@@ -105,7 +119,7 @@ def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
     assert found.stops_start, "repair only a node a repair stopped"
     assert store.transaction_info().applied_index == position, "the store is not at P"
     if local is None or local.applied_index != position:
-        local = scan.compute_trees(store, params)
+        local = local_trees(store, node_dir, params)
     differing = sorted(t for t, root in majority_roots.items() if local.roots().get(t) != root)
     ranges = plan({t: majority_tree(t) for t in differing}, local)
     trees = {t: majority_tree(t) for t in {r.table for r in ranges}}
@@ -172,7 +186,8 @@ def _finish(store: Store, node_dir: Path, found: marker.Marker, position: int,
             params: TreeParams, majority_roots: Mapping[str, bytes],
             result: RepairResult) -> RepairResult:
     """Re-verifies the whole store; clears the marker only if it equals the majority."""
-    after = scan.compute_trees(store, params).roots()
+    after = local_trees(store, node_dir, params, _AFTER_FILE).roots()
+    remove_local_trees(node_dir)
     differing = tuple(sorted(t for t, root in majority_roots.items() if after.get(t) != root))
     if not result.unrepairable and not differing:
         verifier.forget_up_to(node_dir, position)

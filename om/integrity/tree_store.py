@@ -29,8 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from om.disk.durable_files import fsync_path
-from om.integrity import merkle
+from om.integrity import merkle, scan
 from om.integrity.merkle import MerkleTree, Node, TreeParams
+from om.integrity.scan import RateLimit
+from om.protocol import om_pb2
+from om.schema import tables
+from om.schema.read_view import ReadView
 
 _SCHEMA = """
 CREATE TABLE nodes (tbl TEXT NOT NULL, level INTEGER NOT NULL, start BLOB NOT NULL,
@@ -151,6 +155,20 @@ def write_forest(path: Path, applied_index: int, term: int, params: TreeParams,
         os.fsync(out.fileno())
     os.replace(tmp, path)
     fsync_path(path.parent)
+
+
+def compute_to_file(view: ReadView, params: TreeParams, path: Path,
+                    limit: RateLimit | None = None) -> StoredForest:
+    """Every table's tree of ``view`` (a checkpoint, or a stopped node's store), streamed
+    to ``path``; the forest read back (roots in memory, nodes in the file)."""
+    raw = view.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY)
+    info = om_pb2.TransactionInfo() if raw is None else om_pb2.TransactionInfo.FromString(raw)
+    write_forest(path, info.applied_index, info.term, params,
+                 ((name, scan.table_rows(view, table, limit))
+                  for table, name in tables.TABLE_NAMES.items()))
+    found = open_forest(path)
+    assert found is not None, f"the trees just written to {path} do not read back"
+    return found
 
 
 @dataclass(frozen=True)
