@@ -41,7 +41,9 @@ not return holds identical rows on both sides.
 
 Size: with the defaults, 200,000 rows of ~150 bytes make about 3,200 leaves
 and a 200 KB message, built in under a second of CPU; about 1 MB per million
-rows travels when a peer asks for a whole tree.
+rows travels when a peer asks for a whole tree. So the tools do not: they read
+a tree level by level (``TreeView.nodes``: one level's nodes in a key span, a
+page at a time over RPC), and ``diff`` descends only under nodes that differ.
 
 Only the leaves are serialized (``om.proto`` ``MerkleTree``): the internal
 nodes follow from the leaf starts and the parameters, so ``from_proto``

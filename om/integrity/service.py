@@ -287,7 +287,9 @@ def _describe(answer: om_pb2.GetVerifyTreesResponse, verification: Verification,
     answer.trees.trees.extend(merkle.to_proto(forest.trees[t].whole()) for t in wanted)
 
 
-LEVEL_PAGE_NODES = 2000      # ~100 bytes a node: a page stays far below any frame limit
+# ~70-100 bytes a node: ~200 KB a page, under the default 4 MB frame; against a smaller
+# limit the tool halves its pages (om.cli.integrity_rpc).
+LEVEL_PAGE_NODES = 2000
 
 
 def level_page(tree: merkle.MerkleTree | StoredTree,
