@@ -33,7 +33,7 @@ from om.cli import integrity_rpc as rpc
 from om.cli.common import add_target, client_tls, targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, ServerConfig
-from om.integrity import compare, marker, merkle, repair, scan
+from om.integrity import compare, marker, merkle, repair
 from om.integrity.compare import Comparison, ReplicaError
 from om.integrity.merkle import TreeParams
 from om.protocol import om_pb2
@@ -43,6 +43,8 @@ from om.statemachine.store import Store
 CRASH_ENV = "OM_REPAIR_CRASH_AFTER_RANGES"   # test hook: die after writing N ranges
 CRASH_EXIT = 86
 HALT_WAIT_S = 60.0
+PROPOSE_S = 120.0
+PROGRESS_EVERY_S = 5.0
 
 
 def register(actions: Any) -> None:
@@ -51,8 +53,7 @@ def register(actions: Any) -> None:
                                 "(Merkle trees); name differing rows; mark the minority")
     add_target(verify)
     verify.add_argument("--json", action="store_true")
-    verify.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to wait for every node's trees")
+    _add_waits(verify)
     verify.add_argument("--rows-per-s", type=int, default=0,
                         help="scan pace on every node (default 50000)")
     verify.add_argument("--rows-max", type=int, default=compare.ROWS_MAX_DEFAULT,
@@ -67,11 +68,44 @@ def register(actions: Any) -> None:
     fix.add_argument("--source", help="comma-separated node ids to copy from (default: any "
                      "node holding the majority's rows)")
     fix.add_argument("--json", action="store_true")
-    fix.add_argument("--timeout", type=float, default=120.0)
+    _add_waits(fix)
     fix.add_argument("--rows-per-s", type=int, default=0)
     fix.add_argument("--start", action="store_true", help="start the node again once repaired "
                      "(a cluster of `om cluster up`, found by --dir or as the last one)")
     fix.set_defaults(run=run_repair)
+
+
+def _add_waits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stall-timeout", type=float, default=rpc.STALL_S,
+                        help="give a node up once its tree scan has not advanced for this "
+                        f"many seconds (default {rpc.STALL_S:g}); the tool waits as long as "
+                        "the nodes advance, and prints their progress")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds for the leader to propose the verify entry (default "
+                        f"{PROPOSE_S:g}); when given, also a cap on the whole wait for the "
+                        "trees (before this release it was that cap alone, fixed at 120 s)")
+
+
+def _propose_s(args: argparse.Namespace) -> float:
+    return PROPOSE_S if args.timeout is None else args.timeout
+
+
+def _collect(args: argparse.Namespace, links: dict[str, rpc.NodeLink],
+             position: int) -> dict[str, om_pb2.GetVerifyTreesResponse | str]:
+    """Every node's trees at ``position``, waiting as long as the nodes advance; each node's
+    progress goes to stderr every ``PROGRESS_EVERY_S`` while it computes."""
+    printed: dict[str, float] = {}
+
+    def show(progress: rpc.Progress) -> None:
+        if progress.waited_s - printed.get(progress.address, -PROGRESS_EVERY_S) \
+                < PROGRESS_EVERY_S:
+            return
+        printed[progress.address] = progress.waited_s
+        total = f" of ~{progress.rows_total}" if progress.rows_total else ""
+        print(f"  {progress.node_id or progress.address}: {progress.rows_scanned}{total} rows "
+              f"hashed after {progress.waited_s:.0f} s", file=sys.stderr, flush=True)
+
+    return rpc.collect_trees(links, position, args.stall_timeout, args.timeout, show)
 
 
 # -- verify ------------------------------------------------------------------------------
@@ -81,7 +115,7 @@ def run_verify(args: argparse.Namespace) -> int:
     try:
         addresses = targets(args)
         tls = client_tls(args, addresses)
-        started = rpc.propose_verify(addresses, tls, args.timeout, args.rows_per_s)
+        started = rpc.propose_verify(addresses, tls, _propose_s(args), args.rows_per_s)
     except (ConfigError, ReplicaError) as error:
         print(f"om admin verify: {error}", file=sys.stderr)
         return 2 if isinstance(error, ConfigError) else 1
@@ -96,7 +130,7 @@ def run_verify(args: argparse.Namespace) -> int:
 def _verify_at(args: argparse.Namespace, links: dict[str, rpc.NodeLink],
                started: om_pb2.StartVerifyResponse) -> int:
     position = started.position
-    answers = rpc.collect_trees(links, position, args.timeout)
+    answers = _collect(args, links, position)
     done = {a: r for a, r in answers.items()
             if not isinstance(r, str) and r.state == om_pb2.VERIFY_DONE}
     replicas = {r.node_id: rpc.RpcReplica(r.node_id, links[a], position) for a, r in done.items()}
@@ -269,7 +303,7 @@ def _node_dir(config: ServerConfig, node_id: str) -> Path:
 def _halt(args: argparse.Namespace, config: ServerConfig, tls: ClientTls | None,
           node_dir: Path) -> marker.Marker:
     """Proposes the halt entry and waits until the node stopped there."""
-    started = rpc.propose_verify([n.address for n in config.nodes], tls, args.timeout,
+    started = rpc.propose_verify([n.address for n in config.nodes], tls, _propose_s(args),
                                  args.rows_per_s, halt_node_id=args.node_id)
     deadline = time.monotonic() + HALT_WAIT_S
     while time.monotonic() < deadline:
@@ -286,22 +320,22 @@ def _repair_stopped(args: argparse.Namespace, config: ServerConfig, tls: ClientT
                     node_dir: Path, position: int) -> repair.RepairResult:
     peers = {n.id: rpc.NodeLink(n.address, tls) for n in config.nodes if n.id != args.node_id}
     try:
-        answers = _peer_trees(peers, position, args.timeout)
+        answers = _peer_trees(args, peers, position)
         store = _open_stopped(node_dir / "db", args.node_id)
         try:
             return _repair_with(args, store, node_dir, position, answers, peers,
                                 len(config.nodes))
         finally:
             store.close()
+            repair.remove_local_trees(node_dir)
     finally:
         for link in peers.values():
             link.close()
 
 
-def _peer_trees(peers: dict[str, rpc.NodeLink], position: int,
-                timeout_s: float) -> dict[str, om_pb2.GetVerifyTreesResponse]:
-    answers = rpc.collect_trees({node: link for node, link in peers.items()}, position,
-                                timeout_s)
+def _peer_trees(args: argparse.Namespace, peers: dict[str, rpc.NodeLink],
+                position: int) -> dict[str, om_pb2.GetVerifyTreesResponse]:
+    answers = _collect(args, dict(peers), position)
     done = {n: a for n, a in answers.items()
             if not isinstance(a, str) and a.state == om_pb2.VERIFY_DONE}
     if not done:
@@ -327,7 +361,8 @@ def _repair_with(args: argparse.Namespace, store: Store, node_dir: Path, positio
                  answers: dict[str, om_pb2.GetVerifyTreesResponse],
                  peers: dict[str, rpc.NodeLink], cluster_size: int) -> repair.RepairResult:
     params = _params(answers)
-    local = scan.compute_trees(store, params).roots()
+    forest = repair.local_trees(store, node_dir, params)  # once: for the vote and the plan
+    local = forest.roots()
     roots = {node: rpc.roots_of(answer) for node, answer in answers.items()}
     verdict = merkle.majority({**roots, args.node_id: local}, cluster_size)
     if verdict.no_majority:
@@ -339,14 +374,18 @@ def _repair_with(args: argparse.Namespace, store: Store, node_dir: Path, positio
                for table, v in verdict.tables.items()}
     majority_roots = {t: v.root for t, v in verdict.tables.items() if v.root is not None}
 
-    def majority_tree(table: str) -> merkle.MerkleTree:
+    trees: dict[str, merkle.TreeView] = {}
+
+    def majority_tree(table: str) -> merkle.TreeView:
         holders = [replicas[n] for n in sorted(verdict.tables[table].agree) if n in replicas]
         if not holders:
             raise RepairRefused(f"no reachable peer holds the majority's {table}")
-        return holders[0].tree(table)
+        if table not in trees:           # read level by level as the diff descends
+            trees[table] = holders[0].tree(table)
+        return trees[table]
 
     return repair.repair(store, node_dir, position, params, majority_roots, majority_tree,
-                         sources, _crash_hook())
+                         sources, _crash_hook(), forest)
 
 
 def _params(answers: dict[str, om_pb2.GetVerifyTreesResponse]) -> TreeParams:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from om.integrity import merkle
-from om.integrity.merkle import KeyRange, MerkleTree, RowDiff, Verdict
+from om.integrity.merkle import KeyRange, RowDiff, TreeView, Verdict
 
 ROWS_MAX_DEFAULT = 1000        # differing rows named per run
 RANGE_ROWS_MAX = 100_000       # a larger differing range is reported, not read
@@ -35,8 +35,9 @@ class Replica(Protocol):
 
     node_id: str
 
-    def tree(self, table: str) -> MerkleTree:
-        """The node's whole tree of ``table``; ReplicaError when it cannot say."""
+    def tree(self, table: str) -> TreeView:
+        """The node's tree of ``table`` (read level by level, as the diff descends);
+        ReplicaError when it cannot say."""
         ...
 
     def rows(self, key_range: KeyRange) -> list[tuple[bytes, bytes]]:
@@ -103,14 +104,13 @@ def _name_rows(table: str, reference: Replica, node: Replica,
     """The rows of ``table`` where ``node`` differs from ``reference``, up to ``budget``."""
     try:
         expected_tree, actual_tree = reference.tree(table), node.tree(table)
-        ranges = merkle.diff(expected_tree, actual_tree)
+        ranges = merkle.diff_counted(expected_tree, actual_tree)
     except (ReplicaError, ValueError) as error:
         return [], [f"{node.node_id} {table}: cannot descend: {error}"], False
     found: list[Difference] = []
     problems: list[str] = []
-    for key_range in ranges:
+    for key_range, rows in ranges:
         where = f"{node.node_id} {table} {span(key_range)}"
-        rows = merkle.rows_in(expected_tree, key_range)
         if rows > RANGE_ROWS_MAX:
             problems.append(f"{where}: differs over {rows} of the majority's rows: too many "
                             "to name (a repair copies them)")
@@ -120,7 +120,12 @@ def _name_rows(table: str, reference: Replica, node: Replica,
         except ReplicaError as error:
             problems.append(f"{where}: cannot read the rows: {error}")
             continue
-        if not merkle.range_matches(expected_tree, key_range, expected):
+        try:
+            matches = merkle.range_matches(expected_tree, key_range, expected)
+        except ReplicaError as error:
+            problems.append(f"{where}: cannot read the majority's leaves: {error}")
+            continue
+        if not matches:
             problems.append(f"{where}: the majority node {reference.node_id}'s rows do not "
                             "match its own tree")
             continue

@@ -41,7 +41,9 @@ not return holds identical rows on both sides.
 
 Size: with the defaults, 200,000 rows of ~150 bytes make about 3,200 leaves
 and a 200 KB message, built in under a second of CPU; about 1 MB per million
-rows travels when a peer asks for a whole tree.
+rows travels when a peer asks for a whole tree. So the tools do not: they read
+a tree level by level (``TreeView.nodes``: one level's nodes in a key span, a
+page at a time over RPC), and ``diff`` descends only under nodes that differ.
 
 Only the leaves are serialized (``om.proto`` ``MerkleTree``): the internal
 nodes follow from the leaf starts and the parameters, so ``from_proto``
@@ -54,7 +56,7 @@ import hashlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from om.protocol import om_pb2
 
@@ -110,6 +112,62 @@ class MerkleTree:
     @property
     def rows(self) -> int:
         return self.root.rows
+
+    @property
+    def depth(self) -> int:
+        """The root's level (0: a single leaf)."""
+        return self.root.level
+
+    def nodes(self, level: int, start: bytes, end: bytes | None,
+              limit: int | None = None) -> list[Node]:
+        """The nodes of ``level`` (the root at or above its level) starting in [start, end),
+        the first ``limit`` of them when given.
+
+        A pruned walk from the root: it visits only the subtrees that overlap
+        the span, so a page costs the tree's depth plus the nodes returned.
+        """
+        found: list[Node] = []
+        _collect(self.root, min(level, self.depth), start, end, found,
+                 len(self.leaves) if limit is None else limit)
+        return found
+
+
+def _collect(node: Node, level: int, start: bytes, end: bytes | None,
+             found: list[Node], limit: int) -> None:
+    if len(found) >= limit:
+        return
+    if not _before(start, node.end) or not (end is None or node.start < end):
+        return                                    # no overlap with [start, end)
+    if node.level == level:
+        if node.start >= start:
+            found.append(node)
+        return
+    for child in node.children:
+        _collect(child, level, start, end, found, limit)
+
+
+class TreeView(Protocol):
+    """A tree read level by level: in memory (``MerkleTree``) or over RPC, a page at a time."""
+
+    @property
+    def table(self) -> str: ...
+
+    @property
+    def params(self) -> TreeParams: ...
+
+    @property
+    def root_hash(self) -> bytes: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def depth(self) -> int: ...
+
+    def nodes(self, level: int, start: bytes, end: bytes | None) -> list[Node]:
+        """The nodes of ``level`` (``min(level, depth)``) whose start lies in [start, end),
+        in key order; a node's ``end`` may be None when it is the last one returned."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -185,6 +243,12 @@ def _leaf_ranges(rows: Iterable[tuple[bytes, bytes]], params: TreeParams,
     yield start, hasher.digest(), count
 
 
+def assemble(table: str, params: TreeParams,
+             leaves: Sequence[tuple[bytes, bytes, int]]) -> MerkleTree:
+    """The tree above ``leaves`` ((start, hash, rows) in key order, the first at b"")."""
+    return _assemble(table, params, leaves)
+
+
 def _assemble(table: str, params: TreeParams,
               leaves: Sequence[tuple[bytes, bytes, int]]) -> MerkleTree:
     assert leaves, "a tree has at least one leaf"
@@ -218,7 +282,7 @@ def _parent(children: list[Node], depth: int) -> Node:
                 sum(child.rows for child in children), tuple(children))
 
 
-def range_matches(tree: MerkleTree, key_range: KeyRange,
+def range_matches(tree: TreeView, key_range: KeyRange,
                   rows: Sequence[tuple[bytes, bytes]]) -> bool:
     """Whether ``rows`` are exactly ``tree``'s rows in ``key_range``.
 
@@ -226,11 +290,12 @@ def range_matches(tree: MerkleTree, key_range: KeyRange,
     returns them, or the whole table): its leaves are rebuilt from ``rows`` and
     compared with the tree's, hash for hash. Rows out of order or outside the
     range do not match. This is what lets a repair trust rows a peer sends: the
-    peer cannot hand over anything but the majority's rows (SHA-256).
+    peer cannot hand over anything but the majority's rows (SHA-256). Only the
+    range's leaves are read from ``tree`` (a page at a time over RPC).
     """
     assert tree.table == key_range.table
-    expected = [(leaf.start, leaf.hash, leaf.rows) for leaf in tree.leaves
-                if key_range.contains(leaf.start)]
+    expected = [(leaf.start, leaf.hash, leaf.rows)
+                for leaf in tree.nodes(0, key_range.start, key_range.end)]
     assert expected, "the range holds a leaf"
     assert expected[0][0] == key_range.start, "the range starts at a leaf"
     keys = [key for key, _ in rows]
@@ -241,39 +306,68 @@ def range_matches(tree: MerkleTree, key_range: KeyRange,
     return list(_leaf_ranges(rows, tree.params, key_range.start)) == expected
 
 
-def rows_in(tree: MerkleTree, key_range: KeyRange) -> int:
+def rows_in(tree: TreeView, key_range: KeyRange) -> int:
     """How many of ``tree``'s rows lie in ``key_range`` (a run of whole leaves)."""
-    return sum(leaf.rows for leaf in tree.leaves if key_range.contains(leaf.start))
+    return sum(leaf.rows for leaf in tree.nodes(0, key_range.start, key_range.end))
 
 
 # ------------------------------------------------------------------- diff ---
 
-def diff(a: MerkleTree, b: MerkleTree) -> list[KeyRange]:
+def diff(a: TreeView, b: TreeView) -> list[KeyRange]:
     """The key ranges whose rows differ between the two trees' tables, in key order.
 
     Every differing row lies in one of the ranges; adjacent ranges are merged.
     ValueError when the trees are not comparable (another table or parameters).
+
+    Level by level: both trees are read at the top level, then only the spans
+    whose nodes differ are read one level down (``TreeView.nodes``), so over
+    RPC no message and no list grows with the table, only with the difference.
     """
+    return [key_range for key_range, _ in diff_counted(a, b)]
+
+
+def diff_counted(a: TreeView, b: TreeView) -> list[tuple[KeyRange, int]]:
+    """``diff``, each range with the count of ``a``'s rows in it."""
     if a.table != b.table or a.params != b.params:
         raise ValueError(f"trees of {a.table} {a.params} and {b.table} {b.params} "
                          "are not comparable")
     if a.root_hash == b.root_hash:
         return []
-    spans = _diff_runs([a.root], [b.root])
-    return [KeyRange(a.table, start, end) for start, end in _coalesce(spans)]
+    spans = _diff_level(a, b, max(a.depth, b.depth), b"", None)
+    merged: list[tuple[bytes, bytes | None, int]] = []
+    for start, end, rows in spans:
+        if merged and merged[-1][1] == start:
+            merged[-1] = (merged[-1][0], end, merged[-1][2] + rows)
+        else:
+            merged.append((start, end, rows))
+    return [(KeyRange(a.table, start, end), rows) for start, end, rows in merged]
 
 
-def _diff_runs(xs: Sequence[Node], ys: Sequence[Node]) -> list[tuple[bytes, bytes | None]]:
-    """Differing spans of two node lists covering the same key span."""
-    found: list[tuple[bytes, bytes | None]] = []
+def _diff_level(a: TreeView, b: TreeView, level: int, start: bytes,
+                end: bytes | None) -> list[tuple[bytes, bytes | None, int]]:
+    """Differing spans within [start, end), a span both trees cut at ``level + 1``."""
+    xs, ys = _spanned(a.nodes(level, start, end), end), _spanned(b.nodes(level, start, end), end)
+    found: list[tuple[bytes, bytes | None, int]] = []
     for run_x, run_y in _aligned(xs, ys):
-        if len(run_x) == 1 and len(run_y) == 1 and run_x[0].hash == run_y[0].hash:
+        x, y = run_x[0], run_y[0]
+        if (len(run_x) == 1 and len(run_y) == 1 and x.level == y.level
+                and x.hash == y.hash):
             continue
         if all(node.leaf for node in (*run_x, *run_y)):
-            found.append((run_x[0].start, run_x[-1].end))
+            found.append((x.start, run_x[-1].end, sum(node.rows for node in run_x)))
         else:
-            found.extend(_diff_runs(_expand(run_x), _expand(run_y)))
+            found.extend(_diff_level(a, b, max(level - 1, 0), x.start, run_x[-1].end))
     return found
+
+
+def _spanned(nodes: list[Node], end: bytes | None) -> list[Node]:
+    """The nodes with the last one ending at ``end`` (a page may not know its end)."""
+    assert nodes, "a span holds a node of every level"
+    last = nodes[-1]
+    if last.end != end:
+        nodes = [*nodes[:-1], Node(last.start, end, last.level, last.hash, last.rows,
+                                   last.children)]
+    return nodes
 
 
 def _aligned(xs: Sequence[Node], ys: Sequence[Node]) -> Iterator[tuple[list[Node], list[Node]]]:
@@ -298,20 +392,6 @@ def _aligned(xs: Sequence[Node], ys: Sequence[Node]) -> Iterator[tuple[list[Node
 def _before(a: bytes | None, b: bytes | None) -> bool:
     """a < b for range ends, where None is past every key."""
     return b is None or (a is not None and a < b)
-
-
-def _expand(run: list[Node]) -> list[Node]:
-    return [child for node in run for child in (node.children or (node,))]
-
-
-def _coalesce(spans: list[tuple[bytes, bytes | None]]) -> list[tuple[bytes, bytes | None]]:
-    merged: list[tuple[bytes, bytes | None]] = []
-    for start, end in spans:
-        if merged and merged[-1][1] == start:
-            merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
 
 
 # --------------------------------------------------------------- majority ---

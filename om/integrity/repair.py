@@ -35,13 +35,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from om.integrity import marker, merkle, scan, verifier
+from om.integrity import marker, merkle, scan, tree_store, verifier
 from om.integrity.compare import Replica, ReplicaError, span
-from om.integrity.merkle import Forest, KeyRange, MerkleTree, TreeParams
+from om.integrity.merkle import KeyRange, TreeParams, TreeView
+from om.integrity.tree_store import StoredForest
 from om.statemachine.store import Store
 
 WHOLE_TABLE_FRACTION = 0.5
 WRITE_CHUNK_ROWS = 10_000
+TREES_FILE = "repair-trees.db"          # the stopped node's own trees, beside its db
+_AFTER_FILE = "repair-trees-after.db"
+
+
+def local_trees(store: Store, node_dir: Path, params: TreeParams,
+                name: str = TREES_FILE) -> StoredForest:
+    """The stopped node's trees, streamed to a file in ``node_dir`` (not held in memory)."""
+    return tree_store.compute_to_file(store, params, node_dir / name)
+
+
+def remove_local_trees(node_dir: Path) -> None:
+    for name in (TREES_FILE, _AFTER_FILE):
+        (node_dir / name).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -71,34 +85,41 @@ class RepairResult:
     after: Mapping[str, bytes] = field(default_factory=dict)
 
 
-def plan(majority_trees: Mapping[str, MerkleTree], local: Forest) -> list[KeyRange]:
-    """The ranges to copy, table by table, in key order (see the module doc)."""
+def plan(majority_trees: Mapping[str, TreeView], local: StoredForest) -> list[KeyRange]:
+    """The ranges to copy, table by table, in key order (see the module doc).
+
+    The majority's trees are read level by level (over RPC, a page at a time):
+    only the subtrees that differ from the local ones are fetched.
+    """
     ranges: list[KeyRange] = []
     for table, tree in sorted(majority_trees.items()):
-        found = merkle.diff(tree, local.trees[table])
-        if sum(merkle.rows_in(tree, r) for r in found) > WHOLE_TABLE_FRACTION * tree.rows:
+        found = merkle.diff_counted(tree, local.trees[table])
+        if sum(rows for _, rows in found) > WHOLE_TABLE_FRACTION * tree.rows:
             ranges.append(KeyRange(table, b"", None))
         else:
-            ranges.extend(found)
+            ranges.extend(key_range for key_range, _ in found)
     return ranges
 
 
 def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
-           majority_roots: Mapping[str, bytes], majority_tree: Callable[[str], MerkleTree],
+           majority_roots: Mapping[str, bytes], majority_tree: Callable[[str], TreeView],
            sources: Mapping[str, Sequence[Replica]],
-           after_range: Callable[[int], None] = lambda done: None) -> RepairResult:
+           after_range: Callable[[int], None] = lambda done: None,
+           local: StoredForest | None = None) -> RepairResult:
     """Repairs the stopped node whose database is ``store`` (at ``position``).
 
     ``majority_tree(table)`` fetches the majority's tree of a table;
     ``sources[table]`` are the healthy peers holding the majority's rows of it,
     in the order to ask them; ``after_range`` is called with the count of
-    ranges written so far (a test's crash point).
+    ranges written so far (a test's crash point); ``local``: the store's trees
+    when the caller has just computed them (one scan fewer).
     """
     found = marker.load(node_dir)
     assert found is not None, "repair only a node a repair stopped"
     assert found.stops_start, "repair only a node a repair stopped"
     assert store.transaction_info().applied_index == position, "the store is not at P"
-    local = scan.compute_trees(store, params)
+    if local is None or local.applied_index != position:
+        local = local_trees(store, node_dir, params)
     differing = sorted(t for t, root in majority_roots.items() if local.roots().get(t) != root)
     ranges = plan({t: majority_tree(t) for t in differing}, local)
     trees = {t: majority_tree(t) for t in {r.table for r in ranges}}
@@ -121,7 +142,7 @@ def repair(store: Store, node_dir: Path, position: int, params: TreeParams,
                                 tuple(unrepairable), before=local.roots()))
 
 
-def _pull(key_range: KeyRange, tree: MerkleTree,
+def _pull(key_range: KeyRange, tree: TreeView,
           sources: Sequence[Replica]) -> tuple[str, list[tuple[bytes, bytes]]] | Unrepairable:
     """The first source's rows that hash to the majority's tree, or why none did."""
     reasons: dict[str, str] = {}
@@ -131,7 +152,12 @@ def _pull(key_range: KeyRange, tree: MerkleTree,
         except ReplicaError as error:
             reasons[source.node_id] = f"cannot read the range: {error}"
             continue
-        if merkle.range_matches(tree, key_range, rows):
+        try:
+            matches = merkle.range_matches(tree, key_range, rows)
+        except ReplicaError as error:
+            reasons[source.node_id] = f"cannot read the majority's leaves: {error}"
+            continue
+        if matches:
             return source.node_id, rows
         reasons[source.node_id] = (f"its {len(rows)} rows do not hash to the majority's tree "
                                    "(its copy lacks rows or holds others)")
@@ -160,7 +186,8 @@ def _finish(store: Store, node_dir: Path, found: marker.Marker, position: int,
             params: TreeParams, majority_roots: Mapping[str, bytes],
             result: RepairResult) -> RepairResult:
     """Re-verifies the whole store; clears the marker only if it equals the majority."""
-    after = scan.compute_trees(store, params).roots()
+    after = local_trees(store, node_dir, params, _AFTER_FILE).roots()
+    remove_local_trees(node_dir)
     differing = tuple(sorted(t for t, root in majority_roots.items() if after.get(t) != root))
     if not result.unrepairable and not differing:
         verifier.forget_up_to(node_dir, position)

@@ -31,6 +31,7 @@ from om.integrity import audit_scan, auditor, marker, merkle
 from om.integrity.auditor import AuditConfig, AuditReport
 from om.integrity.merkle import KeyRange
 from om.integrity.scan import TABLE_IDS, RateLimit, ThrottledView
+from om.integrity.tree_store import StoredForest, StoredTree
 from om.integrity.verifier import Verification, Verifier, VerifyUnavailable
 from om.protocol import om_pb2
 from om.statemachine.store import Store
@@ -95,8 +96,8 @@ class IntegrityService:
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """The answer to one integrity request (never raises for a client's mistake)."""
         kind = request.WhichOneof("body")
-        if kind == "get_verify_trees":
-            return self._trees(request)
+        if kind == "get_verify_trees":   # a page of a tree is a query of its file
+            return await asyncio.to_thread(self._trees, request)
         if kind == "read_verify_range":
             return await self._range(request)
         if kind == "mark_diverged":
@@ -119,6 +120,15 @@ class IntegrityService:
         if verification is not None and (not body.position
                                          or verification.spec.position == body.position):
             _describe(answer, verification, body.tables)
+            if body.HasField("level") and verification.forest is not None:
+                tree = verification.forest.trees.get(body.level.table)
+                if tree is None:
+                    return error_response(request, om_pb2.INVALID_REQUEST,
+                                          f"no tree of table {body.level.table!r}")
+                answer.level_page.CopyFrom(level_page(tree, body.level))
+            elif verification.state == om_pb2.VERIFY_COMPUTING:
+                answer.rows_scanned, answer.rows_total = self._verifier.progress(
+                    verification.spec.position)
         return _ok(request, "get_verify_trees", answer)
 
     async def _range(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
@@ -271,13 +281,35 @@ def _describe(answer: om_pb2.GetVerifyTreesResponse, verification: Verification,
     if forest is None:
         return
     answer.roots.extend(_roots(forest))
-    wanted = set(tables)
-    subset = merkle.Forest(forest.applied_index, forest.term,
-                           {t: tree for t, tree in forest.trees.items() if t in wanted})
-    answer.trees.CopyFrom(merkle.forest_to_proto(subset))
+    wanted = sorted(set(tables) & set(forest.trees))
+    answer.trees.applied_index, answer.trees.term = forest.applied_index, forest.term
+    # The whole-tree form older tools ask for: the table's leaves, held for this answer only.
+    answer.trees.trees.extend(merkle.to_proto(forest.trees[t].whole()) for t in wanted)
 
 
-def _roots(forest: merkle.Forest) -> list[om_pb2.TableRoot]:
+# ~70-100 bytes a node: ~200 KB a page, under the default 4 MB frame; against a smaller
+# limit the tool halves its pages (om.cli.integrity_rpc).
+LEVEL_PAGE_NODES = 2000
+
+
+def level_page(tree: merkle.MerkleTree | StoredTree,
+               query: om_pb2.TreeLevelQuery) -> om_pb2.TreeLevelPage:
+    """One page of ``tree``'s nodes at ``query.level`` in its span (``TreeLevelQuery``)."""
+    end = query.end if query.HasField("end") else None
+    start = query.start
+    if query.HasField("start_after") and query.start_after >= start:
+        start = query.start_after + b"\0"          # the least key after it
+    limit = min(query.max_nodes or LEVEL_PAGE_NODES, LEVEL_PAGE_NODES)
+    nodes = ([] if end is not None and start >= end
+             else tree.nodes(query.level, start, end, limit + 1))
+    page = om_pb2.TreeLevelPage(table=tree.table, depth=tree.depth, root=tree.root_hash,
+                                rows=tree.rows, truncated=len(nodes) > limit)
+    page.nodes.extend(om_pb2.MerkleNode(start=n.start, hash=n.hash, rows=n.rows, level=n.level)
+                      for n in nodes[:limit])
+    return page
+
+
+def _roots(forest: StoredForest) -> list[om_pb2.TableRoot]:
     return [om_pb2.TableRoot(table=name, root=tree.root_hash, rows=tree.rows)
             for name, tree in sorted(forest.trees.items())]
 

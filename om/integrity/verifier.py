@@ -15,7 +15,8 @@ Layout, under ``<node data dir>/verify/<position, 20 digits>/``:
 * ``meta.json``: what the entry fixed (term, salt, tree shape, pace); written
   before the checkpoint, so a directory without it is debris;
 * ``checkpoint/``: the checkpoint (RocksDB renames it into place when whole);
-* ``trees``: the trees (``scan.save_trees``), once computed.
+* ``trees.db``: the trees (``tree_store``: SQLite, a node a row), once computed; only
+  their roots are held in memory, pages of nodes are read from the file.
 
 Invariants: a verification is served (rows or trees) only once its trees are
 saved, and its checkpoint is then never written to; at most ``KEEP``
@@ -42,8 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from om.integrity import scan
-from om.integrity.merkle import DEFAULT_PARAMS, Forest, KeyRange, TreeParams
+from om.integrity import compute, scan, tree_store
+from om.integrity.merkle import DEFAULT_PARAMS, KeyRange, TreeParams
+from om.integrity.tree_store import StoredForest
 from om.protocol import om_pb2
 from om.statemachine.store import Store
 
@@ -58,7 +60,7 @@ PAGE_ROWS_MAX = 10_000
 PAGE_BYTES_MAX = 2 * 1024 * 1024
 _META = "meta.json"
 _CHECKPOINT = "checkpoint"
-_TREES = "trees"
+_TREES = "trees.db"
 
 
 class VerifyUnavailable(Exception):
@@ -83,7 +85,7 @@ class Verification:
     spec: VerifySpec
     state: om_pb2.VerifyState.ValueType
     detail: str = ""
-    forest: Forest | None = None
+    forest: StoredForest | None = None
     compute_s: float = 0.0
 
 
@@ -164,6 +166,10 @@ class Verifier:
             done = [v for v in self._verifications.values() if v.state == om_pb2.VERIFY_DONE]
         return max(done, key=lambda v: v.spec.position, default=None)
 
+    def progress(self, position: int) -> tuple[int, int]:
+        """(rows hashed, rows estimated) of the trees being computed at ``position``."""
+        return compute.read_progress(self._directory(position) / _TREES)
+
     def read_range(self, position: int, key_range: KeyRange, start_after: bytes | None,
                    max_rows: int) -> tuple[list[tuple[bytes, bytes]], bool]:
         """A page of the rows of ``key_range`` in the checkpoint at ``position``.
@@ -219,7 +225,7 @@ class Verifier:
         _, errors = process.communicate()
         status = process.returncode
         elapsed = time.perf_counter() - started
-        forest = scan.load_trees(directory / _TREES) if status == 0 else None
+        forest = tree_store.open_forest(directory / _TREES) if status == 0 else None
         if forest is None or forest.applied_index != position:
             if not self._closing:
                 detail = errors.decode(errors="replace").strip().splitlines()[-3:]
@@ -249,7 +255,7 @@ class Verifier:
             if spec is None or not (directory / _CHECKPOINT).is_dir():
                 shutil.rmtree(directory, ignore_errors=True)
                 continue
-            forest = scan.load_trees(directory / _TREES)
+            forest = tree_store.open_forest(directory / _TREES)
             if forest is not None and forest.applied_index == spec.position:
                 self._verifications[spec.position] = Verification(spec, om_pb2.VERIFY_DONE,
                                                                   "", forest)

@@ -2514,25 +2514,123 @@ class GetVerifyTreesRequest(_message.Message):
 
     POSITION_FIELD_NUMBER: _builtins.int
     TABLES_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     """0: this node's latest verification"""
     @_builtins.property
     def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """whose whole trees to return; the roots always come"""
+        """Whose whole trees to return (one frame: fails once a tree outgrows the frame
+        limit; om admin verify asks by level instead). The roots always come.
+        """
+
+    @_builtins.property
+    def level(self) -> Global___TreeLevelQuery:
+        """a page of one tree's nodes at one level"""
 
     def __init__(
         self,
         *,
         position: _builtins.int = ...,
         tables: _abc.Iterable[_builtins.str] | None = ...,
+        level: Global___TreeLevelQuery | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["level", b"level"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "position", b"position", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetVerifyTreesRequest: _TypeAlias = GetVerifyTreesRequest  # noqa: Y015
+
+@_typing.final
+class TreeLevelQuery(_message.Message):
+    """The nodes of one level of a table's tree whose start lies in [start, end), a
+    page at a time: a verifier reads the top level, then one level down only
+    under the nodes that differ, so no message grows with the table.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    START_AFTER_FIELD_NUMBER: _builtins.int
+    MAX_NODES_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    level: _builtins.int
+    """0: leaves; at or above the root's level: the root"""
+    start: _builtins.bytes
+    end: _builtins.bytes
+    """absent: to the table's end"""
+    start_after: _builtins.bytes
+    """paging: only nodes starting after this key"""
+    max_nodes: _builtins.int
+    """0: the server's page size"""
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        level: _builtins.int = ...,
+        start: _builtins.bytes = ...,
+        end: _builtins.bytes | None = ...,
+        start_after: _builtins.bytes | None = ...,
+        max_nodes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "start_after", b"start_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "level", b"level", "max_nodes", b"max_nodes", "start", b"start", "start_after", b"start_after", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__end: _TypeAlias = _typing.Literal["end"]  # noqa: Y015
+    _WhichOneofArgType__end: _TypeAlias = _typing.Literal["_end", b"_end"]  # noqa: Y015
+    _WhichOneofReturnType__start_after: _TypeAlias = _typing.Literal["start_after"]  # noqa: Y015
+    _WhichOneofArgType__start_after: _TypeAlias = _typing.Literal["_start_after", b"_start_after"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__end) -> _WhichOneofReturnType__end | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_after) -> _WhichOneofReturnType__start_after | None: ...
+
+Global___TreeLevelQuery: _TypeAlias = TreeLevelQuery  # noqa: Y015
+
+@_typing.final
+class TreeLevelPage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    DEPTH_FIELD_NUMBER: _builtins.int
+    ROOT_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    depth: _builtins.int
+    """the root's level"""
+    root: _builtins.bytes
+    rows: _builtins.int
+    """the table's rows"""
+    truncated: _builtins.bool
+    """more nodes follow: ask again after the last start"""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MerkleNode]:
+        """in key order, with their level"""
+
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        depth: _builtins.int = ...,
+        root: _builtins.bytes = ...,
+        rows: _builtins.int = ...,
+        nodes: _abc.Iterable[Global___MerkleNode] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["depth", b"depth", "nodes", b"nodes", "root", b"root", "rows", b"rows", "table", b"table", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TreeLevelPage: _TypeAlias = TreeLevelPage  # noqa: Y015
 
 @_typing.final
 class ReadVerifyRangeRequest(_message.Message):
@@ -4203,6 +4301,9 @@ class GetVerifyTreesResponse(_message.Message):
     TREES_FIELD_NUMBER: _builtins.int
     COMPUTE_S_FIELD_NUMBER: _builtins.int
     REPLICA_STATE_FIELD_NUMBER: _builtins.int
+    LEVEL_PAGE_FIELD_NUMBER: _builtins.int
+    ROWS_SCANNED_FIELD_NUMBER: _builtins.int
+    ROWS_TOTAL_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     position: _builtins.int
     term: _builtins.int
@@ -4216,6 +4317,11 @@ class GetVerifyTreesResponse(_message.Message):
     """how long computing the trees took"""
     replica_state: _builtins.str
     """as NodeInfo.replica_state"""
+    rows_scanned: _builtins.int
+    """Progress of VERIFY_COMPUTING: rows hashed so far, and the checkpoint's rows
+    (RocksDB's estimate; 0: unknown). A tool waits as long as rows_scanned grows.
+    """
+    rows_total: _builtins.int
     @_builtins.property
     def roots(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRoot]:
         """with VERIFY_DONE"""
@@ -4223,6 +4329,10 @@ class GetVerifyTreesResponse(_message.Message):
     @_builtins.property
     def trees(self) -> Global___TableTrees:
         """the requested tables' whole trees"""
+
+    @_builtins.property
+    def level_page(self) -> Global___TreeLevelPage:
+        """the answer to GetVerifyTreesRequest.level"""
 
     def __init__(
         self,
@@ -4239,10 +4349,13 @@ class GetVerifyTreesResponse(_message.Message):
         trees: Global___TableTrees | None = ...,
         compute_s: _builtins.float = ...,
         replica_state: _builtins.str = ...,
+        level_page: Global___TreeLevelPage | None = ...,
+        rows_scanned: _builtins.int = ...,
+        rows_total: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["trees", b"trees"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["level_page", b"level_page", "trees", b"trees"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_s", b"compute_s", "detail", b"detail", "fanout_bits", b"fanout_bits", "leaf_bits", b"leaf_bits", "node_id", b"node_id", "position", b"position", "replica_state", b"replica_state", "roots", b"roots", "salt", b"salt", "state", b"state", "term", b"term", "trees", b"trees"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_s", b"compute_s", "detail", b"detail", "fanout_bits", b"fanout_bits", "leaf_bits", b"leaf_bits", "level_page", b"level_page", "node_id", b"node_id", "position", b"position", "replica_state", b"replica_state", "roots", b"roots", "rows_scanned", b"rows_scanned", "rows_total", b"rows_total", "salt", b"salt", "state", b"state", "term", b"term", "trees", b"trees"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4970,22 +5083,26 @@ class MerkleNode(_message.Message):
     START_FIELD_NUMBER: _builtins.int
     HASH_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
     start: _builtins.bytes
     """the first key of the range (empty: the table's start)"""
     hash: _builtins.bytes
     """SHA-256 over the range's length-prefixed rows"""
     rows: _builtins.int
     """how many rows the range holds"""
+    level: _builtins.int
+    """in a TreeLevelPage (0: a leaf); unset in a MerkleTree"""
     def __init__(
         self,
         *,
         start: _builtins.bytes = ...,
         hash: _builtins.bytes = ...,
         rows: _builtins.int = ...,
+        level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hash", b"hash", "rows", b"rows", "start", b"start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hash", b"hash", "level", b"level", "rows", b"rows", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -123,6 +123,8 @@ def test_repair_restores_the_majoritys_roots_and_clears_the_marker(
     assert {r.table for r in result.planned} == {"bucketTable", "keyTable"}
     assert {source for _, source in result.repaired} == {"om1"}
     assert _roots(trio[1]) == _roots(trio[0])
+    assert not list(node_dir.glob("repair-trees*")), "the node's own trees are streamed to a "\
+        "file, which goes once the repair ends"
     assert trio[1].digests() == trio[0].digests()
     assert marker.load(node_dir) is None
 

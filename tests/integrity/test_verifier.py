@@ -112,7 +112,7 @@ def test_a_restart_keeps_finished_trees_and_recomputes_the_rest(tmp_path: Path) 
     integrity.verifier.close()
     kept = sorted(p.name for p in (tmp_path / "verify").iterdir())
     assert [int(name) for name in kept] == positions[-3:], "the newest three are kept"
-    (tmp_path / "verify" / kept[-1] / "trees").unlink()                 # a crash mid-compute
+    (tmp_path / "verify" / kept[-1] / "trees.db").unlink()                 # a crash mid-compute
     again = Verifier(tmp_path, store, harness.state_machine.quiesce)
     try:
         first = again.get(positions[-3])

@@ -248,3 +248,90 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
     assert report["marked"] == {}
     assert report["differences"] == []
     assert all(_status(cluster, n.address)[0] != "REPLICA_DIVERGED" for n in cluster.nodes)
+
+
+FRAME_BYTES = 8 * 1024     # the nodes' frame limit below: a keyTable tree outgrows it
+SEEDED = 12_000            # ~190 leaves of ~70 bytes: ~13 KB as one message
+
+
+def _seed_offline(cluster: om_cluster.Cluster) -> None:
+    """Stops every node, writes the same SEEDED keyTable rows into each store, starts them."""
+    for node in cluster.nodes:
+        cluster.stop_node(node.id)
+    for node in cluster.nodes:
+        store = Store(cluster.config.data_dir / node.id / "db")
+        try:
+            value = store.get(om_pb2.KEY, tables.key_key("vol", "bkt", "key-000")) or b""
+            batch = store.new_batch()
+            for i in range(SEEDED):
+                store.batch_put(batch, om_pb2.KEY, tables.key_key("vol", "bkt", f"s-{i:05d}"),
+                                value)
+            store.write(batch)
+        finally:
+            store.close()
+    for node in cluster.nodes:
+        cluster.start_node(node.id)
+    harness.wait_converged(cluster)
+
+
+@pytest.fixture
+def small_frames(tmp_path: Path) -> Iterator[om_cluster.Cluster]:
+    started = harness.start(tmp_path / "cluster",
+                            extra_toml=f"\n[limits]\nmax_frame_bytes = {FRAME_BYTES}\n")
+    with harness.client(started) as om:
+        om.create_volume("vol")
+        om.create_bucket("vol", "bkt")
+        for i in range(3):
+            om.put_key("vol", "bkt", f"key-{i:03d}", 100 + i)
+    harness.wait_converged(started)
+    _seed_offline(started)
+    yield started
+    om_cluster.down(started)
+
+
+def test_a_tree_larger_than_a_frame_is_compared_level_by_level_and_repaired(
+        small_frames: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = small_frames
+    victim = _follower(cluster)
+    cluster.stop_node(victim.id)
+    store = Store(cluster.config.data_dir / victim.id / "db")
+    try:
+        changed = tables.key_key("vol", "bkt", "s-04321")
+        gone = tables.key_key("vol", "bkt", "s-09876")
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.KEY, changed, b"not the majority's")
+        store.batch_delete(batch, om_pb2.KEY, gone)
+        store.write(batch)
+    finally:
+        store.close()
+    cluster.start_node(victim.id)
+    harness.wait_converged(cluster)
+
+    status, report = _admin(capsys, cluster, "verify", "--stall-timeout", "60")
+    assert status == 1
+    assert (report["result"], report["minority"]) == ("minority", [victim.id])
+    assert not report["problems"], report["problems"]
+    assert {(d["node"], d["table"], d["key"], d["kind"]) for d in report["differences"]} == {
+        (victim.id, "keyTable", "/vol/bkt/s-04321", "different"),
+        (victim.id, "keyTable", "/vol/bkt/s-09876", "missing")}
+
+    # The red case: the whole tree in one answer (the path before level-by-level reads)
+    # is over this cluster's frame limit.
+    link = NodeLink(victim.address, cluster.client_tls())
+    try:
+        with pytest.raises(Exception, match="over the frame limit"):
+            link.call(om_pb2.OMRequest(
+                cmd_type=om_pb2.GetVerifyTrees, get_verify_trees=om_pb2.GetVerifyTreesRequest(
+                    position=report["position"], tables=["keyTable"])))
+    finally:
+        link.close()
+
+    done = _repair_process(cluster, victim.id, "--json", "--start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
+    assert result["cleared"]
+    assert {r["table"] for r in result["repaired"]} == {"keyTable"}
+    assert result["rows_written"] < SEEDED // 10, "only the differing leaves are copied"
+    harness.wait_converged(cluster)
+    status, report = _admin(capsys, cluster, "verify")
+    assert (status, report["result"]) == (0, "clean")
