@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -273,6 +274,27 @@ async def test_expired_entries_are_swept_and_forgotten(tmp_path: Path) -> None:
     assert leader.store.count(om_pb2.CLIENT_REQUEST_EXPIRY) == 0
     replay = await leader.service.handle(create)
     assert replay.status == om_pb2.VOLUME_ALREADY_EXISTS, "an expired entry re-executes"
+    await leader.close()
+
+
+async def test_a_new_leader_sweeps_at_once_not_after_its_interval(tmp_path: Path) -> None:
+    """Leaderships shorter than the sweep interval must not starve the sweep: a node
+    sweeps when it becomes the leader (the soak's expired rows outlived the auditor's
+    grace without it)."""
+    leader = LeaderUnderTest(tmp_path / "db", config(
+        sweep_interval_s=3600.0, retry=RetryCacheConfig(expiry_ms=100, memory_entries=100)))
+    leading = [True]
+    inner_role = leader.replicator.role
+    leader.replicator.role = lambda: dataclasses.replace(  # type: ignore[method-assign]
+        inner_role(), ready=leading[0])
+    await leader.start()
+    assert (await leader.service.handle(leader.stamp(build.create_volume("vol")))).status \
+        == om_pb2.OK
+    leading[0] = False
+    await asyncio.sleep(1.5)            # a sweeper tick sees this node not leading
+    assert leader.store.count(om_pb2.CLIENT_REQUEST_REPLY) == 1
+    leading[0] = True                   # leads again: an hour before its next interval
+    await _wait_until(lambda: leader.store.count(om_pb2.CLIENT_REQUEST_REPLY) == 0)
     await leader.close()
 
 
