@@ -270,20 +270,24 @@ def lookup_key(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecord
                ctx: ExecContext) -> om_pb2.OMResponse:
     """LookupKey on an FSO bucket: the file's row, named by its path."""
     body = request.lookup_key
-    resolved = target(view, body.volume, body.bucket, body.key, ctx, "LookupKey").resolved
-    info = _require_file(resolved, om_pb2.KEY_NOT_FOUND)
-    return om_pb2.OMResponse(lookup_key=om_pb2.LookupKeyResponse(
-        key_info=with_path(info, resolved.path)))
+    return om_pb2.OMResponse(lookup_key=om_pb2.LookupKeyResponse(key_info=_file_info(
+        view, body, ctx, "LookupKey", om_pb2.KEY_NOT_FOUND)))
 
 
 def lookup_file(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
                 ctx: ExecContext) -> om_pb2.OMResponse:
     """LookupFile: FILE_NOT_FOUND, or NOT_A_FILE for a directory."""
     body = request.lookup_file
-    resolved = target(view, body.volume, body.bucket, body.key, ctx, "LookupFile").resolved
-    info = _require_file(resolved, om_pb2.FILE_NOT_FOUND)
-    return om_pb2.OMResponse(lookup_file=om_pb2.LookupFileResponse(
-        key_info=with_path(info, resolved.path)))
+    return om_pb2.OMResponse(lookup_file=om_pb2.LookupFileResponse(key_info=_file_info(
+        view, body, ctx, "LookupFile", om_pb2.FILE_NOT_FOUND)))
+
+
+def _file_info(view: ReadView, body: om_pb2.LookupKeyRequest | om_pb2.LookupFileRequest,
+               ctx: ExecContext, what: str, missing: om_pb2.Status.ValueType
+               ) -> om_pb2.KeyInfo:
+    """The file a lookup names, with its path; ``missing`` when there is none."""
+    resolved = target(view, body.volume, body.bucket, body.key, ctx, what).resolved
+    return with_path(_require_file(resolved, missing), resolved.path)
 
 
 def get_file_status(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
