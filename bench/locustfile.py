@@ -42,11 +42,11 @@ from typing import Any
 from locust import User, constant, events, task
 
 from bench.traces import CLIENT_ERROR, ClientTrace, op_name
-from om.cli.common import environment_tls
 from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
+from om.cluster.credentials import environment_tls
 from om.protocol import om_pb2
 
 REQUEST_TYPE = "om"

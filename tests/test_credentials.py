@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from om import config as om_config
-from om.cli.common import environment_tls
 from om.cluster import lifecycle as om_cluster
 from om.cluster import ring as cluster_ring
+from om.cluster.credentials import environment_tls
 from om.config import ConfigError, NodeAddress
 
 ADDRESSES = ["127.0.0.1:20000"]

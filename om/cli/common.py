@@ -12,7 +12,7 @@ cluster the tool talks to (``--config``/``--dir``, else the cluster started here
 recently whose current ring holds any targeted address: ``om_cluster.serving``), else
 none (plain TCP; a TLS port then says so at once: ``om.client.diagnosis``). Tools
 without flags (the locust file) read ``$OM_CERT/$OM_KEY/$OM_CA`` or
-``$OM_CLUSTER_DIR`` instead (``environment_tls``).
+``$OM_CLUSTER_DIR`` instead (``om.cluster.credentials.environment_tls``).
 
 ``om sh`` may act with a delegation token instead (``client_credentials``):
 ``--token FILE``, else the file ``$OM_TOKEN_FILE`` names (as Hadoop's tools read
@@ -31,6 +31,7 @@ from pathlib import Path
 from om import config as om_config
 from om.client.identity import DEFAULT_ADDRESS, Tls, split_addresses
 from om.cluster import lifecycle as om_cluster
+from om.cluster.credentials import discovered
 from om.config import ConfigError
 from om.protocol import om_pb2
 from om.protocol.token_format import TokenFormatError
@@ -122,30 +123,7 @@ def _discovered(args: argparse.Namespace, addresses: list[str]) -> ClientTls | N
     here whose current ring holds any of ``addresses``."""
     path = getattr(args, "config", None) or (
         args.dir / "cluster.toml" if getattr(args, "dir", None) else None)
-    if path is not None:
-        return om_cluster.client_tls(om_config.load(path))
-    cluster = om_cluster.serving(addresses)
-    try:
-        return cluster.client_tls() if cluster is not None else None
-    except ConfigError:
-        return None   # its configuration changed under us: as if not found
-
-
-CERT_ENV, KEY_ENV, CA_ENV, CLUSTER_DIR_ENV = "OM_CERT", "OM_KEY", "OM_CA", "OM_CLUSTER_DIR"
-
-
-def environment_tls(addresses: list[str]) -> ClientTls | None:
-    """For tools without flags (the locust file): ``$OM_CERT``, ``$OM_KEY`` and
-    ``$OM_CA``, else the certificate of the cluster in ``$OM_CLUSTER_DIR``, else that of
-    the last cluster started when it serves ``addresses``, else none."""
-    given = [os.environ.get(name, "") for name in (CERT_ENV, KEY_ENV, CA_ENV)]
-    if any(given):
-        if not all(given):
-            raise ConfigError(f"${CERT_ENV}, ${KEY_ENV} and ${CA_ENV} go together")
-        return ClientTls(*(Path(path) for path in given))
-    directory = os.environ.get(CLUSTER_DIR_ENV, "")
-    return _discovered(argparse.Namespace(config=None, dir=Path(directory) if directory
-                                          else None), addresses)
+    return discovered(path, addresses)
 
 
 def token_file(args: argparse.Namespace) -> Path | None:
