@@ -59,10 +59,20 @@ def test_follower_answers_not_leader_with_the_leaders_address(
     follower = next(n for n in cluster.nodes if n.id != leader.node_id)
     request = om_pb2.OMRequest(cmd_type=om_pb2.CreateVolume, client_id="c", call_id=1,
                                create_volume=om_pb2.CreateVolumeRequest(volume="vol2"))
-    with harness.raw_connection(cluster, follower, timeout_s=5) as conn:
-        conn.sendall(encode_frame(request.SerializeToString()))
-        (frame,) = FrameDecoder().feed(conn.recv(65536))
-    answer = om_pb2.OMResponse.FromString(frame)
+
+    def ask_follower() -> om_pb2.OMResponse:
+        with harness.raw_connection(cluster, follower, timeout_s=5) as conn:
+            conn.sendall(encode_frame(request.SerializeToString()))
+            (frame,) = FrameDecoder().feed(conn.recv(65536))
+        return om_pb2.OMResponse.FromString(frame)
+
+    # The leader is ready once one follower has its entry; the other learns the
+    # leader from its next heartbeat and until then rightly says LEADER_NOT_READY.
+    answer = ask_follower()
+    deadline = time.monotonic() + 10.0
+    while answer.status == om_pb2.LEADER_NOT_READY and time.monotonic() < deadline:
+        time.sleep(0.1)
+        answer = ask_follower()
     assert answer.status == om_pb2.NOT_LEADER
     assert answer.leader_address == leader.address
     assert answer.leader_node_id == leader.node_id
