@@ -261,6 +261,30 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
 
         self._submit(_Work("compact", rewrite, self.last_index))
 
+    def align_to_dump(self, before_last: Entry, last: Entry) -> bool:
+        """Compacts up to a snapshot found at start whose compaction a kill cut short.
+
+        The snapshot is renamed into place before the journal drops the entries it
+        covers (``deleteEntriesTo``, on the sync thread): a node killed in between
+        restarts with the new snapshot and the whole older journal. pysyncobj keeps
+        a journal only when its first two entries are the snapshot's last two
+        applied ones and otherwise clears it, which would lose every entry after
+        the snapshot this node had synced, and acknowledged. Here those two entries
+        are found in the journal and the entries before them dropped, as the cut
+        compaction would have done. Returns whether it compacted."""
+        if len(self._entries) < 2:
+            return False
+        position = before_last[1] - self._entries[0][1]
+        if position <= 0 or position + 1 >= len(self._entries):
+            return False
+        if (self._entries[position] != tuple(before_last)
+                or self._entries[position + 1] != tuple(last)):
+            return False
+        self.deleteEntriesTo(position)
+        assert self._entries[0] == tuple(before_last)
+        assert self._entries[1] == tuple(last)
+        return True
+
     def _destroy(self) -> None:
         self.sync()
         self._save_meta()

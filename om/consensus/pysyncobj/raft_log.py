@@ -64,6 +64,13 @@ Subclass overrides, each tested in ``tests/consensus/``:
 * **Frames sealed with AES-GCM** (``frame_cipher.py``): with a cluster secret,
   pysyncobj's Fernet encryptor is replaced right after it is built by one with
   the same three methods, 25 to 50 times cheaper per frame.
+* **A compaction cut short keeps its journal** (``_SyncObj__loadDumpFile``, the
+  deserializer hook). A snapshot is renamed into place before the journal drops
+  the entries it covers; a node killed in between restarts with the new
+  snapshot and the older journal, which pysyncobj cleared whole, entries after
+  the snapshot included: acknowledged writes lost when a majority died there.
+  At start the journal is compacted to the snapshot first, as the cut
+  compaction would have done, so pysyncobj's check finds it aligned.
 * **One pickle, protocol 5.** The ``@replicated`` wrapper pickles its
   arguments with protocol 2, which inflates ``bytes`` ~1.5x in the journal
   and on the wire. ``submit`` builds the same command (method id, arguments)
@@ -131,6 +138,9 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         # Read (through ``encryptor``) by the transport as it builds its connections,
         # inside SyncObj.__init__: set before it.
         self._om_encryptor = AeadFrames.from_secret(conf.password) if conf.password else None
+        self._loading_own_dump = False     # inside the load of this node's dump at start
+        if conf.deserializer is not None:
+            conf.deserializer = self._aligning(conf.deserializer)
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
@@ -278,6 +288,35 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._leader_heard_s = 0.0
         soon = monotonic_time() + random.uniform(*LEADER_LOST_DELAY_S)
         self._SyncObj__raftElectionDeadline = min(self._SyncObj__raftElectionDeadline, soon)
+
+    # -- the snapshot found at start ----------------------------------------------------
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """pysyncobj's, told apart from the install of a leader's snapshot (which
+        clears the journal anyway) so that the deserializer aligns the journal."""
+        self._loading_own_dump = not clearJournal
+        try:
+            SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        finally:
+            self._loading_own_dump = False
+
+    def _aligning(self, deserialize: Callable[[str], Any]) -> Callable[[str], Any]:
+        """The deserializer hook, followed at start by the journal compaction a kill
+        may have cut short (``GroupCommitJournal.align_to_dump``): pysyncobj compares
+        the journal's head with the dump right after this returns, and clears the
+        journal, entries after the dump included, when they differ. The hook returns
+        (last applied entry, the one before it, members)."""
+        def deserialize_then_align(file_name: str) -> Any:
+            raft_data = deserialize(file_name)
+            journal = self._SyncObj__raftLog
+            if (self._loading_own_dump and isinstance(journal, GroupCommitJournal)
+                    and isinstance(raft_data, tuple) and len(raft_data) == 3
+                    and journal.align_to_dump(raft_data[1], raft_data[0])):
+                logger.warning("the journal still held entries its snapshot covers (a "
+                               "compaction cut short): dropped them, kept %d after it",
+                               len(journal) - 2)
+            return raft_data
+        return deserialize_then_align
 
     def _SyncObj__updateClusterConfiguration(self, newNodes: list[Any]) -> None:
         """pysyncobj's, keeping each peer this node dials through a link as configured:

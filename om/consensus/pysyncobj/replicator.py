@@ -98,7 +98,7 @@ def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
         journalFile=str(data_dir / "raft.wal"),
         fullDumpFile=str(data_dir / "raft.snapshot"),
         serializer=snapshots.serialize,
-        deserializer=lambda file_name: voters_only(snapshots.deserialize(file_name)),
+        deserializer=snapshots.deserialize,
         serializeChecker=serialize_checker,
         logCompactionMinEntries=settings.compaction_min_entries,
         logCompactionMinTime=settings.compaction_min_time_s,
@@ -115,15 +115,6 @@ def syncobj_conf(settings: Raft, data_dir: Path, snapshots: SnapshotHooks,
         # forge nor replay Raft messages.
         password=settings.secret or None,
     )
-
-
-def voters_only(raft_data: Any) -> Any:
-    """pysyncobj's snapshot state with the learner's own place (``None``) left out of
-    its member list: a learner's snapshot records the ring as ``others | {None}``,
-    and a node promoted from it would fail to load it (``TCPNode(None)``)."""
-    if isinstance(raft_data, tuple) and len(raft_data) == 4 and raft_data[3] is not None:
-        return (*raft_data[:3], [node for node in raft_data[3] if node is not None])
-    return raft_data
 
 
 class RaftReplicator:
