@@ -243,6 +243,21 @@ class Fso:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """OM snapshots (``om sh snapshot``, docs/OPERATIONS.md). A bucket holds at most
+    ``per_bucket_max`` snapshots; the leader refuses a create while the disk holding
+    its data directory has less than ``headroom_bytes_min`` free, or less than
+    ``headroom_fraction_min`` of its size (a checkpoint shares files with the store
+    at first, then holds on to every file compaction replaces). At most
+    ``open_max`` snapshots' checkpoints stay open for reads on a node."""
+
+    per_bucket_max: int = 100
+    headroom_bytes_min: int = 1 << 30
+    headroom_fraction_min: float = 0.05
+    open_max: int = 8
+
+
+@dataclass(frozen=True)
 class Auditor:
     """The periodic report-only auditor (``om.integrity.periodic``), on followers only.
 
@@ -315,6 +330,7 @@ class ServerConfig:
     auditor: Auditor = field(default_factory=Auditor)
     purge: Purge = field(default_factory=Purge)
     fso: Fso = field(default_factory=Fso)
+    snapshot: Snapshot = field(default_factory=Snapshot)
     tls: Tls = field(default_factory=Tls)
     tokens: Tokens = field(default_factory=Tokens)
 
@@ -404,6 +420,11 @@ class ServerConfig:
                 value = getattr(section, item.name)
                 if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                     raise ConfigError(f"{item.name} must be positive, not {value}")
+        snapshot = self.snapshot
+        if (snapshot.per_bucket_max < 1 or snapshot.open_max < 1 or snapshot.headroom_bytes_min < 0
+                or not 0 <= snapshot.headroom_fraction_min < 1):
+            raise ConfigError("[snapshot] per_bucket_max and open_max must be >= 1, "
+                              "headroom_bytes_min >= 0, headroom_fraction_min in [0, 1)")
         auditor = self.auditor
         if auditor.periodic_interval_s < 0 or auditor.rows_per_s <= 0:
             raise ConfigError("[auditor] periodic_interval_s must be >= 0 (0: off) and "
@@ -488,7 +509,7 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
                           ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens),
-                          ("purge", Purge), ("fso", Fso)):
+                          ("purge", Purge), ("fso", Fso), ("snapshot", Snapshot)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

@@ -393,6 +393,13 @@ RULES: dict[str, Rule] = {
                                  {"volume": "r", "bucket": "l"},
                                  {("volume", "r"): f"READ VOLUME {BKT}",
                                   ("bucket", "l"): f"LIST BUCKET {BKT}"}),
+    "CreateSnapshot": Rule(lambda _: build.create_snapshot(V, B, "snap"),
+                           {"volume": "r", "bucket": "w"},
+                           {("volume", "r"): f"READ VOLUME {BKT}",
+                            ("bucket", "w"): f"WRITE BUCKET {BKT}"}),
+    "ListSnapshot": Rule(lambda _: build.list_snapshots(V, B), {"volume": "r", "bucket": "l"},
+                         {("volume", "r"): f"READ VOLUME {BKT}",
+                          ("bucket", "l"): f"LIST BUCKET {BKT}"}),
     "AddAcl-volume": Rule(lambda _: build.add_acl(build.acl_object(V), acl("user:x:r")),
                           {"volume": "y"}, {("volume", "y"): f"WRITE_ACL VOLUME {VOL}"}),
     "GetAcl-volume": Rule(lambda _: build.get_acl(build.acl_object(V)), {"volume": "x"},
@@ -459,6 +466,8 @@ class TestEachRightIsEnforced:
         # needs no right
         fs |= {"CommitMultiPartUpload", "CompleteMultiPartUpload", "AbortMultiPartUpload",
                "ListMultiPartUploadParts", "AbortExpiredMultiPartUploads"}
+        # the requests that name an existing snapshot: tests/test_om_snapshots.py
+        fs |= {"DeleteSnapshot", "GetSnapshotInfo", "SnapshotDiff"}
         assert covered | {"CreateVolume", "ListVolume"} | tokens | fs | administrators == {
             k.name for k in KINDS.values()}
 

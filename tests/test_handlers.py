@@ -169,6 +169,11 @@ EVERY_REQUEST: list[tuple[str, Build]] = [
     ("AbortMultiPartUpload", lambda: build.abort_multipart_upload(V, B, "k", "1")),
     ("ListMultiPartUploadParts", lambda: build.list_multipart_upload_parts(V, B, "k", "1")),
     ("ListMultipartUploads", lambda: build.list_multipart_uploads(V, B)),
+    ("CreateSnapshot", lambda: build.create_snapshot(V, B, "snap")),
+    ("GetSnapshotInfo", lambda: build.get_snapshot_info(V, B, "snap")),
+    ("ListSnapshot", lambda: build.list_snapshots(V, B)),
+    ("SnapshotDiff", lambda: build.snapshot_diff(V, B, "snap")),
+    ("DeleteSnapshot", lambda: build.delete_snapshot(V, B, "snap")),
 ]
 # outside the namespace: tests/test_tokens.py
 TOKEN_REQUESTS = {"GetDelegationToken", "RenewDelegationToken", "CancelDelegationToken"}
@@ -180,6 +185,8 @@ OBS_READS = {"InfoVolume", "ListVolume", "InfoBucket", "ListBuckets", "LookupKey
 READS = OBS_READS | {"LookupFile", "GetFileStatus", "ListStatus"}
 # reads about uploads in progress: tests/test_multipart.py
 MULTIPART_READS = {"ListMultiPartUploadParts", "ListMultipartUploads"}
+# reads of OM snapshots: tests/test_om_snapshots.py
+SNAPSHOT_READS = {"GetSnapshotInfo", "ListSnapshot", "SnapshotDiff"}
 # outside the namespace too: tests/test_user_certificates.py
 CERTIFICATE_REQUESTS = {"AddUserCertificate", "RevokeUserCertificates", "ListUserCertificates"}
 
@@ -189,7 +196,7 @@ class TestDispatch:
         assert {kind.name for kind in registry.KINDS.values()} == {
             n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS | CERTIFICATE_REQUESTS
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
-            READS | MULTIPART_READS | {"ListUserCertificates"})
+            READS | MULTIPART_READS | SNAPSHOT_READS | {"ListUserCertificates"})
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
 

@@ -25,7 +25,8 @@ FROZEN_STATUS = {
     "LEADER_NOT_READY": 1002,
     "SERVER_BUSY": 1003, "REPLICA_DIVERGED": 1004, "TRANSFER_REFUSED": 1005,
     "MEMBERSHIP_REFUSED": 1006, "NO_SUCH_MULTIPART_UPLOAD_ERROR": 26, "ENTITY_TOO_SMALL": 30,
-    "INVALID_PART": 55, "INVALID_PART_ORDER": 56,
+    "INVALID_PART": 55, "INVALID_PART_ORDER": 56, "INVALID_SNAPSHOT_ERROR": 87,
+    "CONTAINS_SNAPSHOT": 88,
 }
 FROZEN_TYPE = {
     "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
@@ -39,6 +40,8 @@ FROZEN_TYPE = {
     "InitiateMultiPartUpload": 45, "CommitMultiPartUpload": 46, "CompleteMultiPartUpload": 47,
     "AbortMultiPartUpload": 48, "ListMultiPartUploadParts": 50, "ListMultipartUploads": 82,
     "AbortExpiredMultiPartUploads": 127,
+    "CreateSnapshot": 112, "ListSnapshot": 113, "SnapshotDiff": 114, "DeleteSnapshot": 115,
+    "GetSnapshotInfo": 130,
     "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
     "AuditReplica": 2005, "TransferLeadership": 2006, "ChangeMembership": 2007,
@@ -48,7 +51,8 @@ FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
                 "TRANSACTION_INFO": 6, "CLIENT_REQUEST_REPLY": 7, "CLIENT_REQUEST_EXPIRY": 8,
                 "SECRET_KEY": 9, "DELEGATION_TOKEN": 10, "DIRECTORY": 11, "FILE": 12,
                 "OPEN_FILE": 13, "DELETED_DIRECTORY": 14,
-                "USER_CERTIFICATE": 15, "MULTIPART_INFO": 16}
+                "USER_CERTIFICATE": 15, "MULTIPART_INFO": 16,
+                "SNAPSHOT_INFO": 17}
 
 
 def test_generated_module_matches_proto(tmp_path: Path) -> None:

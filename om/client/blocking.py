@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from om.client import diagnosis
 from om.client import requests as build
-from om.client.errors import OMConnectionError, error_for
+from om.client.errors import OMClientError, OMConnectionError, error_for
 from om.client.identity import DEFAULT_ADDRESS, ClientIdentity, Tls, split_address
 from om.client.retry_policy import Attempts, RetryPolicy
 from om.protocol import om_pb2
@@ -234,6 +234,40 @@ class OMClient(ClientIdentity):
         request = build.list_multipart_uploads(volume, bucket, prefix, key_marker,
                                                upload_id_marker, max_uploads)
         return self.call(request).list_multipart_uploads
+
+    # -- OM snapshots (om sh snapshot) ---------------------------------------------------
+
+    def create_snapshot(self, volume: str, bucket: str, name: str = "") -> om_pb2.SnapshotInfo:
+        """A snapshot of the bucket (empty name: the leader names it)."""
+        return self.call(build.create_snapshot(volume, bucket, name)).create_snapshot.snapshot_info
+
+    def delete_snapshot(self, volume: str, bucket: str, name: str) -> None:
+        self.call(build.delete_snapshot(volume, bucket, name))
+
+    def snapshot_info(self, volume: str, bucket: str, name: str) -> om_pb2.SnapshotInfo:
+        request = build.get_snapshot_info(volume, bucket, name)
+        return self.call(request).get_snapshot_info.snapshot_info
+
+    def list_snapshots(self, volume: str, bucket: str, prefix: str = "", start_after: str = "",
+                       max_results: int = 0) -> om_pb2.ListSnapshotResponse:
+        request = build.list_snapshots(volume, bucket, prefix, start_after, max_results)
+        return self.call(request).list_snapshot
+
+    def snapshot_diff(self, volume: str, bucket: str, from_snapshot: str,
+                      to_snapshot: str = "", page_size: int = 0,
+                      pages_max: int = 10_000) -> list[om_pb2.DiffEntry]:
+        """Every entry of the diff, page after page (at most ``pages_max`` pages)."""
+        entries: list[om_pb2.DiffEntry] = []
+        token = ""
+        for _ in range(pages_max):
+            request = build.snapshot_diff(volume, bucket, from_snapshot, to_snapshot, token,
+                                          page_size)
+            page = self.call(request).snapshot_diff
+            entries.extend(page.entries)
+            token = page.next_token
+            if not token:
+                return entries
+        raise OMClientError(f"the diff did not end within {pages_max} pages")
 
     # -- file-system buckets (FILE_SYSTEM_OPTIMIZED) --------------------------------------
 

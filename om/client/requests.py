@@ -260,3 +260,46 @@ def list_user_certificates(start_after_user: str = "", start_after_serial: str =
         list_user_certificates=om_pb2.ListUserCertificatesRequest(
             start_after_user=start_after_user, start_after_serial=start_after_serial,
             max_rows=max_rows))
+
+
+# ------------------------------------------------------------- OM snapshots ---
+
+def create_snapshot(volume: str, bucket: str, name: str = "") -> om_pb2.OMRequest:
+    """A snapshot of the bucket (empty name: the leader names it, as Ozone)."""
+    return om_pb2.OMRequest(cmd_type=om_pb2.CreateSnapshot,
+                            create_snapshot=om_pb2.CreateSnapshotRequest(
+                                volume=volume, bucket=bucket, name=name))
+
+
+def delete_snapshot(volume: str, bucket: str, name: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.DeleteSnapshot,
+                            delete_snapshot=om_pb2.DeleteSnapshotRequest(
+                                volume=volume, bucket=bucket, name=name))
+
+
+def get_snapshot_info(volume: str, bucket: str, name: str) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.GetSnapshotInfo,
+                            get_snapshot_info=om_pb2.GetSnapshotInfoRequest(
+                                volume=volume, bucket=bucket, name=name))
+
+
+def list_snapshots(volume: str, bucket: str, prefix: str = "", start_after: str = "",
+                   max_results: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.ListSnapshot,
+                            list_snapshot=om_pb2.ListSnapshotRequest(
+                                volume=volume, bucket=bucket, prefix=prefix,
+                                start_after=start_after, max_results=max_results))
+
+
+def snapshot_diff(volume: str, bucket: str, from_snapshot: str, to_snapshot: str = "",
+                  token: str = "", page_size: int = 0) -> om_pb2.OMRequest:
+    """Keys that differ from ``from_snapshot`` to ``to_snapshot`` (empty: the live bucket)."""
+    return om_pb2.OMRequest(cmd_type=om_pb2.SnapshotDiff,
+                            snapshot_diff=om_pb2.SnapshotDiffRequest(
+                                volume=volume, bucket=bucket, from_snapshot=from_snapshot,
+                                to_snapshot=to_snapshot, token=token, page_size=page_size))
+
+
+def snapshot_key(name: str, key: str = "") -> str:
+    """The key name that reads ``key`` in snapshot ``name`` (Ozone's ``.snapshot/NAME/``)."""
+    return f".snapshot/{name}/{key}"

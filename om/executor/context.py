@@ -9,6 +9,7 @@ from typing import Protocol
 from om.executor.fs import Resolved
 from om.protocol import om_pb2
 from om.schema.ids import MANAGED_INDEX_MAX, object_id_for
+from om.schema.read_view import SnapshotViews
 from om.schema.tables import TableId
 
 # (volume, bucket, path) -> the bucket's row and the path resolved in it
@@ -47,6 +48,8 @@ class Limits:
     # Multipart upload (om/executor/multipart.py): every part of a complete but the last
     # holds at least this (Ozone's and S3's 5 MiB).
     multipart_min_part_bytes: int = 5 * 1024 * 1024
+    # OM snapshots (om/executor/snapshots.py): at most this many per bucket.
+    snapshots_per_bucket_max: int = 100
 
 
 def merged_groups(mapped: tuple[str, ...], certified: Iterable[str]) -> tuple[str, ...]:
@@ -79,6 +82,10 @@ class ExecContext:
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     certificate_groups: tuple[str, ...] = ()
     planned: Planned = field(default_factory=dict)
+    # This node's snapshot checkpoints: reads of a snapshot, its position, the disk
+    # headroom before a create. None where no node's files may be consulted (the old
+    # flow's apply, which runs on every node).
+    snapshots: SnapshotViews | None = None
 
     def user_groups(self, user: str) -> tuple[str, ...]:
         """The groups of ``user``: the mapping's, and the certificate's for the requester."""

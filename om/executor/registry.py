@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from om.executor import fso_keys, multipart
+from om.executor import fso_keys, multipart, snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -104,6 +104,11 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.ListMultipartUploads, "list_multipart_uploads", False, multipart.list_uploads),
     _kind(om_pb2.AbortExpiredMultiPartUploads, "abort_expired_multipart_uploads", True,
           multipart.abort_expired, internal=True),
+    _kind(om_pb2.CreateSnapshot, "create_snapshot", True, snapshots.create),
+    _kind(om_pb2.DeleteSnapshot, "delete_snapshot", True, snapshots.delete),
+    _kind(om_pb2.GetSnapshotInfo, "get_snapshot_info", False, snapshots.info),
+    _kind(om_pb2.ListSnapshot, "list_snapshot", False, snapshots.list_snapshots),
+    _kind(om_pb2.SnapshotDiff, "snapshot_diff", False, snapshots.diff),
     _kind(om_pb2.AddAcl, "add_acl", True, add_acl.execute),
     _kind(om_pb2.RemoveAcl, "remove_acl", True, remove_acl.execute),
     _kind(om_pb2.SetAcl, "set_acl", True, set_acl.execute),

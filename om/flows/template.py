@@ -73,7 +73,7 @@ from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.schema.fingerprint import fingerprint, same_request
 from om.schema.ids import RetryKey
-from om.schema.read_view import ReadView
+from om.schema.read_view import ReadView, SnapshotViews
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
@@ -221,6 +221,9 @@ class RequestService(abc.ABC):
         self._tasks: set[asyncio.Task[None]] = set()
         self._index_term = -1
         self.requests = 0
+        # the node's OM snapshot checkpoints, for handlers (reads of a snapshot, a
+        # create's disk headroom); None: no snapshot can be read (tests without a node)
+        self.snapshot_views: SnapshotViews | None = None
 
     # -- what a subclass provides -------------------------------------------------------
 
@@ -453,7 +456,7 @@ class RequestService(abc.ABC):
         ACL; ``planned``: the paths its lock plan resolved on the state it executes on)."""
         return ExecContext(request.user, managed_index, now_ms,
                            reservations or NoReservations(), self._limits, self._acl.groups,
-                           tuple(request.groups), planned or {})
+                           tuple(request.groups), planned or {}, self.snapshot_views)
 
     def authorize(self, request: om_pb2.OMRequest) -> None:
         """PERMISSION_DENIED unless the request's user may run it."""

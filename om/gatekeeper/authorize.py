@@ -37,6 +37,11 @@ Parts
 ListMultipartUploads   LIST on the bucket
 AbortExpiredMulti-     none: the leader's own (refused from clients)
 PartUploads
+Create/DeleteSnapshot  WRITE on the bucket (Ozone asks the bucket's owner
+                       or an administrator)
+GetSnapshotInfo,       READ on the bucket; a read of ``.snapshot/<name>/
+SnapshotDiff           <key>``: as a read of that key name
+ListSnapshot           LIST on the bucket
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
 *DelegationToken       none: authentication only (om/executor/tokens.py
@@ -252,6 +257,11 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.ListMultiPartUploadParts: _on(KEY, acls.READ),
     om_pb2.ListMultipartUploads: _on(BUCKET, acls.LIST),
     om_pb2.AbortExpiredMultiPartUploads: lambda body: (),
+    om_pb2.CreateSnapshot: _on(BUCKET, acls.WRITE),
+    om_pb2.DeleteSnapshot: _on(BUCKET, acls.WRITE),
+    om_pb2.GetSnapshotInfo: _on(BUCKET, acls.READ),
+    om_pb2.ListSnapshot: _on(BUCKET, acls.LIST),
+    om_pb2.SnapshotDiff: _on(BUCKET, acls.READ),
     om_pb2.AddAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.RemoveAcl: _acl_request(acls.WRITE_ACL),
     om_pb2.SetAcl: _acl_request(acls.WRITE_ACL),

@@ -21,6 +21,8 @@
   row and the purge of dead rows each have one writer at a time.
 * Add/RevokeUserCertificate(s): one write lock shared by both (``USER_CERTIFICATES``),
   so a user's rows, the cap on them and the purge of expired ones have one writer.
+* Create/DeleteSnapshot: volume read + bucket write, as a bucket property change: the
+  create is a barrier for the bucket's writes (no write of it shares the create's batch).
 * Reads take no locks: they see applied state only.
 """
 
@@ -146,6 +148,11 @@ _PLANNERS = {
     om_pb2.CreateBucket: _bucket_plan,
     om_pb2.DeleteBucket: _bucket_plan,
     om_pb2.SetBucketProperty: _bucket_plan,
+    # an OM snapshot is a barrier for its bucket: the bucket's write lock, held until
+    # the create applies, keeps every write of the bucket out of its batch (each is
+    # ordered before it or after it; om/executor/snapshots.py)
+    om_pb2.CreateSnapshot: _bucket_plan,
+    om_pb2.DeleteSnapshot: _bucket_plan,
     om_pb2.CreateKey: _key_plan,
     om_pb2.CommitKey: _key_plan,
     om_pb2.DeleteKey: _key_plan,

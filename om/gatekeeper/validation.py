@@ -27,6 +27,16 @@ groups                at most 32 group names (the node sets them from   INVALID_
 volume                Ozone's name rules (om/executor/names.py)         INVALID_VOLUME_NAME
 bucket                Ozone's name rules                                INVALID_BUCKET_NAME
 key, to_key           Ozone's key name rules, ``key_name_max_bytes``     INVALID_KEY_NAME
+                      a key a write creates (CreateKey, CreateFile,
+                      CreateDirectory, a rename's to_key, an initiate):
+                      not under ``.snapshot/``, reserved for snapshots
+name (a snapshot)     a volume or bucket name's rules (Ozone's);        INVALID_KEY_NAME
+                      CreateSnapshot: empty too (the leader names it)
+from_snapshot,        a snapshot name; to_snapshot: empty too (the     INVALID_KEY_NAME
+to_snapshot           live bucket)
+token (a diff's)      at most 64 characters a diff's pages answer       INVALID_REQUEST
+page_size,            at most ``snapshots.DIFF_PAGE_MAX`` / a list      INVALID_REQUEST
+max_results           page's ``list_max_keys``
 prefix, start_key     what a name of the listed kind may hold           INVALID_REQUEST
 max_keys              at most ``list_max_keys`` (0: the default page)   INVALID_REQUEST
 quota_in_bytes,       -1 (unlimited) or more; 0 is unlimited (create)   QUOTA_ERROR
@@ -76,7 +86,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from om.executor import multipart, names, user_certificates
+from om.executor import multipart, names, snapshots, user_certificates
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.fs import FSO, LAYOUTS, OBS
@@ -159,6 +169,37 @@ def key(value: str, limits: Limits) -> Refusal | None:
     if problem is None:
         return None
     return om_pb2.INVALID_KEY_NAME, f"invalid key name {value[:80]!r}: {problem}"
+
+
+def new_key(value: str, limits: Limits) -> Refusal | None:
+    """A key a write creates: a key name, not under the path reserved for snapshots."""
+    if snapshots.reserved(value):
+        return om_pb2.INVALID_KEY_NAME, (f"cannot create key {value[:80]!r} under path "
+                                         f"reserved for snapshots: {snapshots.SNAPSHOT_PREFIX}")
+    return key(value, limits)
+
+
+def snapshot_name(value: str, limits: Limits) -> Refusal | None:
+    problem = names.name_problem(value)
+    if problem is None:
+        return None
+    return om_pb2.INVALID_KEY_NAME, f"invalid snapshot name {value[:80]!r}: {problem}"
+
+
+def snapshot_name_or_empty(value: str, limits: Limits) -> Refusal | None:
+    return None if not value else snapshot_name(value, limits)
+
+
+def diff_token(value: str, limits: Limits) -> Refusal | None:
+    if len(value) <= snapshots.TOKEN_MAX_CHARS and value.isascii() and value.isprintable():
+        return None
+    return om_pb2.INVALID_REQUEST, "not a token a diff's page answered"
+
+
+def diff_page(value: int, limits: Limits) -> Refusal | None:
+    if value <= snapshots.DIFF_PAGE_MAX:
+        return None
+    return om_pb2.INVALID_REQUEST, f"{value} is over the page limit of {snapshots.DIFF_PAGE_MAX}"
 
 
 def name_part(value: str, limits: Limits) -> Refusal | None:
@@ -408,6 +449,8 @@ _PAGING_NAMES: dict[str, Rule] = {"prefix": name_part, "start_key": name_part, "
 _QUOTAS: dict[str, Rule] = {"quota_in_bytes": quota, "quota_in_namespace": quota}
 _BUCKET: dict[str, Rule] = {"volume": volume, "bucket": bucket}
 _KEY: dict[str, Rule] = {**_BUCKET, "key": key}
+_NEW_KEY: dict[str, Rule] = {**_BUCKET, "key": new_key}
+_SNAPSHOT: dict[str, Rule] = {**_BUCKET, "name": snapshot_name}
 
 BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.CreateVolume: {"volume": volume, "owner": identity, **_QUOTAS},
@@ -420,13 +463,13 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.SetBucketProperty: {**_BUCKET, **_QUOTAS},
     om_pb2.DeleteBucket: _BUCKET,
     om_pb2.ListBuckets: {"volume": volume, **_PAGING_NAMES},
-    om_pb2.CreateKey: {**_KEY, "data_size": data_size,
+    om_pb2.CreateKey: {**_NEW_KEY, "data_size": data_size,
                        "replication_factor": replication_factor,
                        "multipart_upload_id": upload_id_or_empty},
     om_pb2.CommitKey: {**_KEY, "client_session_id": any_value, "data_size": data_size},
     om_pb2.LookupKey: _KEY,
     om_pb2.DeleteKey: {**_KEY, "recursive": any_value},
-    om_pb2.RenameKey: {**_KEY, "to_key": key},
+    om_pb2.RenameKey: {**_KEY, "to_key": new_key},
     om_pb2.ListKeys: {**_BUCKET, "prefix": key_part, "start_key": key_part,
                       "max_keys": max_keys},
     om_pb2.AddAcl: {"obj": ozone_obj, "acl": acl},
@@ -439,9 +482,10 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     # file-system buckets: a path is a key name; its elements (no empty one, no '.'
     # or '..') are the path resolver's (om/executor/fs.py), as only an FSO bucket
     # splits it, and the layout is state
-    om_pb2.CreateDirectory: _KEY,
-    om_pb2.CreateFile: {**_KEY, "data_size": data_size, "replication_factor": replication_factor,
-                        "recursive": any_value, "overwrite": any_value},
+    om_pb2.CreateDirectory: _NEW_KEY,
+    om_pb2.CreateFile: {**_NEW_KEY, "data_size": data_size,
+                        "replication_factor": replication_factor, "recursive": any_value,
+                        "overwrite": any_value},
     om_pb2.LookupFile: _KEY,
     om_pb2.GetFileStatus: _KEY,
     om_pb2.ListStatus: {**_BUCKET, "key": key_part, "recursive": any_value,
@@ -451,7 +495,7 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.PurgeKeys: {"keys": purge_refs, "retired_before_ms": any_value},
     om_pb2.DeleteOpenKeys: {"open_keys": open_key_refs, "created_before_ms": any_value},
     # multipart upload: whether parts are listed in order and committed is state
-    om_pb2.InitiateMultiPartUpload: {**_KEY, "replication_factor": replication_factor},
+    om_pb2.InitiateMultiPartUpload: {**_NEW_KEY, "replication_factor": replication_factor},
     om_pb2.CommitMultiPartUpload: {**_KEY, "upload_id": upload_id, "part_number": part_number,
                                    "client_session_id": any_value, "data_size": data_size},
     om_pb2.CompleteMultiPartUpload: {**_KEY, "upload_id": upload_id, "parts": parts},
@@ -464,6 +508,16 @@ BODIES: dict[int, Mapping[str, Rule]] = {
                                   "max_uploads": max_keys},
     om_pb2.AbortExpiredMultiPartUploads: {"uploads": upload_refs,
                                           "created_before_ms": any_value},
+    # OM snapshots: whether the bucket and snapshot exist, the per-bucket limit and the
+    # disk headroom are state (om/executor/snapshots.py)
+    om_pb2.CreateSnapshot: {**_BUCKET, "name": snapshot_name_or_empty},
+    om_pb2.DeleteSnapshot: _SNAPSHOT,
+    om_pb2.GetSnapshotInfo: _SNAPSHOT,
+    om_pb2.ListSnapshot: {**_BUCKET, "prefix": name_part, "start_after": name_part,
+                          "max_results": max_keys},
+    om_pb2.SnapshotDiff: {**_BUCKET, "from_snapshot": snapshot_name,
+                          "to_snapshot": snapshot_name_or_empty, "token": diff_token,
+                          "page_size": diff_page},
     # users' certificates (administrators only): not_after against the clock is state
     om_pb2.AddUserCertificate: {"user": certificate_user, "serial": serial, "groups": groups,
                                 "not_after": any_value},

@@ -447,6 +447,21 @@ def _check_user_certificate(view: ReadView, key: bytes, value: bytes,
     return {}
 
 
+def _check_snapshot(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Problems:
+    """A snapshotInfoTable row: under its own names, active, of the bucket that bears its
+    name now (a bucket with snapshots cannot be deleted); its id below the index."""
+    row = _parse(om_pb2.SnapshotInfo, value)
+    if (row is None or not row.name or row.status != om_pb2.SNAPSHOT_ACTIVE
+            or key != tables.snapshot_key(row.volume, row.bucket, row.name)
+            or row.log_position or row.checkpoint_here):
+        return {ROW_MALFORMED: _malformed("SnapshotInfo", row)}
+    problems = _id_problems(facts, object_ids=[row.snapshot_id], update_ids=[])
+    raw = view.get(om_pb2.BUCKET, tables.bucket_key(row.volume, row.bucket))
+    if raw is None or om_pb2.BucketInfo.FromString(raw).object_id != row.bucket_object_id:
+        problems[ROW_MALFORMED] = "the snapshot's bucket is gone or another one"
+    return problems
+
+
 _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.VOLUME: _check_volume,
     om_pb2.BUCKET: _check_bucket,
@@ -464,6 +479,7 @@ _ROW_CHECKS: dict[TableId, _RowCheck] = {
     om_pb2.DELETED_DIRECTORY: _check_directory,
     om_pb2.USER_CERTIFICATE: _check_user_certificate,
     om_pb2.MULTIPART_INFO: _check_multipart,
+    om_pb2.SNAPSHOT_INFO: _check_snapshot,
 }
 assert set(_ROW_CHECKS) == set(tables.TABLE_NAMES), "every table has a row check"
 

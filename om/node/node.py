@@ -51,6 +51,7 @@ from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
+from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ def handler_limits(config: ServerConfig) -> HandlerLimits:
                          token_renew_interval_ms=int(tokens_.renew_interval_s * 1000),
                          token_max_lifetime_ms=int(tokens_.max_lifetime_s * 1000),
                          token_key_rotation_ms=int(tokens_.key_rotation_s * 1000),
-                         tokens_max=tokens_.tokens_max)
+                         tokens_max=tokens_.tokens_max,
+                         snapshots_per_bucket_max=config.snapshot.per_bucket_max)
 
 
 def leader_config(config: ServerConfig) -> LeaderConfig:
@@ -158,6 +160,13 @@ class Node:
                 config.limits.unflushed_transactions_max, fail_stop)
         else:
             self.state_machine = StateMachine(self.store)
+        # OM snapshots: checkpoints a kill cut short are taken before anything replays
+        snapshot = config.snapshot
+        self.snapshot_checkpoints = SnapshotCheckpoints(
+            config.node_data_dir, self.store,
+            CheckpointSettings(max(2, snapshot.open_max), snapshot.headroom_bytes_min,
+                               snapshot.headroom_fraction_min))
+        self.snapshot_checkpoints.recover()
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
                                        lambda: self.state_machine.applied_index, fail_stop)
         self.raft: RaftReplicator | RaftProcessReplicator | None = None
@@ -168,7 +177,9 @@ class Node:
                                               self.state_machine.applied_index, self.apply_entry)
         else:
             snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync,
-                                    config.unsafe_snapshot_delay_s, self._leads)
+                                    config.unsafe_snapshot_delay_s, self._leads,
+                                    self.snapshot_checkpoints.installing,
+                                    self.snapshot_checkpoints.installed)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(
@@ -191,6 +202,7 @@ class Node:
             self.leader = LeaderService(config.node_id, self.store, self.state_machine,
                                         self.replicator, settings, self.tracer,
                                         metrics=self.metrics, audit=audit)
+        self.leader.snapshot_views = self.snapshot_checkpoints
         gc_gauges = tuple(StateGauge(name, f"om_{name}", "Python's garbage collector "
                                      "(om/node/gc_policy.py)") for name in gc_policy.metrics())
         self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
@@ -216,6 +228,9 @@ class Node:
         """Applies a committed entry; stops the process if that is impossible."""
         try:
             result = self.state_machine.apply_entry(position, entry)
+            if result.snapshots_changed:   # an OM snapshot's barrier: checkpoint here
+                self.state_machine.quiesce()
+                self.snapshot_checkpoints.applied()
             self.integrity.after_apply(position, entry, result)
             return result
         except BaseException as error:
@@ -438,4 +453,5 @@ class Node:
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()
+        self.snapshot_checkpoints.close()
         self.store.close()

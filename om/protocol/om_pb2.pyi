@@ -92,6 +92,14 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     authorization.
     """
     TOO_MANY_BUCKETS: _Status.ValueType  # 94
+    INVALID_SNAPSHOT_ERROR: _Status.ValueType  # 87
+    """OM snapshots (om/executor/snapshots.py): Ozone's numbers. A snapshot name unknown in
+    that bucket is FILE_NOT_FOUND and a duplicate FILE_ALREADY_EXISTS, as Ozone answers;
+    INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (it
+    installed a Raft snapshot taken after it), a diff of two buckets' snapshots;
+    CONTAINS_SNAPSHOT: DeleteBucket while the bucket has snapshots.
+    """
+    CONTAINS_SNAPSHOT: _Status.ValueType  # 88
     NOT_LEADER: _Status.ValueType  # 1001
     """Not ResultCodes in Ozone (it raises OMNotLeaderException and
     OMLeaderNotReadyException); retryable, the client follows the hint.
@@ -171,6 +179,14 @@ om/executor/user_certificates.py). Authentication, where PERMISSION_DENIED is
 authorization.
 """
 TOO_MANY_BUCKETS: Status.ValueType  # 94
+INVALID_SNAPSHOT_ERROR: Status.ValueType  # 87
+"""OM snapshots (om/executor/snapshots.py): Ozone's numbers. A snapshot name unknown in
+that bucket is FILE_NOT_FOUND and a duplicate FILE_ALREADY_EXISTS, as Ozone answers;
+INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (it
+installed a Raft snapshot taken after it), a diff of two buckets' snapshots;
+CONTAINS_SNAPSHOT: DeleteBucket while the bucket has snapshots.
+"""
+CONTAINS_SNAPSHOT: Status.ValueType  # 88
 NOT_LEADER: Status.ValueType  # 1001
 """Not ResultCodes in Ozone (it raises OMNotLeaderException and
 OMLeaderNotReadyException); retryable, the client follows the hint.
@@ -225,6 +241,14 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     ListMultipartUploads: _Type.ValueType  # 82
     AbortExpiredMultiPartUploads: _Type.ValueType  # 127
     """The leader's own (om/flows/purge.py): uploads never completed past their expiry."""
+    CreateSnapshot: _Type.ValueType  # 112
+    """OM snapshots (om sh snapshot; om/executor/snapshots.py): Ozone's numbers. Create and
+    Delete are replicated writes; every node checkpoints its store where a create applies.
+    """
+    ListSnapshot: _Type.ValueType  # 113
+    SnapshotDiff: _Type.ValueType  # 114
+    DeleteSnapshot: _Type.ValueType  # 115
+    GetSnapshotInfo: _Type.ValueType  # 130
     ServiceList: _Type.ValueType  # 51
     GetDelegationToken: _Type.ValueType  # 61
     """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
@@ -309,6 +333,14 @@ ListMultiPartUploadParts: Type.ValueType  # 50
 ListMultipartUploads: Type.ValueType  # 82
 AbortExpiredMultiPartUploads: Type.ValueType  # 127
 """The leader's own (om/flows/purge.py): uploads never completed past their expiry."""
+CreateSnapshot: Type.ValueType  # 112
+"""OM snapshots (om sh snapshot; om/executor/snapshots.py): Ozone's numbers. Create and
+Delete are replicated writes; every node checkpoints its store where a create applies.
+"""
+ListSnapshot: Type.ValueType  # 113
+SnapshotDiff: Type.ValueType  # 114
+DeleteSnapshot: Type.ValueType  # 115
+GetSnapshotInfo: Type.ValueType  # 130
 ServiceList: Type.ValueType  # 51
 GetDelegationToken: Type.ValueType  # 61
 """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
@@ -363,6 +395,31 @@ RevokeUserCertificates: Type.ValueType  # 2009
 ListUserCertificates: Type.ValueType  # 2010
 """a read"""
 Global___Type: _TypeAlias = Type  # noqa: Y015
+
+class _SnapshotStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SnapshotStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SnapshotStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SNAPSHOT_STATUS_UNSPECIFIED: _SnapshotStatus.ValueType  # 0
+    SNAPSHOT_ACTIVE: _SnapshotStatus.ValueType  # 1
+    SNAPSHOT_DELETED: _SnapshotStatus.ValueType  # 2
+    """Ozone's; a delete here removes the row at once"""
+
+class SnapshotStatus(_SnapshotStatus, metaclass=_SnapshotStatusEnumTypeWrapper):
+    """------------------------------------------------------------ snapshots ---
+    OM snapshots (Ozone's `ozone sh snapshot`): a bucket's state at one log position, a
+    RocksDB checkpoint every node takes where the create applies (om/statemachine/
+    snapshot_checkpoints.py). Reads name a snapshot as Ozone does: a key name starting
+    with `.snapshot/<name>/`.
+    """
+
+SNAPSHOT_STATUS_UNSPECIFIED: SnapshotStatus.ValueType  # 0
+SNAPSHOT_ACTIVE: SnapshotStatus.ValueType  # 1
+SNAPSHOT_DELETED: SnapshotStatus.ValueType  # 2
+"""Ozone's; a delete here removes the row at once"""
+Global___SnapshotStatus: _TypeAlias = SnapshotStatus  # noqa: Y015
 
 class _VerifyState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -430,6 +487,8 @@ class _TableEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Table.ValueType
     """userCertificateTable: issued and revoked client certificates"""
     MULTIPART_INFO: _Table.ValueType  # 16
     """multipartInfoTable: uploads in progress and their parts"""
+    SNAPSHOT_INFO: _Table.ValueType  # 17
+    """snapshotInfoTable: the OM snapshots of each bucket"""
 
 class Table(_Table, metaclass=_TableEnumTypeWrapper):
     """------------------------------------------------- replication (PersistDb) ---
@@ -472,6 +531,8 @@ USER_CERTIFICATE: Table.ValueType  # 15
 """userCertificateTable: issued and revoked client certificates"""
 MULTIPART_INFO: Table.ValueType  # 16
 """multipartInfoTable: uploads in progress and their parts"""
+SNAPSHOT_INFO: Table.ValueType  # 17
+"""snapshotInfoTable: the OM snapshots of each bucket"""
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
@@ -2832,6 +2893,365 @@ class ChangeMembershipRequest(_message.Message):
 Global___ChangeMembershipRequest: _TypeAlias = ChangeMembershipRequest  # noqa: Y015
 
 @_typing.final
+class SnapshotInfo(_message.Message):
+    """The value of snapshotInfoTable["/<volume>/<bucket>/<name>"], as the leader wrote it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    CREATION_TIME_FIELD_NUMBER: _builtins.int
+    BUCKET_OBJECT_ID_FIELD_NUMBER: _builtins.int
+    LOG_POSITION_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_HERE_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.int
+    """the object id the create was given: ids ascend with time"""
+    name: _builtins.str
+    volume: _builtins.str
+    bucket: _builtins.str
+    status: Global___SnapshotStatus.ValueType
+    creation_time: _builtins.int
+    """ms, the leader's clock when it executed the create"""
+    bucket_object_id: _builtins.int
+    """the bucket it was taken of (a re-created bucket differs)"""
+    log_position: _builtins.int
+    """Not stored: the answering node fills them from its checkpoint. The log position the
+    checkpoint holds (every node's is the same), and whether this node holds it.
+    """
+    checkpoint_here: _builtins.bool
+    def __init__(
+        self,
+        *,
+        snapshot_id: _builtins.int = ...,
+        name: _builtins.str = ...,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        status: Global___SnapshotStatus.ValueType = ...,
+        creation_time: _builtins.int = ...,
+        bucket_object_id: _builtins.int = ...,
+        log_position: _builtins.int = ...,
+        checkpoint_here: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "bucket_object_id", b"bucket_object_id", "checkpoint_here", b"checkpoint_here", "creation_time", b"creation_time", "log_position", b"log_position", "name", b"name", "snapshot_id", b"snapshot_id", "status", b"status", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotInfo: _TypeAlias = SnapshotInfo  # noqa: Y015
+
+@_typing.final
+class CreateSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    name: _builtins.str
+    """empty: the leader names it s<yyyyMMdd-HHmmss.SSS>, as Ozone"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "name", b"name", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSnapshotRequest: _TypeAlias = CreateSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class CreateSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_INFO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot_info(self) -> Global___SnapshotInfo: ...
+    def __init__(
+        self,
+        *,
+        snapshot_info: Global___SnapshotInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSnapshotResponse: _TypeAlias = CreateSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class DeleteSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "name", b"name", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSnapshotRequest: _TypeAlias = DeleteSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_INFO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot_info(self) -> Global___SnapshotInfo: ...
+    def __init__(
+        self,
+        *,
+        snapshot_info: Global___SnapshotInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSnapshotResponse: _TypeAlias = DeleteSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class GetSnapshotInfoRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "name", b"name", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSnapshotInfoRequest: _TypeAlias = GetSnapshotInfoRequest  # noqa: Y015
+
+@_typing.final
+class GetSnapshotInfoResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_INFO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot_info(self) -> Global___SnapshotInfo: ...
+    def __init__(
+        self,
+        *,
+        snapshot_info: Global___SnapshotInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSnapshotInfoResponse: _TypeAlias = GetSnapshotInfoResponse  # noqa: Y015
+
+@_typing.final
+class ListSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    START_AFTER_FIELD_NUMBER: _builtins.int
+    MAX_RESULTS_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    prefix: _builtins.str
+    """names starting with it"""
+    start_after: _builtins.str
+    """exclusive; Ozone's prevSnapshot"""
+    max_results: _builtins.int
+    """0: the default page"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        prefix: _builtins.str = ...,
+        start_after: _builtins.str = ...,
+        max_results: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "max_results", b"max_results", "prefix", b"prefix", "start_after", b"start_after", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSnapshotRequest: _TypeAlias = ListSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class ListSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_INFO_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    @_builtins.property
+    def snapshot_info(self) -> _containers.RepeatedCompositeFieldContainer[Global___SnapshotInfo]: ...
+    def __init__(
+        self,
+        *,
+        snapshot_info: _abc.Iterable[Global___SnapshotInfo] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot_info", b"snapshot_info", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSnapshotResponse: _TypeAlias = ListSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class SnapshotDiffRequest(_message.Message):
+    """Keys of a bucket that differ between two snapshots, or a snapshot and the live bucket."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    FROM_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    TO_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    bucket: _builtins.str
+    from_snapshot: _builtins.str
+    to_snapshot: _builtins.str
+    """empty: the live bucket"""
+    token: _builtins.str
+    """empty: the first page; else a response's next_token"""
+    page_size: _builtins.int
+    """0: the default page"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        from_snapshot: _builtins.str = ...,
+        to_snapshot: _builtins.str = ...,
+        token: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "from_snapshot", b"from_snapshot", "page_size", b"page_size", "to_snapshot", b"to_snapshot", "token", b"token", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotDiffRequest: _TypeAlias = SnapshotDiffRequest  # noqa: Y015
+
+@_typing.final
+class DiffEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _DiffType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _DiffTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[DiffEntry._DiffType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        DIFF_TYPE_UNSPECIFIED: DiffEntry._DiffType.ValueType  # 0
+        CREATE: DiffEntry._DiffType.ValueType  # 1
+        MODIFY: DiffEntry._DiffType.ValueType  # 2
+        DELETE: DiffEntry._DiffType.ValueType  # 3
+        RENAME: DiffEntry._DiffType.ValueType  # 4
+
+    class DiffType(_DiffType, metaclass=_DiffTypeEnumTypeWrapper):
+        """Ozone's DiffReportEntryProto.DiffTypeProto"""
+
+    DIFF_TYPE_UNSPECIFIED: DiffEntry.DiffType.ValueType  # 0
+    CREATE: DiffEntry.DiffType.ValueType  # 1
+    MODIFY: DiffEntry.DiffType.ValueType  # 2
+    DELETE: DiffEntry.DiffType.ValueType  # 3
+    RENAME: DiffEntry.DiffType.ValueType  # 4
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    TO_KEY_FIELD_NUMBER: _builtins.int
+    type: Global___DiffEntry.DiffType.ValueType
+    key: _builtins.str
+    """the name in the from side (CREATE: in the to side)"""
+    to_key: _builtins.str
+    """RENAME only: the name in the to side"""
+    def __init__(
+        self,
+        *,
+        type: Global___DiffEntry.DiffType.ValueType = ...,
+        key: _builtins.str = ...,
+        to_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "to_key", b"to_key", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiffEntry: _TypeAlias = DiffEntry  # noqa: Y015
+
+@_typing.final
+class SnapshotDiffResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    NEXT_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    next_token: _builtins.str
+    """empty: the last page"""
+    total: _builtins.int
+    """entries of the whole diff"""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___DiffEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___DiffEntry] | None = ...,
+        next_token: _builtins.str = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_token", b"next_token", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotDiffResponse: _TypeAlias = SnapshotDiffResponse  # noqa: Y015
+
+@_typing.final
 class OMRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2878,6 +3298,11 @@ class OMRequest(_message.Message):
     PURGE_KEYS_FIELD_NUMBER: _builtins.int
     LIST_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
     ABORT_EXPIRED_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
+    CREATE_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    LIST_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_DIFF_FIELD_NUMBER: _builtins.int
+    DELETE_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    GET_SNAPSHOT_INFO_FIELD_NUMBER: _builtins.int
     DELETE_OPEN_KEYS_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
@@ -2994,6 +3419,16 @@ class OMRequest(_message.Message):
     @_builtins.property
     def abort_expired_multipart_uploads(self) -> Global___AbortExpiredMultiPartUploadsRequest: ...
     @_builtins.property
+    def create_snapshot(self) -> Global___CreateSnapshotRequest: ...
+    @_builtins.property
+    def list_snapshot(self) -> Global___ListSnapshotRequest: ...
+    @_builtins.property
+    def snapshot_diff(self) -> Global___SnapshotDiffRequest: ...
+    @_builtins.property
+    def delete_snapshot(self) -> Global___DeleteSnapshotRequest: ...
+    @_builtins.property
+    def get_snapshot_info(self) -> Global___GetSnapshotInfoRequest: ...
+    @_builtins.property
     def delete_open_keys(self) -> Global___DeleteOpenKeysRequest: ...
     @_builtins.property
     def add_acl(self) -> Global___AddAclRequest: ...
@@ -3069,6 +3504,11 @@ class OMRequest(_message.Message):
         purge_keys: Global___PurgeKeysRequest | None = ...,
         list_multipart_uploads: Global___ListMultipartUploadsRequest | None = ...,
         abort_expired_multipart_uploads: Global___AbortExpiredMultiPartUploadsRequest | None = ...,
+        create_snapshot: Global___CreateSnapshotRequest | None = ...,
+        list_snapshot: Global___ListSnapshotRequest | None = ...,
+        snapshot_diff: Global___SnapshotDiffRequest | None = ...,
+        delete_snapshot: Global___DeleteSnapshotRequest | None = ...,
+        get_snapshot_info: Global___GetSnapshotInfoRequest | None = ...,
         delete_open_keys: Global___DeleteOpenKeysRequest | None = ...,
         add_acl: Global___AddAclRequest | None = ...,
         remove_acl: Global___RemoveAclRequest | None = ...,
@@ -3085,11 +3525,11 @@ class OMRequest(_message.Message):
         revoke_user_certificates: Global___RevokeUserCertificatesRequest | None = ...,
         list_user_certificates: Global___ListUserCertificatesRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -4592,6 +5032,11 @@ class OMResponse(_message.Message):
     PURGE_KEYS_FIELD_NUMBER: _builtins.int
     LIST_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
     ABORT_EXPIRED_MULTIPART_UPLOADS_FIELD_NUMBER: _builtins.int
+    CREATE_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    LIST_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_DIFF_FIELD_NUMBER: _builtins.int
+    DELETE_SNAPSHOT_FIELD_NUMBER: _builtins.int
+    GET_SNAPSHOT_INFO_FIELD_NUMBER: _builtins.int
     DELETE_OPEN_KEYS_FIELD_NUMBER: _builtins.int
     ADD_ACL_FIELD_NUMBER: _builtins.int
     REMOVE_ACL_FIELD_NUMBER: _builtins.int
@@ -4685,6 +5130,16 @@ class OMResponse(_message.Message):
     @_builtins.property
     def abort_expired_multipart_uploads(self) -> Global___AbortExpiredMultiPartUploadsResponse: ...
     @_builtins.property
+    def create_snapshot(self) -> Global___CreateSnapshotResponse: ...
+    @_builtins.property
+    def list_snapshot(self) -> Global___ListSnapshotResponse: ...
+    @_builtins.property
+    def snapshot_diff(self) -> Global___SnapshotDiffResponse: ...
+    @_builtins.property
+    def delete_snapshot(self) -> Global___DeleteSnapshotResponse: ...
+    @_builtins.property
+    def get_snapshot_info(self) -> Global___GetSnapshotInfoResponse: ...
+    @_builtins.property
     def delete_open_keys(self) -> Global___DeleteOpenKeysResponse: ...
     @_builtins.property
     def add_acl(self) -> Global___AddAclResponse: ...
@@ -4757,6 +5212,11 @@ class OMResponse(_message.Message):
         purge_keys: Global___PurgeKeysResponse | None = ...,
         list_multipart_uploads: Global___ListMultipartUploadsResponse | None = ...,
         abort_expired_multipart_uploads: Global___AbortExpiredMultiPartUploadsResponse | None = ...,
+        create_snapshot: Global___CreateSnapshotResponse | None = ...,
+        list_snapshot: Global___ListSnapshotResponse | None = ...,
+        snapshot_diff: Global___SnapshotDiffResponse | None = ...,
+        delete_snapshot: Global___DeleteSnapshotResponse | None = ...,
+        get_snapshot_info: Global___GetSnapshotInfoResponse | None = ...,
         delete_open_keys: Global___DeleteOpenKeysResponse | None = ...,
         add_acl: Global___AddAclResponse | None = ...,
         remove_acl: Global___RemoveAclResponse | None = ...,
@@ -4773,11 +5233,11 @@ class OMResponse(_message.Message):
         revoke_user_certificates: Global___RevokeUserCertificatesResponse | None = ...,
         list_user_certificates: Global___ListUserCertificatesResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -20,3 +20,21 @@ class ReadView(Protocol):
         """Up to ``limit`` rows whose key starts with ``prefix``, in key order,
         beginning after ``start_after`` (exclusive) when given."""
         ...
+
+
+class SnapshotViews(Protocol):
+    """A node's OM snapshot checkpoints, as handlers may consult them (the node's
+    ``om.statemachine.snapshot_checkpoints`` provides them)."""
+
+    def open(self, snapshot_id: int) -> ReadView | None:
+        """The applied state the snapshot holds, or None when this node has no
+        checkpoint of it."""
+        ...
+
+    def position(self, snapshot_id: int) -> int:
+        """The log position the snapshot's checkpoint holds here (0: none here)."""
+        ...
+
+    def headroom_problem(self) -> str | None:
+        """Why this node's disk has no room for another checkpoint, or None."""
+        ...

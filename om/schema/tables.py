@@ -32,6 +32,10 @@ Multipart uploads (``om.executor.multipart``), as Ozone keys them:
   and its committed parts; its openKeyTable row sits under the same key (the upload id
   is the decimal object id that row carries as its session id).
 
+OM snapshots (``om.executor.snapshots``), as Ozone keys them:
+
+* snapshotInfoTable    ``/<volume>/<bucket>/<snapshot name>``: one row per snapshot
+
 Users' client certificates (``om admin user``):
 
 * userCertificateTable ``<user>\0<serial>``: the client certificates recorded for a user
@@ -64,6 +68,7 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.DELETED_DIRECTORY: "deletedDirectoryTable",
     om_pb2.USER_CERTIFICATE: "userCertificateTable",
     om_pb2.MULTIPART_INFO: "multipartInfoTable",
+    om_pb2.SNAPSHOT_INFO: "snapshotInfoTable",
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
@@ -199,3 +204,14 @@ def user_certificate_prefix(user: str) -> bytes:
 def user_certificate_key(user: str, serial: str) -> bytes:
     """The userCertificateTable key of one certificate of ``user``."""
     return user_certificate_prefix(user) + serial.encode()
+
+
+def snapshot_key(volume: str, bucket: str, name: str) -> bytes:
+    """The snapshotInfoTable key of a snapshot."""
+    assert name
+    return f"/{volume}/{bucket}/{name}".encode()
+
+
+def snapshot_prefix(volume: str, bucket: str) -> bytes:
+    """The prefix every snapshotInfoTable key of a bucket starts with."""
+    return f"/{volume}/{bucket}/".encode()

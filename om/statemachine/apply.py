@@ -33,6 +33,9 @@ class ApplyResult:
     applied: bool          # False: already applied (replay), or a stale term's batch
     managed_index: int
     response: bytes = b""  # the old flow's response, executed in apply
+    # the entry changed snapshotInfoTable: the node checkpoints or frees OM snapshots
+    # right after it (om/statemachine/snapshot_checkpoints.py)
+    snapshots_changed: bool = False
 
 
 def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
@@ -81,15 +84,17 @@ class StateMachine:
                 return ApplyResult(position, False, self.managed_index)
             write = self.store.new_batch()
             stale = batch.term < self.term
+            snapshots_changed = False
             if not stale:
-                self._add_ops(write, batch)
+                snapshots_changed = self._add_ops(write, batch)
                 self.managed_index = max(self.managed_index, batch.managed_index)
                 self.term = batch.term
                 self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
             self.applied_index = position
             self._put_transaction_info(write)
             self.store.write(write)
-            return ApplyResult(position, not stale, self.managed_index)
+            return ApplyResult(position, not stale, self.managed_index,
+                               snapshots_changed=snapshots_changed)
 
     def seed(self, batch: om_pb2.PersistDbBatch) -> None:
         """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).
@@ -143,11 +148,14 @@ class StateMachine:
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
 
-    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> None:
+    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> bool:
+        """Adds the batch's writes; whether any changes snapshotInfoTable."""
         store = self.store
+        snapshots_changed = False
         for op in batch.ops:
             assert op.table in tables.TABLE_NAMES
             assert op.table != om_pb2.TRANSACTION_INFO, "only apply writes transaction info"
+            snapshots_changed = snapshots_changed or op.table == om_pb2.SNAPSHOT_INFO
             if op.delete:
                 store.batch_delete(write, op.table, op.key)
             else:
@@ -168,6 +176,7 @@ class StateMachine:
             assert op.delete
             assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
             store.batch_delete(write, op.table, op.key)
+        return snapshots_changed
 
     @staticmethod
     def _merged_deltas(batch: om_pb2.PersistDbBatch) -> list[om_pb2.QuotaDelta]:

@@ -94,17 +94,21 @@ class ReplicatedStateMachine:
             stale = message.term < self.term
             writes: list[tuple[Row, bytes | None]] = []
             response = b""
+            snapshots_changed = False
             if not stale:
                 if isinstance(message, om_pb2.PersistDbBatch):
                     assert not message.ops, "only a leader's empty barrier batch is expected"
                 else:
                     writes, response = self._execute(position, message)
+                    snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
+                                            for (table, _), _ in writes)
                 self.term = message.term
                 self.managed_index = max(self.managed_index, message.managed_index)
                 self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
             self.applied_index = position
             self.double_buffer.add(Transaction(position, writes, self._info()))
-            return ApplyResult(position, not stale, self.managed_index, response)
+            return ApplyResult(position, not stale, self.managed_index, response,
+                               snapshots_changed)
 
     def _execute(self, position: int, message: om_pb2.ReplicatedRequest
                  ) -> tuple[list[tuple[Row, bytes | None]], bytes]:

@@ -71,13 +71,19 @@ class Snapshotter:
 
     def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool,
                  unsafe_delay_s: float = 0.0,
-                 unsafe_delay_if: Callable[[], bool] = lambda: True) -> None:
+                 unsafe_delay_if: Callable[[], bool] = lambda: True,
+                 installing: Callable[[], None] = lambda: None,
+                 installed: Callable[[], None] = lambda: None) -> None:
+        """``installing`` / ``installed``: called before an install replaces the store
+        and after, under apply's lock (the node's OM snapshot checkpoints)."""
         assert unsafe_delay_s >= 0
         self._state_machine = state_machine
         self._work_dir = work_dir
         self._durable = durable
         self._unsafe_delay_s = unsafe_delay_s
         self._unsafe_delay_if = unsafe_delay_if
+        self._installing = installing
+        self._installed = installed
         self.installed = 0
         self.written = 0
 
@@ -129,8 +135,10 @@ class Snapshotter:
         machine = self._state_machine
         with machine.applying():
             machine.quiesce()
+            self._installing()
             machine.store.replace_with(incoming / "db")
             machine.reload()
+            self._installed()
         if self._durable:
             fsync_path(machine.store.path.parent)  # the rename of the database directory
         shutil.rmtree(incoming, ignore_errors=True)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocksdict import Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from om.protocol import om_pb2
 from om.schema import tables
@@ -32,9 +32,12 @@ def _prefix_upper_bound(prefix: bytes) -> bytes | None:
 class Store:
     """A RocksDB database holding every table of one OM node."""
 
-    def __init__(self, path: Path, sync_writes: bool = False, wal: bool = True) -> None:
+    def __init__(self, path: Path, sync_writes: bool = False, wal: bool = True,
+                 read_only: bool = False) -> None:
+        """``read_only``: open an existing database (a checkpoint) without writing to it."""
         assert wal or not sync_writes, "a synced write needs the write-ahead log"
         self.path = path
+        self.read_only = read_only
         self._write_options = WriteOptions()
         self._write_options.sync = sync_writes
         # rocksdict's stub shows disable_wal as a method; it is a property
@@ -44,10 +47,11 @@ class Store:
         self._open()
 
     def _open(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.create_missing_column_families(True)
+        if not self.read_only:
+            self.path.mkdir(parents=True, exist_ok=True)
+            options.create_if_missing(True)
+            options.create_missing_column_families(True)
         # Every flush writes all tables' memtables in one step, so after a crash the
         # tables never stand at different positions. Without it each column family
         # flushes on its own (a checkpoint flushes them one by one): a kill between
@@ -56,7 +60,8 @@ class Store:
         # journal replay skipped them (a hole; tests/test_crash_restart.py found it).
         options.set_atomic_flush(True)
         families = {name: Options(raw_mode=True) for name in tables.TABLE_NAMES.values()}
-        self._db = Rdict(str(self.path), options, column_families=families)
+        access = AccessType.read_only() if self.read_only else AccessType.read_write()
+        self._db = Rdict(str(self.path), options, column_families=families, access_type=access)
         self._families = {t: self._db.get_column_family(n) for t, n in tables.TABLE_NAMES.items()}
         self._handles = {t: self._db.get_column_family_handle(n)
                          for t, n in tables.TABLE_NAMES.items()}
@@ -125,6 +130,7 @@ class Store:
         """Writes ``batch`` atomically: all its rows, across tables, or none."""
         with self._swap_lock:
             assert not self._closed
+            assert not self.read_only
             self._db.write(batch, self._write_options)
 
     def transaction_info(self) -> om_pb2.TransactionInfo:

@@ -1,6 +1,6 @@
 """DeleteBucket: BUCKET_NOT_FOUND, BUCKET_NOT_EMPTY while it holds committed keys or a
 multipart upload in progress (Ozone refuses a bucket with incomplete uploads: their
-parts' bytes are charged to it)."""
+parts' bytes are charged to it), CONTAINS_SNAPSHOT while it has OM snapshots (Ozone's)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     body = request.delete_bucket
     bucket = load_bucket(view, body.volume, body.bucket)
     volume = load_volume(view, body.volume)
+    if view.scan(om_pb2.SNAPSHOT_INFO, tables.snapshot_prefix(body.volume, body.bucket), None, 1):
+        raise OMError(om_pb2.CONTAINS_SNAPSHOT, f"Bucket '/{body.volume}/{body.bucket}' has "
+                      "snapshots: delete them first (om sh snapshot delete)")
     if not _empty(view, volume, bucket):
         raise OMError(om_pb2.BUCKET_NOT_EMPTY,
                       f"Bucket '/{body.volume}/{body.bucket}' is not empty")

@@ -1,8 +1,9 @@
-"""ListKeys: committed keys of a bucket by prefix, exclusive start key, max keys."""
+"""ListKeys: committed keys of a bucket by prefix, exclusive start key, max keys; a prefix
+``.snapshot/<name>/...`` lists that OM snapshot's (om/executor/snapshots.py)."""
 
 from __future__ import annotations
 
-from om.executor import fso_keys
+from om.executor import fso_keys, snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.fs import is_fso
@@ -16,6 +17,8 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.list_keys
+    if body.prefix.startswith(snapshots.SNAPSHOT_PREFIX):
+        return snapshots.list_in_snapshot(request, view, recorder, ctx, execute)
     if is_fso(load_bucket(view, body.volume, body.bucket)):
         return fso_keys.list_keys(request, view, recorder, ctx)
     limit = page_size(body.max_keys, ctx.limits)

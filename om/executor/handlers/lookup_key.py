@@ -1,8 +1,9 @@
-"""LookupKey: the committed key's row, or KEY_NOT_FOUND."""
+"""LookupKey: the committed key's row, or KEY_NOT_FOUND; ``.snapshot/<name>/<key>``: the
+key in that OM snapshot (om/executor/snapshots.py)."""
 
 from __future__ import annotations
 
-from om.executor import fso_keys
+from om.executor import fso_keys, snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.fs import is_fso
@@ -14,6 +15,8 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.lookup_key
+    if snapshots.reserved(body.key):
+        return snapshots.lookup_in_snapshot(request, view, recorder, ctx, execute)
     if is_fso(load_bucket(view, body.volume, body.bucket)):
         return fso_keys.lookup_key(request, view, recorder, ctx)
     info = require_key(view, body.volume, body.bucket, body.key)

@@ -7,10 +7,15 @@ deletedTable row once written (its key holds a never-reused object id), so the
 request needs no lock, and a step that runs twice (a retry, a new leader
 computing it again) removes nothing twice: a row already gone is skipped, and a
 step with nothing left to remove answers KEY_NOT_FOUND and writes nothing.
+
+A row a live OM snapshot of its bucket still holds stays (``snapshots.held_by_snapshot``:
+the version was created before the snapshot and retired after it); it goes once that
+snapshot is deleted.
 """
 
 from __future__ import annotations
 
+from om.executor import snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -29,8 +34,10 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
         raw = view.get(om_pb2.DELETED, key)
         if raw is None:
             continue
-        versions = om_pb2.RepeatedKeyInfo.FromString(raw).key_info
-        if all(v.deletion_time <= body.retired_before_ms for v in versions):
+        versions = list(om_pb2.RepeatedKeyInfo.FromString(raw).key_info)
+        if all(v.deletion_time <= body.retired_before_ms for v in versions) and not \
+                snapshots.held_by_snapshot(view, versions[0].volume_name,
+                                           versions[0].bucket_name, versions):
             recorder.delete(om_pb2.DELETED, key)
             purged += 1
     if purged == 0:

@@ -1,0 +1,316 @@
+"""OM snapshots on one in-process node (its real store, apply, checkpoints and leader flow):
+create, info, list, reads of ``.snapshot/NAME/``, diff, delete, the purge that spares what a
+snapshot holds, a restart, a checkpoint a kill cut short; and the red cases, each with
+Ozone's status and nothing written. Three-node clusters: tests/test_om_snapshots_cluster.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from om import config as om_config
+from om.client import requests as build
+from om.flows.leader_flow import LeaderService
+from om.node.node import Node
+from om.protocol import om_pb2
+from om.statemachine.store import Store
+
+V, B = "vol", "bkt"
+_CALLS = itertools.count(1)
+Diff = om_pb2.DiffEntry
+
+
+def status(response: om_pb2.OMResponse) -> str:
+    return om_pb2.Status.Name(response.status)
+
+
+async def call(node: Node, request: om_pb2.OMRequest, user: str = "alice") -> om_pb2.OMResponse:
+    request.client_id = "snapshot-test"
+    request.call_id = next(_CALLS)
+    request.user = user
+    return await node.submit(request)
+
+
+async def ok(node: Node, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+    response = await call(node, request)
+    assert status(response) == "OK", response.message
+    return response
+
+
+async def put(node: Node, key: str, size: int) -> om_pb2.KeyInfo:
+    opened = (await ok(node, build.create_key(V, B, key, size))).create_key
+    committed = await ok(node, build.commit_key(V, B, key, opened.client_session_id, size))
+    return committed.commit_key.key_info
+
+
+def data_digests(node: Node) -> dict[str, str]:
+    """Every table's digest but transactionInfoTable's (a linearizable read's round commits
+    an empty batch, which moves the applied position and nothing else)."""
+    digests = node.store.digests()
+    del digests["transactionInfoTable"]
+    return digests
+
+
+def open_node(directory: Path, toml: str = "") -> Node:
+    path = directory / "om.toml"
+    path.write_text(toml)
+    return Node(om_config.load(path, data_dir=directory / "data"))
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    started = open_node(tmp_path, "[snapshot]\nper_bucket_max = 3\nheadroom_bytes_min = 0\n"
+                                  "headroom_fraction_min = 0\n[purge]\ninterval_s = 3600\n"
+                                  "deleted_retention_s = 0\n")
+    await started.start()
+    await ok(started, build.create_volume(V))
+    await ok(started, build.create_bucket(V, B))
+    yield started
+    await started.close()
+
+
+async def lookup(node: Node, name: str, key: str) -> om_pb2.OMResponse:
+    return await call(node, build.lookup_key(V, B, build.snapshot_key(name, key)))
+
+
+async def test_a_snapshot_holds_the_bucket_as_it_was_at_its_create(node: Node) -> None:
+    old = await put(node, "a", 10)
+    await put(node, "b", 20)
+    taken = (await ok(node, build.create_snapshot(V, B, "snap1"))).create_snapshot.snapshot_info
+    position = node.state_machine.applied_index
+    await put(node, "a", 99)                                   # overwritten after
+    await ok(node, build.delete_key(V, B, "b"))                # deleted after
+    await put(node, "c", 5)                                    # created after
+
+    found = (await lookup(node, "snap1", "a")).lookup_key.key_info
+    assert (found.key_name, found.data_size, found.object_id) == (".snapshot/snap1/a", 10,
+                                                                   old.object_id)
+    assert (await lookup(node, "snap1", "b")).lookup_key.key_info.data_size == 20
+    assert status(await lookup(node, "snap1", "c")) == "KEY_NOT_FOUND"
+    assert status(await lookup(node, "snap1", "")) == "KEY_NOT_FOUND"
+    listed = (await ok(node, build.list_keys(V, B, prefix=".snapshot/snap1/"))).list_keys
+    assert [k.key_name for k in listed.key_info] == [".snapshot/snap1/a", ".snapshot/snap1/b"]
+    page = (await ok(node, build.list_keys(V, B, prefix=".snapshot/snap1/",
+                                          start_key=".snapshot/snap1/a"))).list_keys
+    assert [k.key_name for k in page.key_info] == [".snapshot/snap1/b"]
+    live = (await ok(node, build.list_keys(V, B))).list_keys
+    assert [(k.key_name, k.data_size) for k in live.key_info] == [("a", 99), ("c", 5)]
+
+    info = (await ok(node, build.get_snapshot_info(V, B, "snap1"))).get_snapshot_info
+    assert info.snapshot_info.log_position == position
+    assert info.snapshot_info.checkpoint_here
+    assert info.snapshot_info.snapshot_id == taken.snapshot_id
+    assert info.snapshot_info.status == om_pb2.SNAPSHOT_ACTIVE
+    checkpoint = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    assert checkpoint is not None
+    assert checkpoint.is_dir()
+
+
+async def test_list_and_a_generated_name(node: Node) -> None:
+    await ok(node, build.create_snapshot(V, B, "snap-b"))
+    named = (await ok(node, build.create_snapshot(V, B))).create_snapshot.snapshot_info
+    assert named.name.startswith("s2")
+    assert len(named.name) == len("s20231025-123456.789")
+    await ok(node, build.create_snapshot(V, B, "snap-a"))
+    listed = (await ok(node, build.list_snapshots(V, B))).list_snapshot
+    assert [s.name for s in listed.snapshot_info] == sorted([named.name, "snap-a", "snap-b"])
+    assert all(s.log_position > 0 for s in listed.snapshot_info)
+    page = (await ok(node, build.list_snapshots(V, B, prefix="snap", start_after="snap-a",
+                                                max_results=5))).list_snapshot
+    assert [s.name for s in page.snapshot_info] == ["snap-b"]
+    assert not page.truncated
+
+
+async def test_delete_frees_the_checkpoint(node: Node) -> None:
+    await put(node, "a", 1)
+    taken = (await ok(node, build.create_snapshot(V, B, "gone"))).create_snapshot.snapshot_info
+    directory = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    assert directory is not None
+    assert (await lookup(node, "gone", "a")).status == om_pb2.OK   # opened: cached
+    await ok(node, build.delete_snapshot(V, B, "gone"))
+    assert not directory.parent.exists()
+    assert node.snapshot_checkpoints.freed == 1
+    assert status(await lookup(node, "gone", "a")) == "FILE_NOT_FOUND"
+    assert status(await call(node, build.get_snapshot_info(V, B, "gone"))) == "FILE_NOT_FOUND"
+    await ok(node, build.delete_key(V, B, "a"))
+    await ok(node, build.delete_bucket(V, B))       # no snapshot left: the bucket may go
+
+
+async def test_diff_reports_created_deleted_modified_and_renamed_keys(node: Node) -> None:
+    await put(node, "keep", 1)
+    await put(node, "modify", 2)
+    await put(node, "remove", 3)
+    await put(node, "move", 4)
+    await put(node, "replace", 5)
+    await ok(node, build.create_snapshot(V, B, "before"))
+    await put(node, "modify", 22)                  # a new version: another object id
+    await ok(node, build.delete_key(V, B, "remove"))
+    await ok(node, build.rename_key(V, B, "move", "moved"))
+    await ok(node, build.delete_key(V, B, "replace"))
+    await put(node, "replace", 5)
+    await put(node, "new", 6)
+    await ok(node, build.create_snapshot(V, B, "after"))
+    await put(node, "later", 7)
+
+    expected = [(Diff.MODIFY, "modify", ""), (Diff.RENAME, "move", "moved"),
+                (Diff.CREATE, "new", ""), (Diff.DELETE, "remove", ""),
+                (Diff.MODIFY, "replace", "")]
+    whole = (await ok(node, build.snapshot_diff(V, B, "before", "after"))).snapshot_diff
+    assert [(e.type, e.key, e.to_key) for e in whole.entries] == expected
+    assert (whole.total, whole.next_token) == (5, "")
+
+    paged: list[tuple[int, str, str]] = []
+    token = ""
+    for _ in range(10):
+        page = (await ok(node, build.snapshot_diff(V, B, "before", "after", token,
+                                                   page_size=2))).snapshot_diff
+        assert len(page.entries) <= 2
+        paged.extend((e.type, e.key, e.to_key) for e in page.entries)
+        token = page.next_token
+        if not token:
+            break
+    assert paged == expected
+
+    to_live = (await ok(node, build.snapshot_diff(V, B, "after"))).snapshot_diff
+    assert [(e.type, e.key) for e in to_live.entries] == [(Diff.CREATE, "later")]
+    backwards = (await ok(node, build.snapshot_diff(V, B, "after", "before"))).snapshot_diff
+    assert (Diff.RENAME, "moved", "move") in [(e.type, e.key, e.to_key)
+                                               for e in backwards.entries]
+    bad = await call(node, build.snapshot_diff(V, B, "before", "after", "9-9-1"))
+    assert status(bad) == "INVALID_REQUEST"
+    assert status(await call(node, build.snapshot_diff(V, B, "nope"))) == "FILE_NOT_FOUND"
+
+
+async def test_the_purge_spares_deleted_keys_a_snapshot_holds(node: Node) -> None:
+    await put(node, "held", 8)
+    await put(node, "before", 8)
+    await ok(node, build.delete_key(V, B, "before"))   # gone before the snapshot
+    await ok(node, build.create_snapshot(V, B, "keep"))
+    await ok(node, build.delete_key(V, B, "held"))     # deleted after: the snapshot holds it
+    await put(node, "after", 8)
+    await ok(node, build.delete_key(V, B, "after"))    # created and deleted after
+    assert isinstance(node.leader, LeaderService)
+    purger = node.leader.purger
+    assert await purger.purge_deleted_keys() == 2
+    left = [key for key, _ in node.store.iterate(om_pb2.DELETED)]
+    assert len(left) == 1
+    assert left[0].startswith(b"/vol/bkt/held/")
+    assert (await lookup(node, "keep", "held")).lookup_key.key_info.data_size == 8
+    await ok(node, build.delete_snapshot(V, B, "keep"))
+    assert await purger.purge_deleted_keys() == 1
+    assert node.store.count(om_pb2.DELETED) == 0
+
+
+async def test_red_cases_answer_ozone_statuses_and_write_nothing(node: Node) -> None:
+    await put(node, "a", 1)
+    await ok(node, build.create_snapshot(V, B, "one"))
+    before = data_digests(node)
+    cases = [
+        (build.create_snapshot(V, B, "one"), "FILE_ALREADY_EXISTS"),
+        (build.delete_snapshot(V, B, "unknown"), "FILE_NOT_FOUND"),
+        (build.get_snapshot_info(V, B, "unknown"), "FILE_NOT_FOUND"),
+        (build.lookup_key(V, B, ".snapshot/unknown/a"), "FILE_NOT_FOUND"),
+        (build.list_keys(V, B, prefix=".snapshot/unknown/"), "FILE_NOT_FOUND"),
+        (build.list_keys(V, B, prefix=".snapshot/one/", start_key=".snapshot/two/a"),
+         "INVALID_REQUEST"),
+        (build.create_snapshot(V, "nobucket", "xx1"), "BUCKET_NOT_FOUND"),
+        (build.create_snapshot(V, B, "Bad_Name"), "INVALID_KEY_NAME"),
+        (build.delete_snapshot(V, B, ""), "INVALID_KEY_NAME"),
+        (build.snapshot_diff(V, B, "one", page_size=5000), "INVALID_REQUEST"),
+        (build.create_key(V, B, ".snapshot/one/sneaky"), "INVALID_KEY_NAME"),
+        (build.rename_key(V, B, "a", ".snapshot/x"), "INVALID_KEY_NAME"),
+        (build.create_directory(V, B, ".snapshot"), "INVALID_KEY_NAME"),
+        (build.delete_bucket(V, B), "CONTAINS_SNAPSHOT"),
+    ]
+    for request, expected in cases:
+        answered = await call(node, request)
+        assert status(answered) == expected, (request, answered.message)
+    assert data_digests(node) == before
+    await ok(node, build.create_snapshot(V, B, "two"))
+    await ok(node, build.create_snapshot(V, B, "three"))
+    after_three = data_digests(node)
+    full = await call(node, build.create_snapshot(V, B, "four"))   # per_bucket_max = 3
+    assert status(full) == "QUOTA_EXCEEDED"
+    assert "per_bucket_max" in full.message
+    assert data_digests(node) == after_three != before
+
+
+async def test_no_create_without_disk_headroom(tmp_path: Path) -> None:
+    node = open_node(tmp_path, "[snapshot]\nheadroom_fraction_min = 0.999999\n")
+    await node.start()
+    try:
+        await ok(node, build.create_volume(V))
+        await ok(node, build.create_bucket(V, B))
+        before = data_digests(node)
+        refused = await call(node, build.create_snapshot(V, B, "full"))
+        assert status(refused) == "QUOTA_EXCEEDED"
+        assert "headroom" in refused.message
+        assert data_digests(node) == before
+        assert not any(node.snapshot_checkpoints.root.iterdir())
+    finally:
+        await node.close()
+
+
+def checkpoint_digests(path: Path) -> dict[str, str]:
+    store = Store(path, read_only=True)
+    try:
+        return store.digests()
+    finally:
+        store.close()
+
+
+async def test_a_restart_keeps_snapshots_and_retakes_one_a_kill_cut_short(tmp_path: Path) -> None:
+    first = open_node(tmp_path)
+    await first.start()
+    await ok(first, build.create_volume(V))
+    await ok(first, build.create_bucket(V, B))
+    await put(first, "a", 1)
+    kept = (await ok(first, build.create_snapshot(V, B, "kept"))).create_snapshot.snapshot_info
+    await put(first, "a", 2)
+    cut = (await ok(first, build.create_snapshot(V, B, "cut"))).create_snapshot.snapshot_info
+    position = first.state_machine.applied_index
+    cut_path = first.snapshot_checkpoints.checkpoint_path(cut.snapshot_id)
+    assert cut_path is not None
+    digests = checkpoint_digests(cut_path)
+    await first.close()
+    # as if killed after the create's batch applied but before its checkpoint was whole
+    shutil.rmtree(cut_path.parent)
+    cut_path.parent.mkdir()
+    (cut_path.parent / "checkpoint.tmp").mkdir()
+
+    second = open_node(tmp_path)
+    await second.start()
+    try:
+        assert second.snapshot_checkpoints.position(cut.snapshot_id) == position
+        retaken = second.snapshot_checkpoints.checkpoint_path(cut.snapshot_id)
+        assert retaken is not None
+        assert checkpoint_digests(retaken) == digests
+        assert (await lookup(second, "kept", "a")).lookup_key.key_info.data_size == 1
+        assert (await lookup(second, "cut", "a")).lookup_key.key_info.data_size == 2
+        info = (await ok(second, build.get_snapshot_info(V, B, "kept"))).get_snapshot_info
+        assert info.snapshot_info.snapshot_id == kept.snapshot_id
+        assert 0 < info.snapshot_info.log_position < position
+    finally:
+        await second.close()
+
+
+async def test_a_snapshot_this_node_lacks_is_refused_clearly(node: Node) -> None:
+    await put(node, "a", 1)
+    taken = (await ok(node, build.create_snapshot(V, B, "lost"))).create_snapshot.snapshot_info
+    node.snapshot_checkpoints.installing()        # as a Raft snapshot install does
+    node.snapshot_checkpoints.installed()         # nothing to mark: the checkpoint is whole
+    assert node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is not None
+    path = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    assert path is not None
+    node.snapshot_checkpoints.close()
+    shutil.rmtree(path.parent)                    # an install that came after the create
+    node.snapshot_checkpoints.installed()
+    refused = await lookup(node, "lost", "a")
+    assert status(refused) == "INVALID_SNAPSHOT_ERROR"
+    info = (await ok(node, build.get_snapshot_info(V, B, "lost"))).get_snapshot_info
+    assert not info.snapshot_info.checkpoint_here
