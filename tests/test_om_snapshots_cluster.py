@@ -10,12 +10,14 @@ every node's checkpoint.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from om.cli import main
 from om.client import OMClient
 from om.client import requests as build
 from om.cluster import lifecycle as om_cluster
@@ -79,7 +81,17 @@ def wait_for(condition_name: str, check: object, timeout_s: float = 30.0) -> Non
     raise AssertionError(f"not {condition_name} within {timeout_s} s")
 
 
-def test_snapshot_under_load_failover_and_restart(cluster: om_cluster.Cluster) -> None:
+def sh(cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str],
+       *words: str) -> tuple[int, str, str]:
+    """``om sh --dir CLUSTER WORDS``: (exit status, stdout, stderr)."""
+    capsys.readouterr()
+    status = main(["sh", "--dir", str(cluster.directory), *words])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_snapshot_under_load_failover_and_restart(cluster: om_cluster.Cluster,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     with harness.client(cluster) as om:
         om.create_volume(V)
         om.create_bucket(V, B)
@@ -151,7 +163,25 @@ def test_snapshot_under_load_failover_and_restart(cluster: om_cluster.Cluster) -
         assert [(e.type, e.key, e.to_key) for e in
                 om.snapshot_diff(V, B, "under-load", "later")] == diff
         assert om.snapshot_info(V, B, "under-load").log_position == position
-        om.delete_snapshot(V, B, "under-load")
-        harness.wait_converged(cluster)
+
+    # the shell, as Ozone's: create, list, info, diff, a key read from a snapshot, delete
+    first = sorted(held)[3]
+    assert sh(cluster, capsys, "snapshot", "create", f"/{V}/{B}", "by-shell")[0] == 0
+    status, out, _ = sh(cluster, capsys, "snapshot", "list", f"/{V}/{B}")
+    assert status == 0
+    assert [s["name"] for s in json.loads(out)] == ["by-shell", "later", "under-load"]
+    status, out, _ = sh(cluster, capsys, "snapshot", "info", f"/{V}/{B}", "under-load")
+    assert (status, json.loads(out)["logPosition"]) == (0, position)
+    status, out, _ = sh(cluster, capsys, "snapshot", "diff", f"/{V}/{B}", "under-load", "later")
+    assert status == 0
+    assert f"R\t./{sorted(held)[2]} -> ./renamed" in out.splitlines()
+    status, out, _ = sh(cluster, capsys, "key", "info", f"/{V}/{B}/.snapshot/under-load/{first}")
+    assert (status, json.loads(out)["name"]) == (0, f".snapshot/under-load/{first}")
+    status, _, err = sh(cluster, capsys, "snapshot", "info", f"/{V}/{B}", "never")
+    assert (status, err.split()[0]) == (255, "FILE_NOT_FOUND")
+    status, _, err = sh(cluster, capsys, "snapshot", "create", f"/{V}/{B}", "later")
+    assert (status, err.split()[0]) == (255, "FILE_ALREADY_EXISTS")
+    assert sh(cluster, capsys, "snapshot", "delete", f"/{V}/{B}", "under-load")[0] == 0
+    harness.wait_converged(cluster)
     for path in checkpoints(cluster, taken.snapshot_id).values():
         assert not path.exists()

@@ -8,6 +8,9 @@
     om sh volume|bucket|key getacl ADDRESS [--json|--no-json]
     om sh prefix addacl|removeacl|setacl|getacl ...   -> not supported: no prefix ACLs
     om sh token get [-r RENEWER] -t FILE | renew -t FILE | cancel -t FILE | print -t FILE
+    om sh snapshot create /vol/bucket [NAME] | list /vol/bucket | info|delete /vol/bucket NAME
+    om sh snapshot diff /vol/bucket FROM [TO]   keys created, deleted, modified, renamed
+    om sh key info|list /vol/bucket/.snapshot/NAME/...   read a snapshot (om/cli/sh_snapshot.py)
     om sh --token FILE ...   act as a delegation token's owner, without a certificate
     om sh --dir DIR ...      the cluster in DIR (om cluster up --dir), with its certificate
 
@@ -31,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from om.cli import sh_commands as do
-from om.cli import sh_token
+from om.cli import sh_snapshot, sh_token
 from om.cli.common import (
     add_dir_flag,
     add_tls_flags,
@@ -81,6 +84,7 @@ def register(commands: Any) -> None:
     _key_commands(objects.add_parser("key", help="key commands"))
     _prefix_commands(objects.add_parser("prefix", help="prefix ACLs (not supported)"))
     sh_token.register(objects, _command)
+    sh_snapshot.register(objects, _command)
     p.set_defaults(run=run)
 
 
