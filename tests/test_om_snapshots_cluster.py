@@ -20,6 +20,7 @@ import pytest
 from om.cli import main
 from om.client import OMClient
 from om.client import requests as build
+from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from om.schema.ids import object_id_for
@@ -127,6 +128,13 @@ def test_snapshot_under_load_failover_and_restart(cluster: om_cluster.Cluster,
         assert len({repr(s) for s in states.values()}) == 1, states
         position = int(next(iter(states.values()))[0])
         assert om.snapshot_info(V, B, "under-load").log_position == position
+        # any node serves reads of it from its own checkpoint (a local read: no leader)
+        probe = sorted(held)[-1]
+        for node in cluster.nodes:
+            with OMClient([node.address], tls=cluster.client_tls(), read_mode="local",
+                          policy=RetryPolicy(deadline_s=10.0, attempt_timeout_s=2.0)) as local:
+                found = local.lookup_key(V, B, build.snapshot_key("under-load", probe))
+                assert found.object_id == held[probe].object_id
 
         om.delete_key(V, B, sorted(held)[0])
         om.put_key(V, B, sorted(held)[1], 77)
