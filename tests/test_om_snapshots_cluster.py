@@ -11,6 +11,7 @@ every node's checkpoint.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,64 @@ def test_snapshot_under_load_failover_and_restart(cluster: om_cluster.Cluster,
     harness.wait_converged(cluster)
     for path in checkpoints(cluster, taken.snapshot_id).values():
         assert not path.exists()
+
+
+SNAPSHOT_OFTEN = """
+compaction_min_entries = 40
+compaction_min_time_s = 1.0
+"""
+
+
+def local_read(cluster: om_cluster.Cluster, node_id: str,
+               request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+    address = next(n.address for n in cluster.nodes if n.id == node_id)
+    with OMClient([address], tls=cluster.client_tls(), read_mode="local",
+                  policy=RetryPolicy(deadline_s=10.0, attempt_timeout_s=2.0)) as local:
+        return local.call_raw(request)
+
+
+def test_a_node_that_installs_a_raft_snapshot_lacks_older_om_snapshots(tmp_path: Path) -> None:
+    """A wiped follower catches up by a Raft snapshot taken after an OM snapshot's create:
+    it never applied the create, so it holds no checkpoint of it and says so
+    (INVALID_SNAPSHOT_ERROR) while the others serve it; an OM snapshot taken after it
+    caught up is checkpointed there as everywhere; a delete frees both kinds."""
+    cluster = harness.start(tmp_path / "cluster", extra_toml=SNAPSHOT_OFTEN)
+    try:
+        leader = harness.leader_id(cluster)
+        wiped = next(n.id for n in cluster.nodes if n.id != leader)
+        cluster.stop_node(wiped)
+        shutil.rmtree(cluster.config.data_dir / wiped)
+        with harness.client(cluster) as om:
+            om.create_volume(V)
+            om.create_bucket(V, B)
+            om.put_key(V, B, "k", 5)
+            om.create_snapshot(V, B, "before")
+            for i in range(120):
+                om.put_key(V, B, f"k{i}", 5)
+            time.sleep(1.5)  # let compaction's time window come round
+            for i in range(120, 160):
+                om.put_key(V, B, f"k{i}", 5)
+        cluster.start_node(wiped)
+        harness.wait_converged(cluster)
+        log = (cluster.directory / f"{wiped}.log").read_text()
+        assert "installed a snapshot" in log, "caught up from the log, not a snapshot"
+
+        read = build.lookup_key(V, B, build.snapshot_key("before", "k"))
+        refused = local_read(cluster, wiped, read)
+        assert om_pb2.Status.Name(refused.status) == "INVALID_SNAPSHOT_ERROR"
+        served = local_read(cluster, leader, read)
+        assert served.lookup_key.key_info.data_size == 5
+        with harness.client(cluster) as om:
+            after = om.create_snapshot(V, B, "after")
+            harness.wait_converged(cluster)
+            assert local_read(cluster, wiped, build.lookup_key(
+                V, B, build.snapshot_key("after", "k159"))).status == om_pb2.OK
+            before_id = om.snapshot_info(V, B, "before").snapshot_id
+            om.delete_snapshot(V, B, "before")
+            om.delete_snapshot(V, B, "after")
+            harness.wait_converged(cluster)
+        for snapshot_id in (before_id, after.snapshot_id):
+            for path in checkpoints(cluster, snapshot_id).values():
+                assert not path.exists()
+    finally:
+        om_cluster.down(cluster)
