@@ -15,6 +15,8 @@ import pytest
 
 from om import config as om_config
 from om.client import requests as build
+from om.executor import snapshots
+from om.executor.errors import OMError
 from om.flows.leader_flow import LeaderService
 from om.node.node import Node
 from om.protocol import om_pb2
@@ -314,3 +316,61 @@ async def test_a_snapshot_this_node_lacks_is_refused_clearly(node: Node) -> None
     assert status(refused) == "INVALID_SNAPSHOT_ERROR"
     info = (await ok(node, build.get_snapshot_info(V, B, "lost"))).get_snapshot_info
     assert not info.snapshot_info.checkpoint_here
+
+
+async def test_a_file_system_bucket_is_read_through_its_snapshot(node: Node) -> None:
+    await ok(node, build.create_bucket(V, "fso", layout="FILE_SYSTEM_OPTIMIZED"))
+    opened = (await ok(node, build.create_file(V, "fso", "d/f", 7, recursive=True))).create_file
+    await ok(node, build.commit_key(V, "fso", "d/f", opened.client_session_id, 7))
+    await ok(node, build.create_snapshot(V, "fso", "fs1"))
+    await ok(node, build.delete_key(V, "fso", "d/f"))
+    found = await call(node, build.lookup_key(V, "fso", build.snapshot_key("fs1", "d/f")))
+    assert status(found) == "OK", found.message
+    assert found.lookup_key.key_info.data_size == 7
+    assert status(await call(node, build.lookup_key(V, "fso", "d/f"))) == "KEY_NOT_FOUND"
+    diff = await call(node, build.snapshot_diff(V, "fso", "fs1"))
+    assert status(diff) == "NOT_SUPPORTED_OPERATION"
+
+
+async def test_a_checkpoint_freed_under_a_read_answers_clearly(node: Node) -> None:
+    await put(node, "a", 1)
+    taken = (await ok(node, build.create_snapshot(V, B, "brief"))).create_snapshot.snapshot_info
+    view = node.snapshot_checkpoints.open(taken.snapshot_id)
+    assert view is not None
+    assert view.get(om_pb2.KEY, b"/vol/bkt/a") is not None
+    await ok(node, build.delete_snapshot(V, B, "brief"))     # frees it, closing the store
+    with pytest.raises(OMError) as refused:
+        view.get(om_pb2.KEY, b"/vol/bkt/a")
+    assert refused.value.status == om_pb2.INVALID_SNAPSHOT_ERROR
+
+
+def key(name: str, object_id: int, size: int = 1, mtime: int = 1) -> om_pb2.KeyInfo:
+    return om_pb2.KeyInfo(key_name=name, object_id=object_id, data_size=size,
+                          modification_time=mtime)
+
+
+def entries(before: list[om_pb2.KeyInfo], after: list[om_pb2.KeyInfo]) -> list[tuple[int, str,
+                                                                                     str]]:
+    found = snapshots.diff_entries({k.key_name: k for k in before},
+                                   {k.key_name: k for k in after})
+    return [(e.type, e.key, e.to_key) for e in found]
+
+
+def test_diff_of_a_rename_then_a_new_key_at_the_old_name() -> None:
+    assert entries([key("a", 1)], [key("b", 1), key("a", 2)]) == [
+        (Diff.CREATE, "a", ""), (Diff.RENAME, "a", "b")]   # by name, then type
+
+
+def test_diff_of_a_rename_whose_size_changed_too() -> None:
+    assert entries([key("a", 1, size=1)], [key("b", 1, size=9)]) == [
+        (Diff.RENAME, "a", "b"), (Diff.MODIFY, "b", "")]
+
+
+def test_diff_of_two_names_swapped() -> None:
+    assert entries([key("a", 1), key("b", 2)], [key("a", 2), key("b", 1)]) == [
+        (Diff.MODIFY, "a", ""), (Diff.MODIFY, "b", "")]
+
+
+def test_diff_of_identical_sides_is_empty_and_a_touch_is_a_modification() -> None:
+    assert entries([key("a", 1)], [key("a", 1)]) == []
+    assert entries([key("a", 1, mtime=1)], [key("a", 1, mtime=2)]) == [(Diff.MODIFY, "a", "")]

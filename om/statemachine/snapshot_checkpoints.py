@@ -26,7 +26,11 @@ first, so that a kill during an install never checkpoints the installed state
 under an older snapshot's name; whatever it leaves is marked ABSENT.
 
 Reads open checkpoints read-only, at most ``open_max`` at once (the least
-recently used is closed).
+recently used is closed). A read holds this module's lock for each row or page it
+reads, and a checkpoint is closed only under it, so a delete, an eviction or an
+install on another thread (a Raft snapshot install runs on a worker thread) never
+closes a checkpoint under a read: the read's next step answers
+INVALID_SNAPSHOT_ERROR instead.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from om.executor.errors import OMError
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
+from om.schema.tables import TableId
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -65,6 +71,30 @@ class CheckpointSettings:
         assert self.open_max >= 2, "a diff opens two checkpoints at once"
 
 
+class _CheckpointView:
+    """A read-only view of one open checkpoint that never reads a closed one."""
+
+    def __init__(self, store: Store, lock: threading.RLock) -> None:
+        self._store = store
+        self._lock = lock
+
+    def _check(self) -> None:
+        if self._store.closed:
+            raise OMError(om_pb2.INVALID_SNAPSHOT_ERROR, "the snapshot was deleted, or its "
+                          "checkpoint closed, while it was being read; read it again")
+
+    def get(self, table: TableId, key: bytes) -> bytes | None:
+        with self._lock:
+            self._check()
+            return self._store.get(table, key)
+
+    def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
+             limit: int) -> list[tuple[bytes, bytes]]:
+        with self._lock:
+            self._check()
+            return self._store.scan(table, prefix, start_after, limit)
+
+
 class SnapshotCheckpoints:
     """This node's checkpoints of OM snapshots (``om.schema.read_view.SnapshotViews``)."""
 
@@ -74,7 +104,7 @@ class SnapshotCheckpoints:
         self._store = store
         self._settings = settings
         self._lock = threading.RLock()
-        self._open: OrderedDict[int, Store] = OrderedDict()
+        self._open: OrderedDict[int, tuple[Store, _CheckpointView]] = OrderedDict()
         self._positions: dict[int, int] = {}
         self.taken = 0
         self.freed = 0
@@ -127,18 +157,19 @@ class SnapshotCheckpoints:
     def open(self, snapshot_id: int) -> ReadView | None:
         """The checkpoint of a snapshot, open read-only; None when this node has none."""
         with self._lock:
-            opened = self._open.get(snapshot_id)
-            if opened is not None:
+            known = self._open.get(snapshot_id)
+            if known is not None:
                 self._open.move_to_end(snapshot_id)
-                return opened
+                return known[1]
             if not self._complete(snapshot_id):
                 return None
-            opened = Store(self._directory(snapshot_id) / _CHECKPOINT, read_only=True)
-            self._open[snapshot_id] = opened
+            store = Store(self._directory(snapshot_id) / _CHECKPOINT, read_only=True)
+            view = _CheckpointView(store, self._lock)
+            self._open[snapshot_id] = (store, view)
             while len(self._open) > self._settings.open_max:
-                _, oldest = self._open.popitem(last=False)
+                _, (oldest, _) = self._open.popitem(last=False)
                 oldest.close()
-            return opened
+            return view
 
     def position(self, snapshot_id: int) -> int:
         """The log position the checkpoint holds (0: none on this node)."""
@@ -172,7 +203,7 @@ class SnapshotCheckpoints:
         """Closes every open checkpoint."""
         with self._lock:
             while self._open:
-                _, opened = self._open.popitem()
+                _, (opened, _) = self._open.popitem()
                 opened.close()
 
     # -- inside ---------------------------------------------------------------------------
@@ -235,7 +266,7 @@ class SnapshotCheckpoints:
 
     def _forget(self, snapshot_id: int) -> None:
         """Closes the snapshot's checkpoint if open, and drops what is known of it."""
-        opened = self._open.pop(snapshot_id, None)
-        if opened is not None:
-            opened.close()
+        known = self._open.pop(snapshot_id, None)
+        if known is not None:
+            known[0].close()
         self._positions.pop(snapshot_id, None)

@@ -67,6 +67,11 @@ class Store:
                          for t, n in tables.TABLE_NAMES.items()}
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
     def get(self, table: TableId, key: bytes) -> bytes | None:
         """The value of ``key`` in ``table``, or None."""
         with self._swap_lock:
