@@ -137,6 +137,10 @@ async def test_delete_frees_the_checkpoint(node: Node) -> None:
     await ok(node, build.delete_snapshot(V, B, "gone"))
     assert not directory.parent.exists()
     assert node.snapshot_checkpoints.freed == 1
+    gauges = node.metrics.flat()
+    assert gauges["om_snapshot_checkpoints_taken_total"] == 1
+    assert gauges["om_snapshot_checkpoints_freed_total"] == 1
+    assert gauges["om_snapshot_checkpoint_last_seconds"] > 0
     assert status(await lookup(node, "gone", "a")) == "FILE_NOT_FOUND"
     assert status(await call(node, build.get_snapshot_info(V, B, "gone"))) == "FILE_NOT_FOUND"
     await ok(node, build.delete_key(V, B, "a"))

@@ -414,6 +414,9 @@ class Node:
             "managed_index": self.state_machine.managed_index,
             "writes_in_flight": service.in_flight,
             "leader_changes": self.raft.leader_changes.count if self.raft else 0,
+            "snapshot_checkpoints_taken": self.snapshot_checkpoints.taken,
+            "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
+            "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
             **gc_policy.metrics()}
         if isinstance(service, LeaderService):
             values.update(purge_pending_directories=service.purger.pending(),

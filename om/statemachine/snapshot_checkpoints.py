@@ -108,6 +108,7 @@ class SnapshotCheckpoints:
         self._positions: dict[int, int] = {}
         self.taken = 0
         self.freed = 0
+        self.last_checkpoint_s = 0.0
         self.root.mkdir(parents=True, exist_ok=True)
 
     # -- the apply path ---------------------------------------------------------------
@@ -240,8 +241,9 @@ class SnapshotCheckpoints:
             return
         self._positions[snapshot_id] = position
         self.taken += 1
+        self.last_checkpoint_s = time.perf_counter() - started
         logger.info("OM snapshot %d: checkpoint at position %d in %.3f s", snapshot_id,
-                    position, time.perf_counter() - started)
+                    position, self.last_checkpoint_s)
 
     def _mark_absent(self, snapshot_id: int, why: str) -> None:
         self._forget(snapshot_id)
