@@ -332,8 +332,12 @@ async def test_a_file_system_bucket_is_read_through_its_snapshot(node: Node) -> 
     assert status(found) == "OK", found.message
     assert found.lookup_key.key_info.data_size == 7
     assert status(await call(node, build.lookup_key(V, "fso", "d/f"))) == "KEY_NOT_FOUND"
-    diff = await call(node, build.snapshot_diff(V, "fso", "fs1"))
-    assert status(diff) == "NOT_SUPPORTED_OPERATION"
+    await ok(node, build.create_directory(V, "fso", "d/e"))
+    moved = await call(node, build.rename_key(V, "fso", "d", "m"))
+    assert status(moved) == "OK", moved.message
+    diff = (await ok(node, build.snapshot_diff(V, "fso", "fs1"))).snapshot_diff
+    assert [(e.type, e.key, e.to_key) for e in diff.entries] == [
+        (Diff.RENAME, "d/", "m/"), (Diff.DELETE, "d/f", ""), (Diff.CREATE, "m/e/", "")]
 
 
 async def test_a_checkpoint_freed_under_a_read_answers_clearly(node: Node) -> None:

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import is_fso
+from om.executor.fs import ids_of, is_fso, join, walk
 from om.executor.listing import list_page, page_size
-from om.executor.rows import load_bucket
+from om.executor.rows import load_bucket, load_volume
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import object_id_for
@@ -211,8 +211,32 @@ def list_in_snapshot(request: om_pb2.OMRequest, view: ReadView, recorder: Change
 
 # -------------------------------------------------------------------------- diff ---
 
+def _too_many(volume: str, bucket: str) -> OMError:
+    return OMError(om_pb2.NOT_SUPPORTED_OPERATION, f"a diff compares at most {DIFF_KEYS_MAX} "
+                   f"keys a side; '/{volume}/{bucket}' holds more")
+
+
+def _fs_entries(view: ReadView, volume: str, bucket: str) -> dict[str, om_pb2.KeyInfo]:
+    """Every file and directory (``path/``) of a file-system bucket in ``view``, by path
+    (bounded); a directory as a KeyInfo of its object id and times."""
+    ids = ids_of(load_volume(view, volume), load_bucket(view, volume, bucket))
+    found: dict[str, om_pb2.KeyInfo] = {}
+    for parts, entry in walk(view, ids, ids.bucket_id, (), (), recursive=True):
+        if isinstance(entry, om_pb2.KeyInfo):
+            found[join(parts)] = entry
+        else:
+            found[join(parts) + "/"] = om_pb2.KeyInfo(
+                key_name=join(parts) + "/", object_id=entry.object_id,
+                modification_time=entry.modification_time)
+        if len(found) > DIFF_KEYS_MAX:
+            raise _too_many(volume, bucket)
+    return found
+
+
 def _keys(view: ReadView, volume: str, bucket: str) -> dict[str, om_pb2.KeyInfo]:
-    """Every committed key of an object-store bucket in ``view``, by name (bounded)."""
+    """Every committed key of a bucket in ``view``, by name (bounded)."""
+    if is_fso(load_bucket(view, volume, bucket)):
+        return _fs_entries(view, volume, bucket)
     prefix = tables.key_prefix(volume, bucket)
     found: dict[str, om_pb2.KeyInfo] = {}
     after: bytes | None = None
@@ -222,9 +246,7 @@ def _keys(view: ReadView, volume: str, bucket: str) -> dict[str, om_pb2.KeyInfo]
             info_ = om_pb2.KeyInfo.FromString(raw)
             found[info_.key_name] = info_
         if len(found) > DIFF_KEYS_MAX:
-            raise OMError(om_pb2.NOT_SUPPORTED_OPERATION,
-                          f"a diff compares at most {DIFF_KEYS_MAX} keys a side; "
-                          f"'/{volume}/{bucket}' holds more")
+            raise _too_many(volume, bucket)
         if len(rows) < _SCAN_PAGE:
             return found
         after = rows[-1][0]
@@ -293,12 +315,11 @@ def diff(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
          ctx: ExecContext) -> om_pb2.OMResponse:
     """SnapshotDiff: a page of the keys that differ between two snapshots of a bucket,
     or a snapshot and the live bucket (``to_snapshot`` empty). Each page computes the
-    whole diff again: with the live bucket, pages may see it move in between."""
+    whole diff again: with the live bucket, pages may see it move in between. In a
+    file-system bucket the entries are files and directories (``path/``) by path: a
+    directory renamed is the rename of it and of every entry below it."""
     body = request.snapshot_diff
-    bucket = load_bucket(view, body.volume, body.bucket)
-    if is_fso(bucket):
-        raise OMError(om_pb2.NOT_SUPPORTED_OPERATION, "snapshot diff of a "
-                      "FILE_SYSTEM_OPTIMIZED bucket is not supported yet")
+    load_bucket(view, body.volume, body.bucket)
     from_info = load_snapshot(view, body.volume, body.bucket, body.from_snapshot)
     before = _keys(snapshot_view(view, ctx, body.volume, body.bucket, body.from_snapshot),
                    body.volume, body.bucket)
