@@ -64,9 +64,10 @@ def open_node(directory: Path, toml: str = "") -> Node:
     return Node(om_config.load(path, data_dir=directory / "data"))
 
 
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    started = open_node(tmp_path, "[snapshot]\nper_bucket_max = 3\nheadroom_bytes_min = 0\n"
+@pytest.fixture(params=["leader", "replicated"])
+async def node(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Node]:
+    started = open_node(tmp_path, f'execution = "{request.param}"\n'
+                                  "[snapshot]\nper_bucket_max = 3\nheadroom_bytes_min = 0\n"
                                   "headroom_fraction_min = 0\n[purge]\ninterval_s = 3600\n"
                                   "deleted_retention_s = 0\n")
     await started.start()
@@ -200,7 +201,8 @@ async def test_the_purge_spares_deleted_keys_a_snapshot_holds(node: Node) -> Non
     await ok(node, build.delete_key(V, B, "held"))     # deleted after: the snapshot holds it
     await put(node, "after", 8)
     await ok(node, build.delete_key(V, B, "after"))    # created and deleted after
-    assert isinstance(node.leader, LeaderService)
+    if not isinstance(node.leader, LeaderService):
+        pytest.skip("the purger is the leader flow's")
     purger = node.leader.purger
     assert await purger.purge_deleted_keys() == 2
     left = [key for key, _ in node.store.iterate(om_pb2.DELETED)]
@@ -246,8 +248,10 @@ async def test_red_cases_answer_ozone_statuses_and_write_nothing(node: Node) -> 
     assert data_digests(node) == after_three != before
 
 
-async def test_no_create_without_disk_headroom(tmp_path: Path) -> None:
-    node = open_node(tmp_path, "[snapshot]\nheadroom_fraction_min = 0.999999\n")
+@pytest.mark.parametrize("execution", ["leader", "replicated"])
+async def test_no_create_without_disk_headroom(tmp_path: Path, execution: str) -> None:
+    node = open_node(tmp_path, f'execution = "{execution}"\n'
+                               "[snapshot]\nheadroom_fraction_min = 0.999999\n")
     await node.start()
     try:
         await ok(node, build.create_volume(V))

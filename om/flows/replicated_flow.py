@@ -78,8 +78,17 @@ class ReplicatedFlowService(RequestService):
 
     def _start_write(self, write: Write) -> None:
         """Fixes the write's time and managed index (Ozone's ``preExecute``) and
-        replicates it as its own entry, in a task: every node executes it in apply."""
+        replicates it as its own entry, in a task: every node executes it in apply.
+
+        A CreateSnapshot is refused first when this leader's disk has no headroom for a
+        checkpoint: apply, on every node, must not consult its own disk."""
         role = self.role()
+        if write.request.cmd_type == om_pb2.CreateSnapshot and self.snapshot_views is not None:
+            problem = self.snapshot_views.headroom_problem()
+            if problem is not None:
+                self._end_write(write, error_response(write.request, om_pb2.QUOTA_EXCEEDED,
+                                                      f"no snapshot now: {problem}"), None)
+                return
         entry = om_pb2.ReplicatedRequest(request=write.request, timestamp_ms=self.clock_ms(),
                                          managed_index=self.managed_index.next(),
                                          leader_id=self.node_id, term=role.term)
