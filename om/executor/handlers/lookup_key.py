@@ -15,7 +15,7 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.lookup_key
-    if snapshots.reserved(body.key):
+    if body.key.startswith(snapshots.SNAPSHOT_PREFIX):
         return snapshots.lookup_in_snapshot(request, view, recorder, ctx, execute)
     if is_fso(load_bucket(view, body.volume, body.bucket)):
         return fso_keys.lookup_key(request, view, recorder, ctx)
