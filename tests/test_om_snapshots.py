@@ -237,6 +237,7 @@ async def test_red_cases_answer_ozone_statuses_and_write_nothing(node: Node) -> 
         (build.create_key(V, B, ".snapshot/one/sneaky"), "INVALID_KEY_NAME"),
         (build.rename_key(V, B, "a", ".snapshot/x"), "INVALID_KEY_NAME"),
         (build.create_directory(V, B, ".snapshot"), "INVALID_KEY_NAME"),
+        (build.create_file(V, B, "/.snapshot/f", recursive=True), "INVALID_KEY_NAME"),
         (build.delete_bucket(V, B), "CONTAINS_SNAPSHOT"),
     ]
     for request, expected in cases:
@@ -340,6 +341,20 @@ async def test_a_file_system_bucket_is_read_through_its_snapshot(node: Node) -> 
     assert status(found) == "OK", found.message
     assert found.lookup_key.key_info.data_size == 7
     assert status(await call(node, build.lookup_key(V, "fso", "d/f"))) == "KEY_NOT_FOUND"
+    prefix = build.snapshot_key("fs1")
+    file = (await ok(node, build.lookup_file(V, "fso", prefix + "d/f"))).lookup_file
+    assert (file.key_info.key_name, file.key_info.data_size) == (prefix + "d/f", 7)
+    status_of = (await ok(node, build.get_file_status(V, "fso", "/" + prefix + "d")))
+    assert (status_of.get_file_status.status.path, status_of.get_file_status.status.is_directory
+            ) == (prefix + "d", True)
+    listed = (await ok(node, build.list_status(V, "fso", prefix, recursive=True))).list_status
+    assert [s.path for s in listed.statuses] == [prefix + "d", prefix + "d/f"]
+    page = (await ok(node, build.list_status(V, "fso", prefix, recursive=True,
+                                             start_key=prefix + "d"))).list_status
+    assert [s.path for s in page.statuses] == [prefix + "d/f"]
+    assert status(await call(node, build.lookup_file(V, "fso", "d/f"))) == "FILE_NOT_FOUND"
+    assert status(await call(node, build.lookup_file(V, "fso", ".snapshot/nope/d/f"))
+                  ) == "FILE_NOT_FOUND"
     await ok(node, build.create_directory(V, "fso", "d/e"))
     moved = await call(node, build.rename_key(V, "fso", "d", "m"))
     assert status(moved) == "OK", moved.message

@@ -53,8 +53,10 @@ Handler = Callable[[om_pb2.OMRequest, ReadView, ChangeRecorder, ExecContext], om
 
 
 def reserved(key: str) -> bool:
-    """Whether a key name lies under the path reserved for snapshots."""
-    return key == SNAPSHOT_DIR or key.startswith(SNAPSHOT_PREFIX)
+    """Whether a key name (or a file-system path, which may start with '/') lies under
+    the path reserved for snapshots."""
+    path = key.lstrip("/")
+    return path == SNAPSHOT_DIR or path.startswith(SNAPSHOT_PREFIX)
 
 
 def address(key: str) -> tuple[str, str] | None:
@@ -207,6 +209,49 @@ def list_in_snapshot(request: om_pb2.OMRequest, view: ReadView, recorder: Change
     for key_info in response.list_keys.key_info:
         key_info.key_name = scope + key_info.key_name
     return response
+
+
+def _in_snapshot(path: str) -> tuple[str, str] | None:
+    """(snapshot name, path in it) of a file-system path under ``.snapshot/`` (a leading
+    '/' allowed, as file-system paths carry one), else None."""
+    return address(path.lstrip("/"))
+
+
+def file_system_read(handler: Handler) -> Handler:
+    """LookupFile, GetFileStatus or ListStatus that also reads ``.snapshot/<name>/<path>``:
+    ``handler`` against that snapshot's checkpoint, the answer's paths with the prefix."""
+    def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
+                ctx: ExecContext) -> om_pb2.OMResponse:
+        field = request.WhichOneof("body")
+        assert field in ("lookup_file", "get_file_status", "list_status")
+        body = getattr(request, field)
+        found = _in_snapshot(body.key)
+        if found is None:
+            return handler(request, view, recorder, ctx)
+        name, path = found
+        scope = f"{SNAPSHOT_PREFIX}{name}/"
+        snapshot = snapshot_view(view, ctx, body.volume, body.bucket, name)
+        inner = om_pb2.OMRequest()
+        inner.CopyFrom(request)
+        inner_body = getattr(inner, field)
+        inner_body.key = path
+        if field == "list_status" and body.start_key:
+            start = body.start_key.lstrip("/")
+            if not start.startswith(scope):
+                raise OMError(om_pb2.INVALID_REQUEST, f"start key {body.start_key[:80]!r} is "
+                              f"not in the snapshot the path names ({scope})")
+            inner_body.start_key = start[len(scope):]
+        response = handler(inner, snapshot, recorder, dataclasses.replace(ctx, snapshots=None))
+        if field == "lookup_file":
+            response.lookup_file.key_info.key_name = scope + response.lookup_file.key_info.key_name
+        statuses = ([response.get_file_status.status] if field == "get_file_status"
+                    else list(response.list_status.statuses) if field == "list_status" else [])
+        for status in statuses:
+            status.path = scope + status.path
+            if status.HasField("key_info"):
+                status.key_info.key_name = scope + status.key_info.key_name
+        return response
+    return execute
 
 
 # -------------------------------------------------------------------------- diff ---
