@@ -405,3 +405,28 @@ def test_diff_of_two_names_swapped() -> None:
 def test_diff_of_identical_sides_is_empty_and_a_touch_is_a_modification() -> None:
     assert entries([key("a", 1)], [key("a", 1)]) == []
     assert entries([key("a", 1, mtime=1)], [key("a", 1, mtime=2)]) == [(Diff.MODIFY, "a", "")]
+
+
+async def test_a_checkpoint_lost_after_the_store_moved_on_is_not_retaken(tmp_path: Path) -> None:
+    """A checkpoint directory gone (removed by hand) once later entries applied: the store
+    is past the create, so a checkpoint now would hold the wrong position; the node marks
+    the snapshot absent instead."""
+    first = open_node(tmp_path)
+    await first.start()
+    await ok(first, build.create_volume(V))
+    await ok(first, build.create_bucket(V, B))
+    await put(first, "a", 1)
+    taken = (await ok(first, build.create_snapshot(V, B, "snap"))).create_snapshot.snapshot_info
+    await put(first, "a", 2)                        # the store moves past the create
+    path = first.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    assert path is not None
+    await first.close()
+    shutil.rmtree(path.parent)
+
+    second = open_node(tmp_path)
+    await second.start()
+    try:
+        assert second.snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is None
+        assert status(await lookup(second, "snap", "a")) == "INVALID_SNAPSHOT_ERROR"
+    finally:
+        await second.close()

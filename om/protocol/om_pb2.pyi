@@ -5468,6 +5468,7 @@ class TransactionInfo(_message.Message):
     APPLIED_INDEX_FIELD_NUMBER: _builtins.int
     MANAGED_INDEX_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_CHANGE_POSITION_FIELD_NUMBER: _builtins.int
     term: _builtins.int
     applied_index: _builtins.int
     """the log position of the last applied entry"""
@@ -5475,6 +5476,12 @@ class TransactionInfo(_message.Message):
     """highest managed index ever persisted"""
     timestamp_ms: _builtins.int
     """time of the last applied batch"""
+    snapshot_change_position: _builtins.int
+    """The position of the last applied entry that changed snapshotInfoTable (0: none):
+    a node restarted with it equal to applied_index was stopped right after such an
+    entry, so it may take a missing OM snapshot checkpoint now (om/statemachine/
+    snapshot_checkpoints.py); otherwise its store has moved past the create.
+    """
     def __init__(
         self,
         *,
@@ -5482,10 +5489,11 @@ class TransactionInfo(_message.Message):
         applied_index: _builtins.int = ...,
         managed_index: _builtins.int = ...,
         timestamp_ms: _builtins.int = ...,
+        snapshot_change_position: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "managed_index", b"managed_index", "term", b"term", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "managed_index", b"managed_index", "snapshot_change_position", b"snapshot_change_position", "term", b"term", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -69,6 +69,7 @@ class StateMachine:
         self.managed_index = 0
         self.term = 0
         self.timestamp_ms = 0
+        self.snapshot_change_position = 0
         self.reload()
 
     def apply(self, position: int, batch: om_pb2.PersistDbBatch) -> ApplyResult:
@@ -91,6 +92,8 @@ class StateMachine:
                 self.term = batch.term
                 self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
             self.applied_index = position
+            if snapshots_changed:
+                self.snapshot_change_position = position
             self._put_transaction_info(write)
             self.store.write(write)
             return ApplyResult(position, not stale, self.managed_index,
@@ -121,7 +124,8 @@ class StateMachine:
     def _put_transaction_info(self, write: WriteBatch) -> None:
         info = om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
                                       managed_index=self.managed_index,
-                                      timestamp_ms=self.timestamp_ms)
+                                      timestamp_ms=self.timestamp_ms,
+                                      snapshot_change_position=self.snapshot_change_position)
         self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
                              info.SerializeToString(deterministic=True))
 
@@ -147,6 +151,7 @@ class StateMachine:
         self.managed_index = info.managed_index
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
+        self.snapshot_change_position = info.snapshot_change_position
 
     def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> bool:
         """Adds the batch's writes; whether any changes snapshotInfoTable."""

@@ -80,6 +80,7 @@ class ReplicatedStateMachine:
         self.managed_index = 0
         self.term = 0
         self.timestamp_ms = 0
+        self.snapshot_change_position = 0
         self._read_positions()
         self.double_buffer = DoubleBuffer(store, self.cache, unflushed_max,
                                           self.applied_index, fail_stop)
@@ -106,6 +107,8 @@ class ReplicatedStateMachine:
                 self.managed_index = max(self.managed_index, message.managed_index)
                 self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
             self.applied_index = position
+            if snapshots_changed:
+                self.snapshot_change_position = position
             self.double_buffer.add(Transaction(position, writes, self._info()))
             return ApplyResult(position, not stale, self.managed_index, response,
                                snapshots_changed)
@@ -138,7 +141,8 @@ class ReplicatedStateMachine:
     def _info(self) -> om_pb2.TransactionInfo:
         return om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
                                       managed_index=self.managed_index,
-                                      timestamp_ms=self.timestamp_ms)
+                                      timestamp_ms=self.timestamp_ms,
+                                      snapshot_change_position=self.snapshot_change_position)
 
     def applying(self) -> threading.RLock:
         """The lock apply holds: take it to change the store under apply's feet."""
@@ -160,6 +164,7 @@ class ReplicatedStateMachine:
         self.managed_index = info.managed_index
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
+        self.snapshot_change_position = info.snapshot_change_position
 
     def close(self) -> None:
         """Flushes what is queued and stops the double buffer."""

@@ -21,7 +21,13 @@ Layout, under ``<node data dir>/om-snapshots/<snapshot id, 20 digits>/``:
 Restarts: a node killed after applying a create's batch but before its
 checkpoint was whole restarts with its store at exactly that position (nothing
 applies before ``applied`` returns), so ``recover``, run before the journal
-replays, takes the checkpoint then. A Raft snapshot install marks ``INSTALLING``
+replays, takes the checkpoint then. It knows the store is there because apply
+records, in the transaction info row, the position of the last entry that
+changed snapshotInfoTable (``snapshot_change_position``): equal to the applied
+position, the store stands right after that entry; otherwise the store has moved
+past the create (the checkpoint was lost: its directory removed by hand, a disk
+fault) and the snapshot is marked ABSENT here rather than checkpointed at the
+wrong position. A Raft snapshot install marks ``INSTALLING``
 first, so that a kill during an install never checkpoints the installed state
 under an older snapshot's name; whatever it leaves is marked ABSENT.
 
@@ -116,6 +122,8 @@ class SnapshotCheckpoints:
     def recover(self) -> None:
         """At start, before the journal replays: the checkpoints a kill cut short."""
         installing = (self.root / _INSTALLING).exists()
+        info = self._store.transaction_info()
+        at_change = info.snapshot_change_position == info.applied_index > 0
         with self._lock:
             rows = self._rows()
             for snapshot_id in rows:
@@ -123,6 +131,9 @@ class SnapshotCheckpoints:
                     continue
                 if installing:
                     self._mark_absent(snapshot_id, "a Raft snapshot install was cut short")
+                elif not at_change:
+                    self._mark_absent(snapshot_id, "its checkpoint was lost and the store "
+                                      "has moved past its position")
                 else:
                     self._take(snapshot_id)
             (self.root / _INSTALLING).unlink(missing_ok=True)
