@@ -155,7 +155,8 @@ class Node:
             self.state_machine = ReplicatedStateMachine(
                 self.store, settings.limits,
                 MemoryRetryCache(settings.retry.expiry_ms, settings.retry.memory_entries),
-                config.limits.unflushed_transactions_max, fail_stop)
+                config.limits.unflushed_transactions_max, fail_stop,
+                groups=dict(config.user_groups))
         else:
             self.state_machine = StateMachine(self.store)
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
