@@ -21,12 +21,14 @@ from om.consensus.local import LocalReplicator
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import RequestService
+from om.gatekeeper.authorize import AclPolicy
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store
 
+GROUPS = {"alice": ("dev", "eng")}
 DIFFERENT_BY_DESIGN = {"transactionInfoTable", "clientRequestReplyTable",
                        "clientRequestExpiryTable"}
 
@@ -41,7 +43,9 @@ class Flow:
     def __init__(self, path: Path, execution: str) -> None:
         self.store = Store(path)
         self.now_ms = 1_700_000_000_000
-        config = LeaderConfig()
+        # A group mapping and a certificate's groups: a create gives the creator's
+        # primary group its default ACL, in the old flow's apply as on the leader.
+        config = LeaderConfig(acl=AclPolicy(groups=GROUPS))
         self.machine: StateMachine | ReplicatedStateMachine
         self.service: RequestService
         if execution == "leader":
@@ -52,7 +56,8 @@ class Flow:
                                          NullTracer(), clock_ms=lambda: self.now_ms)
         else:
             self.machine = ReplicatedStateMachine(self.store, config.limits,
-                                                  MemoryRetryCache(600_000, 1000), 100, _fail)
+                                                  MemoryRetryCache(600_000, 1000), 100, _fail,
+                                                  groups=GROUPS)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
                                          self.machine.apply_entry)
             self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
@@ -66,6 +71,7 @@ class Flow:
     async def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         request.client_id = "client"
         request.user = "alice"
+        request.groups[:] = ["ops"]      # what the node reads from the certificate
         request.call_id = next(self.call_ids)
         self.now_ms += 1
         return await self.service.handle(request)

@@ -22,7 +22,7 @@ from om.executor.context import ExecContext, NoReservations
 from om.executor.fs import FSO
 from om.executor.registry import dispatch
 from om.gatekeeper.fs_locks import plan_fs, plan_fs_locks
-from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
+from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock, key_lock
 from om.node.node import leader_config
 from om.protocol import om_pb2
 from om.schema.tables import TableId
@@ -80,6 +80,8 @@ def _writes(bucket: str) -> dict[str, om_pb2.OMRequest]:
         "CommitKey": build.commit_key(V, bucket, "a/b/h", 12345, 1),
         "DeleteKey": build.delete_key(V, bucket, "a/b/f"),
         "RenameKey": build.rename_key(V, bucket, "a/b", "a/c"),
+        "CompleteMultiPartUpload": build.complete_multipart_upload(V, bucket, "a/b/m", "123",
+                                                                   [(1, "")]),
     }
 
 
@@ -189,3 +191,17 @@ async def test_the_bucket_plan_resolves_nothing(leader: LeaderUnderTest) -> None
     found = plan_fs(leader.stamp(_writes(B)["CreateFile"]), leader.store, 1024,
                     FSO_LOCK_BUCKET)
     assert found == ((bucket_lock(V, B, Mode.WRITE),), {})
+
+
+async def test_a_multipart_complete_locks_its_path_and_the_upload_a_part_only_the_bucket(
+        leader: LeaderUnderTest) -> None:
+    """The complete creates the file as a CommitKey does, and removes the upload's row,
+    which a part's commit and the abort change under the key's write lock; a part's
+    CreateKey writes a row keyed by a fresh id, in no directory."""
+    complete = _plan(leader, _writes(B)["CompleteMultiPartUpload"], FSO_LOCK_OBJECT_ID)
+    assert complete is not None
+    assert key_lock(V, B, "a/b/m") in complete
+    assert any(lock.level is Level.SLOT and lock.mode is Mode.WRITE for lock in complete)
+    assert list(complete) == sorted(complete), "in the global lock order"
+    part = build.create_key(V, B, "a/b/m", 5, upload_id="123")
+    assert _plan(leader, part, FSO_LOCK_OBJECT_ID) is None, "planned as in an OBS bucket"

@@ -9,8 +9,11 @@
 * red cases, each with Ozone's status and nothing written: a missing part
   (INVALID_PART), a list out of order (INVALID_PART_ORDER), a part number out of
   1..10000 (INVALID_REQUEST), an unknown upload id (NO_SUCH_MULTIPART_UPLOAD_ERROR), a
-  small part that is not the last (ENTITY_TOO_SMALL), a file-system bucket
-  (NOT_SUPPORTED_OPERATION);
+  small part that is not the last (ENTITY_TOO_SMALL);
+* on a file-system bucket the complete makes the file in the tree, its missing parents
+  with it, replaces a file there and refuses a directory there (NOT_A_FILE) or a file
+  on the way (FILE_ALREADY_EXISTS); a path the tree cannot hold is refused at
+  initiate (INVALID_KEY_NAME);
 * the rights: WRITE on the key (a part's commit: on its open key), READ to list parts;
 * after each scenario the auditor finds the store consistent (usage = keys + parts).
 """
@@ -58,10 +61,11 @@ def initiate(om: Harness, key: str = K) -> str:
     return om.ok(build.initiate_multipart_upload(V, B, key)).initiate_multipart_upload.upload_id
 
 
-def put_part(om: Harness, upload_id: str, number: int, size: int, key: str = K) -> str:
-    opened = om.ok(build.create_key(V, B, key, size, upload_id=upload_id)).create_key
+def put_part(om: Harness, upload_id: str, number: int, size: int, key: str = K,
+             bucket: str = B) -> str:
+    opened = om.ok(build.create_key(V, bucket, key, size, upload_id=upload_id)).create_key
     assert opened.key_info.multipart_upload_id == upload_id
-    committed = om.ok(build.commit_multipart_upload(V, B, key, upload_id, number,
+    committed = om.ok(build.commit_multipart_upload(V, bucket, key, upload_id, number,
                                                     opened.client_session_id, size))
     return committed.commit_multipart_upload.part_name
 
@@ -273,10 +277,65 @@ def test_a_part_past_the_quota_is_refused(om: Harness) -> None:
     om.ok(build.abort_multipart_upload(V, "small", K, upload_id))
 
 
-def test_file_system_buckets_are_refused(om: Harness) -> None:
-    om.ok(build.create_bucket(V, "fsb", layout=FSO))
-    response = fails(om, build.initiate_multipart_upload(V, "fsb", K), "NOT_SUPPORTED_OPERATION")
-    assert "OBJECT_STORE" in response.message
+# ------------------------------------------------------- file-system buckets ---
+
+FSB = "fsb"
+
+
+def _fso_upload(om: Harness, key: str) -> tuple[str, list[tuple[int, str]]]:
+    """An upload on the file-system bucket with two parts committed out of order."""
+    upload_id = om.ok(build.initiate_multipart_upload(V, FSB, key)
+                      ).initiate_multipart_upload.upload_id
+    second = put_part(om, upload_id, 2, 100, key, FSB)
+    first = put_part(om, upload_id, 1, BIG, key, FSB)
+    return upload_id, [(1, first), (2, second)]
+
+
+def test_on_a_file_system_bucket_complete_makes_the_file_and_its_missing_parents(
+        om: Harness) -> None:
+    om.ok(build.create_bucket(V, FSB, layout=FSO))
+    upload_id, parts = _fso_upload(om, "a/b/c.bin")
+    charged = (BIG + 100) * REPLICAS
+    assert om.usage(V, FSB) == (charged, 0), "no directory before the complete"
+    listed = om.ok(build.list_status(V, FSB, "")).list_status
+    assert not listed.statuses, "an upload in progress is no entry of the tree"
+    done = om.ok(build.complete_multipart_upload(V, FSB, "a/b/c.bin", upload_id, parts))
+    info = done.complete_multipart_upload.key_info
+    assert info.key_name == "a/b/c.bin"
+    assert info.data_size == BIG + 100
+    status = om.ok(build.get_file_status(V, FSB, "a/b/c.bin")).get_file_status.status
+    assert not status.is_directory
+    assert status.key_info.object_id == info.object_id
+    assert om.ok(build.get_file_status(V, FSB, "a/b")).get_file_status.status.is_directory
+    assert om.usage(V, FSB) == (charged, 3), "two directories made and one file"
+    assert upload_row(om, upload_id, "a/b/c.bin") is None
+
+
+def test_on_a_file_system_bucket_complete_replaces_a_file_and_refuses_a_directory(
+        om: Harness) -> None:
+    om.ok(build.create_bucket(V, FSB, layout=FSO))
+    om.ok(build.create_directory(V, FSB, "d/sub"))
+    upload_id, parts = _fso_upload(om, "d/sub")
+    fails(om, build.complete_multipart_upload(V, FSB, "d/sub", upload_id, parts), "NOT_A_FILE")
+    om.ok(build.abort_multipart_upload(V, FSB, "d/sub", upload_id))
+    opened = om.ok(build.create_key(V, FSB, "d/f", 7)).create_key
+    om.ok(build.commit_key(V, FSB, "d/f", opened.client_session_id, 7))
+    blocked, blocked_parts = _fso_upload(om, "d/f/below")
+    fails(om, build.complete_multipart_upload(V, FSB, "d/f/below", blocked, blocked_parts),
+          "FILE_ALREADY_EXISTS")
+    om.ok(build.abort_multipart_upload(V, FSB, "d/f/below", blocked))
+    upload_id, parts = _fso_upload(om, "d/f")
+    om.ok(build.complete_multipart_upload(V, FSB, "d/f", upload_id, parts))
+    status = om.ok(build.get_file_status(V, FSB, "d/f")).get_file_status.status
+    assert status.key_info.data_size == BIG + 100
+    assert om.usage(V, FSB) == ((BIG + 100) * REPLICAS, 3), "the old file was replaced"
+    assert om.store.count(om_pb2.DELETED) >= 1, "the replaced file went to deletedTable"
+
+
+def test_on_a_file_system_bucket_a_path_the_tree_cannot_hold_is_refused_at_initiate(
+        om: Harness) -> None:
+    om.ok(build.create_bucket(V, FSB, layout=FSO))
+    fails(om, build.initiate_multipart_upload(V, FSB, "a/../b"), "INVALID_KEY_NAME")
 
 
 # ---------------------------------------------------------------- rights ---

@@ -139,3 +139,29 @@ def test_bad_input_is_refused_with_ozone_statuses_and_writes_nothing(om: OMClien
     assert (usage(om), om.list_multipart_upload_parts(V, B, "bad", upload_id)) == before
     assert status_of(om, build.lookup_key(V, B, "bad")) == "KEY_NOT_FOUND"
     om.abort_multipart_upload(V, B, "bad", upload_id)
+
+
+def test_on_a_file_system_bucket_racing_parts_complete_into_a_file_of_the_tree(
+        cluster: om_cluster.Cluster, om: OMClient) -> None:
+    """Parts from racing clients, and a sibling directory made while they run: the
+    complete makes the missing parents and the file; the auditor checks the tree."""
+    om.create_bucket(V, "fsmpu", layout="FILE_SYSTEM_OPTIMIZED")
+    upload_id = om.initiate_multipart_upload(V, "fsmpu", "logs/2026/day.gz")
+
+    def put(n: int) -> tuple[int, str]:
+        with harness.client(cluster) as client:
+            if n == 1:
+                client.create_directory(V, "fsmpu", "logs/2025")
+            return n, client.put_part(V, "fsmpu", "logs/2026/day.gz", upload_id, n, BIG + n)
+
+    with ThreadPoolExecutor(4) as pool:
+        names = dict(pool.map(put, (4, 3, 2, 1), timeout=60))
+    info = om.complete_multipart_upload(V, "fsmpu", "logs/2026/day.gz", upload_id,
+                                        sorted(names.items()))
+    assert info.key_name == "logs/2026/day.gz"
+    assert info.data_size == sum(BIG + n for n in names)
+    status = om.get_file_status(V, "fsmpu", "logs/2026/day.gz")
+    assert status.key_info.object_id == info.object_id
+    bucket = om.info_bucket(V, "fsmpu")
+    assert bucket.used_namespace == 4, "logs, logs/2025, logs/2026 and the file"
+    assert bucket.used_bytes == info.data_size * REPLICAS

@@ -28,19 +28,30 @@ keyed by fresh ids, under the bucket's read lock only; commit, complete and abor
 read-modify-write the upload's row, under the key's write lock (Ozone's OBS rule: the
 part key's lock); the expiry takes each upload's key lock.
 
-FILE_SYSTEM_OPTIMIZED buckets are refused (NOT_SUPPORTED_OPERATION): a complete there
-would create a file in the directory tree, under slot locks this does not plan yet.
+**FILE_SYSTEM_OPTIMIZED buckets.** An upload in progress is no entry of the directory
+tree: its rows stay keyed by the key's path, as above, in both layouts, and no
+directory is made for it before it completes (Ozone's FSO requests keep them in
+openFileTable under the parent's id and create the missing parents at initiate; here a
+directory renamed meanwhile does not carry the upload along: S3 names the key at
+initiate). The initiate checks the path (INVALID_KEY_NAME). The complete resolves it
+then and creates the file as CommitKey does (``fso_keys``): missing parents are made
+(``mkdir -p``, charged to the namespace), a file there is replaced (retired), a
+directory there or a file on the way is refused (NOT_A_FILE, FILE_ALREADY_EXISTS); its
+locks are the slot locks of the path (``om.gatekeeper.fs_locks``) plus the key's write
+lock that commit and abort take on the upload.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from om.executor import fso_keys
 from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import is_fso
+from om.executor.fs import Resolved, components, file_not_a_directory, is_fso
+from om.executor.fso_rows import make_directories, with_path
 from om.executor.listing import page_size
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.retired_keys import retire
@@ -51,14 +62,6 @@ from om.schema.read_view import ReadView
 
 PART_NUMBER_MAX = 10_000        # S3's and Ozone's: part numbers are 1 to 10,000
 DEFAULT_REPLICATION = 3
-
-
-def require_obs(bucket: om_pb2.BucketInfo) -> None:
-    """NOT_SUPPORTED_OPERATION for a file-system bucket."""
-    if is_fso(bucket):
-        raise OMError(om_pb2.NOT_SUPPORTED_OPERATION,
-                      f"multipart upload is supported on OBJECT_STORE buckets only; "
-                      f"'/{bucket.volume_name}/{bucket.bucket_name}' is {bucket.layout}")
 
 
 def load_upload(view: ReadView, volume: str, bucket: str, key: str,
@@ -93,7 +96,8 @@ def initiate(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder
              ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.initiate_multipart_upload
     bucket = load_bucket(view, body.volume, body.bucket)
-    require_obs(bucket)
+    if is_fso(bucket):   # a path the complete could not place: refused now
+        components(body.key, ctx.limits.key_name_max_bytes)
     assert body.replication_factor in (0, 1, DEFAULT_REPLICATION), "the gate checked it"
     replication = body.replication_factor or DEFAULT_REPLICATION
     session_id = ctx.object_id(1)
@@ -120,7 +124,6 @@ def create_part(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecor
                 ctx: ExecContext, bucket: om_pb2.BucketInfo) -> om_pb2.OMResponse:
     """CreateKey of a part: an open row of the upload's key, with the upload's replication."""
     body = request.create_key
-    require_obs(bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.multipart_upload_id)
     check_bucket_quota(bucket, ctx, replicated_size(body.data_size, upload.replication_factor),
                        0)
@@ -143,7 +146,6 @@ def commit_part(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecor
     body = request.commit_multipart_upload
     assert 1 <= body.part_number <= PART_NUMBER_MAX, "the gate checked it"
     bucket = load_bucket(view, body.volume, body.bucket)
-    require_obs(bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     open_key = tables.open_key_key(body.volume, body.bucket, body.key, body.client_session_id)
     raw = view.get(om_pb2.OPEN_KEY, open_key)
@@ -213,12 +215,17 @@ def complete(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder
              ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.complete_multipart_upload
     bucket = load_bucket(view, body.volume, body.bucket)
-    require_obs(bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     chosen = _chosen_parts(body, upload, ctx)
     listed = {part.part_number for part in chosen}
     dropped = [part for part in upload.part_key_info_list if part.part_number not in listed]
-    old = load_key(view, body.volume, body.bucket, body.key)
+    tree = _file_slot(view, body, ctx) if is_fso(bucket) else None
+    if tree is None:
+        old = load_key(view, body.volume, body.bucket, body.key)
+        missing: tuple[str, ...] = ()
+    else:
+        old = tree.leaf_file if tree.complete else None
+        missing = tree.parts[len(tree.parents):-1]
     row_key = tables.multipart_key(body.volume, body.bucket, body.key, body.upload_id)
     open_raw = view.get(om_pb2.OPEN_KEY, row_key)
     acls = (om_pb2.KeyInfo.FromString(open_raw).acls if open_raw is not None
@@ -226,7 +233,7 @@ def complete(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder
     bytes_delta = (-sum(_part_bytes(part) for part in dropped)
                    - (0 if old is None else replicated_size(old.data_size,
                                                             old.replication_factor)))
-    namespace_delta = 1 if old is None else 0
+    namespace_delta = (1 if old is None else 0) + len(missing)
     check_bucket_quota(bucket, ctx, bytes_delta, namespace_delta)
     info = om_pb2.KeyInfo(
         volume_name=body.volume, bucket_name=body.bucket, key_name=body.key,
@@ -239,13 +246,46 @@ def complete(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder
         recorder.delete(om_pb2.OPEN_KEY, row_key)
     for part in dropped:
         retire(recorder, part.part_key_info, ctx)
-    if old is not None:
-        retire(recorder, old, ctx)
-    recorder.put(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key), encode(info))
+    if tree is None:
+        if old is not None:
+            retire(recorder, old, ctx)
+        recorder.put(om_pb2.KEY, tables.key_key(body.volume, body.bucket, body.key),
+                     encode(info))
+    else:
+        info = _put_file(recorder, tree, old, missing, info, request.user, bucket, ctx)
     recorder.quota_delta(om_pb2.BUCKET, _bucket_key(bucket), bucket.object_id, bytes_delta,
                          namespace_delta)
     return om_pb2.OMResponse(complete_multipart_upload=om_pb2.CompleteMultiPartUploadResponse(
         key_info=info))
+
+
+def _file_slot(view: ReadView, body: om_pb2.CompleteMultiPartUploadRequest,
+               ctx: ExecContext) -> Resolved:
+    """The completed key's place in a file-system bucket's tree: a file may be there
+    (it is replaced), directories on the way may be missing (they are made); a
+    directory there is NOT_A_FILE, a file on the way FILE_ALREADY_EXISTS."""
+    resolved = fso_keys.target(view, body.volume, body.bucket, body.key, ctx,
+                               "CompleteMultiPartUpload").resolved
+    if resolved.blocked:
+        raise file_not_a_directory(resolved)
+    if resolved.complete and resolved.leaf_dir is not None:
+        raise OMError(om_pb2.NOT_A_FILE, f"'{resolved.path}' is a directory, not a file")
+    return resolved
+
+
+def _put_file(recorder: ChangeRecorder, tree: Resolved, old: om_pb2.KeyInfo | None,
+              missing: tuple[str, ...], info: om_pb2.KeyInfo, user: str,
+              bucket: om_pb2.BucketInfo, ctx: ExecContext) -> om_pb2.KeyInfo:
+    """Records the completed upload as the file of ``tree``'s path, its missing parents
+    made with the request's ids; returns the answer's key info (whole path)."""
+    if old is not None:
+        retire(recorder, with_path(old, tree.path), ctx)
+    parent_id = make_directories(recorder, tree.ids, tree.parent_id, missing, user, bucket,
+                                 ctx)
+    info.key_name = tree.name
+    info.parent_object_id = parent_id
+    recorder.put(om_pb2.FILE, tree.ids.key(parent_id, tree.name), encode(info))
+    return with_path(info, tree.path)
 
 
 def _abort(view: ReadView, recorder: ChangeRecorder, upload: om_pb2.MultipartKeyInfo,
@@ -268,7 +308,7 @@ def _abort(view: ReadView, recorder: ChangeRecorder, upload: om_pb2.MultipartKey
 def abort(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
           ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.abort_multipart_upload
-    require_obs(load_bucket(view, body.volume, body.bucket))
+    load_bucket(view, body.volume, body.bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     _abort(view, recorder, upload, ctx)
     return om_pb2.OMResponse(abort_multipart_upload=om_pb2.AbortMultiPartUploadResponse())

@@ -11,6 +11,10 @@ other request's locks meaning what they meant:
   touches, and an **exclusive** slot lock on each name it creates, removes, replaces
   or renames (for a create below missing directories: the first missing one, which
   every concurrent creator of that subtree needs too).
+* A multipart complete takes a create's locks for the key's path, and the key's
+  write lock that commit and abort of the upload's parts take (its rows are keyed by
+  the path, ``om.executor.multipart``); a part's CreateKey is planned as in an
+  object-store bucket (the bucket's read lock: its row has a fresh key).
 
 Why this is enough:
 
@@ -43,7 +47,7 @@ from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID
 from om.executor.context import Planned
 from om.executor.errors import OMError
 from om.executor.fs import Resolved, components, ids_of, is_fso, resolve
-from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock
+from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock, key_lock
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -57,6 +61,7 @@ _PATHS = {
     om_pb2.CommitKey: ("commit_key", ("key",)),
     om_pb2.DeleteKey: ("delete_key", ("key",)),
     om_pb2.RenameKey: ("rename_key", ("key", "to_key")),
+    om_pb2.CompleteMultiPartUpload: ("complete_multipart_upload", ("key",)),
 }
 
 
@@ -99,6 +104,8 @@ def plan_fs(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
         return None
     field, names = found
     body = getattr(request, field)
+    if request.cmd_type == om_pb2.CreateKey and body.multipart_upload_id:
+        return None   # a part: an open row keyed by a fresh id, no entry of the tree
     raw = view.get(om_pb2.BUCKET, tables.bucket_key(body.volume, body.bucket))
     if raw is None:
         return None
@@ -122,7 +129,10 @@ def plan_fs(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
         resolved = resolve(view, ids, parts)
         planned[(body.volume, body.bucket, path)] = (bucket, resolved)
         locks.extend(_path_locks(resolved))
-    if len(names) == 1:   # the bucket and one path's slots: no resource twice
+    if request.cmd_type == om_pb2.CompleteMultiPartUpload:
+        # the upload's row, read and removed: commit and abort of a part hold it too
+        locks.append(key_lock(body.volume, body.bucket, body.key))
+    if len(names) == 1:   # the bucket and one path's slots (and a key): no resource twice
         return tuple(sorted(locks)), planned
     return _in_order(locks), planned
 

@@ -76,7 +76,8 @@ def bucket_lock(volume: str, bucket: str, mode: Mode) -> LockRequest:
     return LockRequest(Level.BUCKET, f"{volume}/{bucket}", mode)
 
 
-def _key(volume: str, bucket: str, key: str) -> LockRequest:
+def key_lock(volume: str, bucket: str, key: str) -> LockRequest:
+    """The write lock of one key (by its name, in an object-store bucket's terms)."""
     return LockRequest(Level.KEY, f"{volume}/{bucket}/{key}", Mode.WRITE)
 
 
@@ -99,10 +100,10 @@ def _key_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     body = getattr(request, request.WhichOneof("body") or "")
     locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
     if request.cmd_type in _KEY_WRITES:
-        locks.append(_key(body.volume, body.bucket, body.key))
+        locks.append(key_lock(body.volume, body.bucket, body.key))
     elif request.cmd_type == om_pb2.RenameKey:
         names = sorted({body.key, body.to_key})
-        locks.extend(_key(body.volume, body.bucket, name) for name in names)
+        locks.extend(key_lock(body.volume, body.bucket, name) for name in names)
     return tuple(locks)
 
 
@@ -113,7 +114,7 @@ _KEY_WRITES = frozenset({om_pb2.CommitKey, om_pb2.DeleteKey, om_pb2.CommitMultiP
 def _expired_uploads_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     uploads = request.abort_expired_multipart_uploads.uploads
     locks = {bucket_lock(u.volume, u.bucket, Mode.READ) for u in uploads}
-    locks.update(_key(u.volume, u.bucket, u.key) for u in uploads)
+    locks.update(key_lock(u.volume, u.bucket, u.key) for u in uploads)
     return tuple(sorted(locks))
 
 
@@ -124,7 +125,8 @@ def _acl_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     if obj.res_type == om_pb2.OzoneObj.BUCKET:
         return (_volume(obj.volume, Mode.READ), bucket_lock(obj.volume, obj.bucket, Mode.WRITE))
     assert obj.res_type == om_pb2.OzoneObj.KEY, "the gate refused any other object"
-    return (bucket_lock(obj.volume, obj.bucket, Mode.READ), _key(obj.volume, obj.bucket, obj.key))
+    return (bucket_lock(obj.volume, obj.bucket, Mode.READ),
+            key_lock(obj.volume, obj.bucket, obj.key))
 
 
 TOKENS = "#delegation-tokens"   # '#' is not allowed in a volume name

@@ -13,7 +13,7 @@ deletedDirectoryTable rows (``om/executor/fs.py`` has the layout):
 * object ids are unique among the bucket's directories and files;
 * the bucket's ``used_namespace`` is its directories plus its files, and its
   ``used_bytes`` its files' replicated sizes (a deleted subtree still counts until
-  its purge releases it).
+  its purge releases it) plus the committed parts of its multipart uploads.
 
 Pure over a ``ReadView``; it holds one bucket's entries at a time (ids, parents and
 names: a few tens of bytes an entry).
@@ -42,7 +42,7 @@ FS_ROW_MALFORMED = "fs_row_malformed"
 FS_CATEGORIES = (FS_ORPHAN, FS_CYCLE, FS_DUPLICATE_NAME, FS_DUPLICATE_ID, FS_USAGE,
                  FS_ROW_MALFORMED)
 PAGE_ROWS = 1000
-_Row = TypeVar("_Row", om_pb2.DirectoryInfo, om_pb2.KeyInfo)
+_Row = TypeVar("_Row", om_pb2.DirectoryInfo, om_pb2.KeyInfo, om_pb2.MultipartKeyInfo)
 
 
 @dataclass
@@ -79,6 +79,7 @@ def _bucket_problems(view: ReadView, volume_id: int,
     tree = _Tree(bucket.object_id)
     scope = f"/{volume_id}/{bucket.object_id}/".encode()
     _load(view, scope, tree)
+    tree.used_bytes += _upload_bytes(view, bucket)
     _check_parents(tree)
     _check_names_and_ids(tree)
     entries = len(tree.directories) + len(tree.files)
@@ -88,6 +89,20 @@ def _bucket_problems(view: ReadView, volume_id: int,
             f"the tree holds {len(tree.directories)} directories and {len(tree.files)} files "
             f"of {tree.used_bytes} replicated bytes")))
     return tree.problems
+
+
+def _upload_bytes(view: ReadView, bucket: om_pb2.BucketInfo) -> int:
+    """The replicated bytes of the committed parts of the bucket's uploads in progress
+    (keyed by path in both layouts: ``om.executor.multipart``)."""
+    total = 0
+    prefix = tables.key_prefix(bucket.volume_name, bucket.bucket_name)
+    for _, raw in _rows(view, om_pb2.MULTIPART_INFO, prefix):
+        upload = _parse(om_pb2.MultipartKeyInfo, raw)
+        if upload is not None:   # else: the store checks report it malformed
+            total += sum(replicated_size(p.part_key_info.data_size,
+                                         max(1, p.part_key_info.replication_factor))
+                         for p in upload.part_key_info_list)
+    return total
 
 
 def _load(view: ReadView, scope: bytes, tree: _Tree) -> None:

@@ -157,7 +157,8 @@ class Node:
             self.state_machine = ReplicatedStateMachine(
                 self.store, settings.limits,
                 MemoryRetryCache(settings.retry.expiry_ms, settings.retry.memory_entries),
-                config.limits.unflushed_transactions_max, fail_stop)
+                config.limits.unflushed_transactions_max, fail_stop,
+                groups=dict(config.user_groups))
         else:
             self.state_machine = StateMachine(self.store)
         # OM snapshots: checkpoints a kill cut short are taken before anything replays

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations
@@ -69,8 +69,12 @@ class ReplicatedStateMachine:
     """Applies old-flow entries: executes each request, caches, flushes behind."""
 
     def __init__(self, store: Store, limits: Limits, retry: MemoryRetryCache,
-                 unflushed_max: int, fail_stop: Callable[[], None]) -> None:
+                 unflushed_max: int, fail_stop: Callable[[], None],
+                 groups: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.store = store
+        # The configured group mapping (``[acl] group_mapping_file``): a create gives
+        # the creator's primary group its default ACL, here in apply as on the leader.
+        self.groups: Mapping[str, tuple[str, ...]] = groups or {}
         self.cache = WriteCache()
         self.view = CacheView(self.cache, store)
         self.retry = retry
@@ -117,7 +121,7 @@ class ReplicatedStateMachine:
                  ) -> tuple[list[tuple[Row, bytes | None]], bytes]:
         request = message.request
         ctx = ExecContext(request.user, message.managed_index, message.timestamp_ms,
-                          NoReservations(), self.limits)
+                          NoReservations(), self.limits, self.groups, tuple(request.groups))
         recorder = ChangeRecorder()
         response = dispatch(request, self.view, recorder, ctx).SerializeToString()
         writes: list[tuple[Row, bytes | None]] = []
