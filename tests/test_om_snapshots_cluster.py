@@ -23,6 +23,7 @@ from om.client import OMClient
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
+from om.integrity import scan
 from om.protocol import om_pb2
 from om.schema.ids import object_id_for
 from om.statemachine.snapshot_checkpoints import SNAPSHOTS_DIR
@@ -64,11 +65,14 @@ def checkpoints(cluster: om_cluster.Cluster, snapshot_id: int) -> dict[str, Path
     return {n.id: data / n.id / SNAPSHOTS_DIR / f"{snapshot_id:020d}" for n in cluster.nodes}
 
 
-def checkpoint_state(directory: Path) -> tuple[str, dict[str, str]]:
-    """(position, every table's digest) of one node's checkpoint."""
+def checkpoint_state(directory: Path) -> tuple[str, dict[str, str], int, dict[str, bytes]]:
+    """Of one node's checkpoint: its position, every table's digest, and the Merkle
+    verification's trees over it (the position they describe, every table's root)."""
     store = Store(directory / "checkpoint", read_only=True)
     try:
-        return (directory / "position").read_text(), store.digests()
+        forest = scan.compute_trees(store)
+        return ((directory / "position").read_text(), store.digests(), forest.applied_index,
+                forest.roots())
     finally:
         store.close()
 
@@ -128,6 +132,7 @@ def test_snapshot_under_load_failover_and_restart(cluster: om_cluster.Cluster,
                   for node, path in checkpoints(cluster, taken.snapshot_id).items()}
         assert len({repr(s) for s in states.values()}) == 1, states
         position = int(next(iter(states.values()))[0])
+        assert next(iter(states.values()))[2] == position
         assert om.snapshot_info(V, B, "under-load").log_position == position
         # any node serves reads of it from its own checkpoint (a local read: no leader)
         probe = sorted(held)[-1]
