@@ -11,8 +11,9 @@ bucket shares its batch: the checkpoint holds every write of the bucket ordered
 before the create and none after.
 
 Reads name a snapshot as Ozone does, by a key name that starts with
-``.snapshot/<name>/`` (LookupKey, ListKeys); they run the ordinary handler
-against the checkpoint and answer key names with the prefix put back. Writes of
+``.snapshot/<name>/`` (LookupKey, ListKeys; LookupFile, GetFileStatus, ListStatus
+in a file-system bucket); they run the ordinary handler against the checkpoint
+and answer key names and paths with the prefix put back. Writes of
 keys under ``.snapshot/`` are refused at the gate (INVALID_KEY_NAME).
 
 Statuses, Ozone's: an unknown snapshot is FILE_NOT_FOUND, a duplicate name
@@ -285,16 +286,15 @@ def _keys(view: ReadView, volume: str, bucket: str) -> dict[str, om_pb2.KeyInfo]
     prefix = tables.key_prefix(volume, bucket)
     found: dict[str, om_pb2.KeyInfo] = {}
     after: bytes | None = None
-    while True:
+    for _ in range(DIFF_KEYS_MAX // _SCAN_PAGE + 1):   # one page past the limit at most
         rows = view.scan(om_pb2.KEY, prefix, after, _SCAN_PAGE)
         for _, raw in rows:
             info_ = om_pb2.KeyInfo.FromString(raw)
             found[info_.key_name] = info_
-        if len(found) > DIFF_KEYS_MAX:
-            raise _too_many(volume, bucket)
         if len(rows) < _SCAN_PAGE:
             return found
         after = rows[-1][0]
+    raise _too_many(volume, bucket)
 
 
 def _changed(a: om_pb2.KeyInfo, b: om_pb2.KeyInfo) -> bool:
