@@ -112,6 +112,7 @@ class SnapshotCheckpoints:
         self._lock = threading.RLock()
         self._open: OrderedDict[int, tuple[Store, _CheckpointView]] = OrderedDict()
         self._positions: dict[int, int] = {}
+        self._known: set[int] = set()    # the rows seen when the store last changed them
         self.taken = 0
         self.freed = 0
         self.last_checkpoint_s = 0.0
@@ -138,16 +139,26 @@ class SnapshotCheckpoints:
                     self._take(snapshot_id)
             (self.root / _INSTALLING).unlink(missing_ok=True)
             self._free_unlisted(rows)
+            self._known = rows
 
     def applied(self) -> None:
-        """Right after a batch that changed snapshotInfoTable applied, under apply's lock
-        with the store holding it: checkpoints new snapshots, frees deleted ones."""
+        """Right after an entry that changed snapshotInfoTable applied, before the next
+        one does (the node calls it on the apply path, the store holding exactly that
+        entry): checkpoints the snapshots it created, frees those it deleted. A snapshot
+        created earlier whose checkpoint has gone meanwhile is marked absent, never
+        checkpointed here at a later position."""
         with self._lock:
             rows = self._rows()
             for snapshot_id in rows:
-                if not self._complete(snapshot_id) and not self._absent(snapshot_id):
+                if self._complete(snapshot_id) or self._absent(snapshot_id):
+                    continue
+                if snapshot_id in self._known:
+                    self._mark_absent(snapshot_id, "its checkpoint was lost and the store "
+                                      "has moved past its position")
+                else:
                     self._take(snapshot_id)
             self._free_unlisted(rows)
+            self._known = rows
 
     def installing(self) -> None:
         """A Raft snapshot is about to replace the store."""
@@ -162,6 +173,7 @@ class SnapshotCheckpoints:
                 if not self._complete(snapshot_id) and not self._absent(snapshot_id):
                     self._mark_absent(snapshot_id, "installed a Raft snapshot taken after it")
             self._free_unlisted(rows)
+            self._known = rows
             (self.root / _INSTALLING).unlink(missing_ok=True)
 
     # -- reads (SnapshotViews) ----------------------------------------------------------
