@@ -446,3 +446,12 @@ async def test_a_checkpoint_lost_while_running_is_not_retaken_by_the_next_create
     assert node.snapshot_checkpoints.checkpoint_path(lost.snapshot_id) is None
     assert status(await lookup(node, "lost", "a")) == "INVALID_SNAPSHOT_ERROR"
     assert (await lookup(node, "next", "a")).lookup_key.key_info.data_size == 2
+
+
+@pytest.mark.parametrize("setting", ["per_bucket_max = 0", "open_max = 0",
+                                     "headroom_fraction_min = 1.0", "headroom_bytes_min = -1"])
+def test_snapshot_settings_out_of_range_are_refused(tmp_path: Path, setting: str) -> None:
+    path = tmp_path / "om.toml"
+    path.write_text(f"[snapshot]\n{setting}\n")
+    with pytest.raises(om_config.ConfigError, match=r"\[snapshot\]"):
+        om_config.load(path, data_dir=tmp_path / "data")
