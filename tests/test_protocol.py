@@ -26,6 +26,8 @@ FROZEN_STATUS = {
     "SERVER_BUSY": 1003, "REPLICA_DIVERGED": 1004, "TRANSFER_REFUSED": 1005,
     "MEMBERSHIP_REFUSED": 1006, "NO_SUCH_MULTIPART_UPLOAD_ERROR": 26, "ENTITY_TOO_SMALL": 30,
     "INVALID_PART": 55, "INVALID_PART_ORDER": 56,
+    "PREPARE_FAILED": 73, "NOT_SUPPORTED_OPERATION_WHEN_PREPARED": 74,
+    "NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION": 75,
 }
 FROZEN_TYPE = {
     "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
@@ -39,6 +41,8 @@ FROZEN_TYPE = {
     "InitiateMultiPartUpload": 45, "CommitMultiPartUpload": 46, "CompleteMultiPartUpload": 47,
     "AbortMultiPartUpload": 48, "ListMultiPartUploadParts": 50, "ListMultipartUploads": 82,
     "AbortExpiredMultiPartUploads": 127,
+    "FinalizeUpgrade": 54, "FinalizeUpgradeProgress": 55, "Prepare": 56, "PrepareStatus": 57,
+    "CancelPrepare": 58,
     "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
     "AuditReplica": 2005, "TransferLeadership": 2006, "ChangeMembership": 2007,

@@ -260,3 +260,30 @@ def list_user_certificates(start_after_user: str = "", start_after_serial: str =
         list_user_certificates=om_pb2.ListUserCertificatesRequest(
             start_after_user=start_after_user, start_after_serial=start_after_serial,
             max_rows=max_rows))
+
+
+def prepare(drain_timeout_s: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.Prepare,
+                            prepare=om_pb2.PrepareRequest(drain_timeout_s=drain_timeout_s))
+
+
+def prepare_status() -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.PrepareStatus,
+                            prepare_status=om_pb2.PrepareStatusRequest())
+
+
+def cancel_prepare() -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CancelPrepare,
+                            cancel_prepare=om_pb2.CancelPrepareRequest())
+
+
+def finalize_upgrade(upgrade_client_id: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.FinalizeUpgrade,
+                            finalize_upgrade=om_pb2.FinalizeUpgradeRequest(
+                                upgrade_client_id=upgrade_client_id))
+
+
+def finalize_upgrade_progress(upgrade_client_id: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.FinalizeUpgradeProgress,
+                            finalize_upgrade_progress=om_pb2.FinalizeUpgradeProgressRequest(
+                                upgrade_client_id=upgrade_client_id))

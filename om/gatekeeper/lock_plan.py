@@ -21,6 +21,8 @@
   row and the purge of dead rows each have one writer at a time.
 * Add/RevokeUserCertificate(s): one write lock shared by both (``USER_CERTIFICATES``),
   so a user's rows, the cap on them and the purge of expired ones have one writer.
+* Prepare, CancelPrepare, FinalizeUpgrade: one write lock shared by the three
+  (``UPGRADE``), so the marker and layout rows have one writer at a time.
 * Reads take no locks: they see applied state only.
 """
 
@@ -139,6 +141,13 @@ def _certificate_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     return (_volume(USER_CERTIFICATES, Mode.WRITE),)
 
 
+UPGRADE = "#upgrade"
+
+
+def _upgrade_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    return (_volume(UPGRADE, Mode.WRITE),)
+
+
 _PLANNERS = {
     om_pb2.CreateVolume: _volume_plan,
     om_pb2.DeleteVolume: _volume_plan,
@@ -173,6 +182,9 @@ _PLANNERS = {
     om_pb2.CancelDelegationToken: _token_plan,
     om_pb2.AddUserCertificate: _certificate_plan,
     om_pb2.RevokeUserCertificates: _certificate_plan,
+    om_pb2.Prepare: _upgrade_plan,
+    om_pb2.CancelPrepare: _upgrade_plan,
+    om_pb2.FinalizeUpgrade: _upgrade_plan,
 }
 
 

@@ -33,6 +33,18 @@ class ApplyResult:
     applied: bool          # False: already applied (replay), or a stale term's batch
     managed_index: int
     response: bytes = b""  # the old flow's response, executed in apply
+    prepared: bool = False  # the entry wrote the prepared marker (om/executor/upgrade.py)
+
+
+def writes_prepared_marker(ops: list[om_pb2.TableOp]) -> bool:
+    """Whether ``ops`` put the prepared marker; asserts they touch no other
+    transactionInfoTable row than the upgrade rows (apply writes the position)."""
+    marker = False
+    for op in ops:
+        if op.table == om_pb2.TRANSACTION_INFO:
+            assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
+            marker = marker or (op.key == tables.PREPARED_KEY and not op.delete)
+    return marker
 
 
 def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
@@ -81,15 +93,16 @@ class StateMachine:
                 return ApplyResult(position, False, self.managed_index)
             write = self.store.new_batch()
             stale = batch.term < self.term
+            prepared = False
             if not stale:
-                self._add_ops(write, batch)
+                prepared = self._add_ops(write, batch)
                 self.managed_index = max(self.managed_index, batch.managed_index)
                 self.term = batch.term
                 self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
             self.applied_index = position
             self._put_transaction_info(write)
             self.store.write(write)
-            return ApplyResult(position, not stale, self.managed_index)
+            return ApplyResult(position, not stale, self.managed_index, prepared=prepared)
 
     def seed(self, batch: om_pb2.PersistDbBatch) -> None:
         """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).
@@ -143,11 +156,15 @@ class StateMachine:
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
 
-    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> None:
+    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> bool:
+        """Adds the batch's rows to ``write``; True when they put the prepared marker."""
         store = self.store
+        prepared = False
         for op in batch.ops:
             assert op.table in tables.TABLE_NAMES
-            assert op.table != om_pb2.TRANSACTION_INFO, "only apply writes transaction info"
+            if op.table == om_pb2.TRANSACTION_INFO:
+                assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
+                prepared = prepared or (op.key == tables.PREPARED_KEY and not op.delete)
             if op.delete:
                 store.batch_delete(write, op.table, op.key)
             else:
@@ -168,6 +185,7 @@ class StateMachine:
             assert op.delete
             assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
             store.batch_delete(write, op.table, op.key)
+        return prepared
 
     @staticmethod
     def _merged_deltas(batch: om_pb2.PersistDbBatch) -> list[om_pb2.QuotaDelta]:

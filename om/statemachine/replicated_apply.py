@@ -28,7 +28,7 @@ from om.protocol import om_pb2
 from om.schema.fingerprint import fingerprint
 from om.schema.ids import RetryKey
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, add_usage
+from om.statemachine.apply import ApplyResult, add_usage, writes_prepared_marker
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, Row, WriteCache
@@ -94,20 +94,21 @@ class ReplicatedStateMachine:
             stale = message.term < self.term
             writes: list[tuple[Row, bytes | None]] = []
             response = b""
+            prepared = False
             if not stale:
                 if isinstance(message, om_pb2.PersistDbBatch):
                     assert not message.ops, "only a leader's empty barrier batch is expected"
                 else:
-                    writes, response = self._execute(position, message)
+                    writes, response, prepared = self._execute(position, message)
                 self.term = message.term
                 self.managed_index = max(self.managed_index, message.managed_index)
                 self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
             self.applied_index = position
             self.double_buffer.add(Transaction(position, writes, self._info()))
-            return ApplyResult(position, not stale, self.managed_index, response)
+            return ApplyResult(position, not stale, self.managed_index, response, prepared)
 
     def _execute(self, position: int, message: om_pb2.ReplicatedRequest
-                 ) -> tuple[list[tuple[Row, bytes | None]], bytes]:
+                 ) -> tuple[list[tuple[Row, bytes | None]], bytes, bool]:
         request = message.request
         ctx = ExecContext(request.user, message.managed_index, message.timestamp_ms,
                           NoReservations(), self.limits)
@@ -129,7 +130,7 @@ class ReplicatedStateMachine:
                 self.cache.put(change.table, change.key, updated, position)
         self.retry.remember((request.client_id, request.call_id), response,
                             message.timestamp_ms, fingerprint(request))
-        return writes, response
+        return writes, response, writes_prepared_marker(recorder.ops)
 
     def _info(self) -> om_pb2.TransactionInfo:
         return om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
