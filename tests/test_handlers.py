@@ -190,8 +190,8 @@ UPGRADE_REQUESTS = {"Prepare", "PrepareStatus", "CancelPrepare", "FinalizeUpgrad
 class TestDispatch:
     def test_registry_serves_exactly_the_listed_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {
-            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS | CERTIFICATE_REQUESTS \
-            | UPGRADE_REQUESTS
+            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS \
+            | CERTIFICATE_REQUESTS | UPGRADE_REQUESTS
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
             READS | MULTIPART_READS | {"ListUserCertificates", "PrepareStatus",
                                        "FinalizeUpgradeProgress"})
