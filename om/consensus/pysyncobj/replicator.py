@@ -180,9 +180,9 @@ class RaftReplicator:
         return status_of(result, reason)
 
     def compact_log(self) -> None:
-        """Asks Raft to snapshot and compact its journal at its next tick (pysyncobj's
-        forceLogCompaction only sets a flag the tick thread reads)."""
-        self._raft.forceLogCompaction()
+        """Asks Raft to snapshot and compact its journal at its next tick (only flags the
+        tick thread reads are set)."""
+        self._raft.om_compact_now()
 
     def transfer_leadership(self) -> None:
         """Asks the tick thread to hand leadership to a caught-up follower (best effort:
