@@ -5,8 +5,9 @@ software's, so multipart uploads (layout 2) are refused until finalized. One
 scenario per flow, in order: prepare with the CLI (every node applies the marker and
 compacts its log), writes refused with Ozone's 74 and nothing written while reads go
 on, prepare twice, finalize refused while prepared; the prepared state outlives a
-leader's death and a full restart; cancel lifts it (cancel again says so); a
-finalize whose leader is killed as it is sent (a follower down too, so it may not
+leader's death and a full restart; cancel lifts it (cancel again says so); a Prepare
+whose leader is killed as it is sent ends prepared on every node (the client's retry);
+a finalize whose leader is killed as it is sent (a follower down too, so it may not
 commit) converges: after the restart one finalize answers and every node reports
 the software's layout. At the end every replica holds the same bytes.
 """
@@ -145,6 +146,31 @@ def test_prepare_restart_leader_change_cancel_and_finalize(
         code, out = cli(capsys, cluster, "cancelprepare")
         assert code == 0, out
         assert "was not prepared" in out
+
+        # a Prepare whose leader is killed as it is sent: the client's retry (same call
+        # id) is answered by the next leader, and every node ends prepared
+        leader = harness.leader_id(cluster)
+        answers: list[om_pb2.OMResponse] = []
+
+        def prepare_once() -> None:
+            with harness.client(cluster, deadline_s=40.0) as patient:
+                answers.append(patient.call_raw(build.prepare()))
+
+        sender = threading.Thread(target=prepare_once)
+        sender.start()
+        time.sleep(0.05)
+        cluster.kill_node(leader)
+        sender.join(timeout=60)
+        assert not sender.is_alive()
+        assert [a.status for a in answers] == [om_pb2.OK], answers
+        cluster.start_node(leader)
+        cluster.wait_ready(60)
+        harness.wait_converged(cluster)
+        assert {a.prepare_status.status for a in each_node(cluster, build.prepare_status())} \
+            == {om_pb2.PREPARE_COMPLETED}
+        assert_refused_while_prepared(om, "k5")
+        assert om.cancel_prepare().was_prepared
+
         code, out = cli(capsys, cluster, "finalizationstatus")
         assert code == 0, out
         assert out.count("FINALIZATION_REQUIRED") == 3, out
