@@ -14,6 +14,7 @@ import pytest
 from om.client import requests as build
 from om.executor import upgrade
 from om.gatekeeper.authorize import AclPolicy
+from om.integrity import auditor
 from om.node.node import init_layout
 from om.protocol import om_pb2
 from om.schema import tables
@@ -94,6 +95,13 @@ class TestPrepare:
         keys = {key for key, _ in om.store.iterate(om_pb2.TRANSACTION_INFO)}
         assert keys == {tables.TRANSACTION_INFO_KEY, tables.PREPARED_KEY,
                         tables.LAYOUT_VERSION_KEY}
+        assert auditor.audit(om.store, auditor.AuditConfig()).violations == ()
+        bad = om.store.new_batch()
+        om.store.batch_put(bad, om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY,
+                           om_pb2.LayoutVersion(version=SLV + 1).SerializeToString())
+        om.store.write(bad)
+        (violation,) = auditor.audit(om.store, auditor.AuditConfig()).violations
+        assert "LayoutVersion" in violation.detail
 
 
 class TestLayout:
