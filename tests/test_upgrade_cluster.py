@@ -150,11 +150,11 @@ def test_prepare_restart_leader_change_cancel_and_finalize(
         # a Prepare whose leader is killed as it is sent: the client's retry (same call
         # id) is answered by the next leader, and every node ends prepared
         leader = harness.leader_id(cluster)
-        answers: list[om_pb2.OMResponse] = []
+        prepared: list[om_pb2.OMResponse] = []
 
         def prepare_once() -> None:
             with harness.client(cluster, deadline_s=40.0) as patient:
-                answers.append(patient.call_raw(build.prepare()))
+                prepared.append(patient.call_raw(build.prepare()))
 
         sender = threading.Thread(target=prepare_once)
         sender.start()
@@ -162,7 +162,7 @@ def test_prepare_restart_leader_change_cancel_and_finalize(
         cluster.kill_node(leader)
         sender.join(timeout=60)
         assert not sender.is_alive()
-        assert [a.status for a in answers] == [om_pb2.OK], answers
+        assert [a.status for a in prepared] == [om_pb2.OK], prepared
         cluster.start_node(leader)
         cluster.wait_ready(60)
         harness.wait_converged(cluster)
