@@ -258,6 +258,19 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Upgrade:
+    """Layout versions (om/executor/upgrade.py, docs/OPERATIONS.md *Upgrade*).
+
+    ``init_layout_version``: the metadata layout version a *new* store starts at (Ozone's
+    ``ozone.om.init.default.layout.version``); -1 (default): the software's own, every
+    feature on. A store that exists keeps its version whatever this says; only
+    ``om admin om finalizeupgrade`` raises it. Set it lower to start a cluster as an
+    older release would have made it (tests, or a rolling start next to older nodes)."""
+
+    init_layout_version: int = -1
+
+
+@dataclass(frozen=True)
 class Auditor:
     """The periodic report-only auditor (``om.integrity.periodic``), on followers only.
 
@@ -331,6 +344,7 @@ class ServerConfig:
     purge: Purge = field(default_factory=Purge)
     fso: Fso = field(default_factory=Fso)
     snapshot: Snapshot = field(default_factory=Snapshot)
+    upgrade: Upgrade = field(default_factory=Upgrade)
     tls: Tls = field(default_factory=Tls)
     tokens: Tokens = field(default_factory=Tokens)
 
@@ -380,6 +394,9 @@ class ServerConfig:
         if self.fso.lock_plan not in FSO_LOCK_PLANS:
             raise ConfigError(f"[fso] lock_plan must be one of {FSO_LOCK_PLANS}, not "
                               f"{self.fso.lock_plan!r}")
+        if self.upgrade.init_layout_version < -1:
+            raise ConfigError("[upgrade] init_layout_version must be -1 (the software's) "
+                              f"or a layout version, not {self.upgrade.init_layout_version}")
         if not 0 <= self.workers <= WORKERS_MAX:
             raise ConfigError(f"workers must be 0 (from the cores) to {WORKERS_MAX}, "
                               f"not {self.workers}")
@@ -509,7 +526,8 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
                           ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens),
-                          ("purge", Purge), ("fso", Fso), ("snapshot", Snapshot)):
+                          ("purge", Purge), ("fso", Fso), ("snapshot", Snapshot),
+                          ("upgrade", Upgrade)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

@@ -461,6 +461,10 @@ class TestEachRightIsEnforced:
         fs = set(FS_RULES) | {"PurgeDirectories", "PurgeKeys", "DeleteOpenKeys"}
         administrators = {"AddUserCertificate", "RevokeUserCertificates",
                           "ListUserCertificates"}
+        # prepare, cancel and finalize for administrators, their status reads for anyone
+        # (tests/test_upgrade.py)
+        administrators |= {"Prepare", "CancelPrepare", "FinalizeUpgrade", "PrepareStatus",
+                           "FinalizeUpgradeProgress"}
         # the requests about an upload in progress: tests/test_multipart.py (WRITE on the
         # key, a part's commit on its open key; READ to list the parts); the leader's expiry
         # needs no right

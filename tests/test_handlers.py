@@ -189,14 +189,19 @@ MULTIPART_READS = {"ListMultiPartUploadParts", "ListMultipartUploads"}
 SNAPSHOT_READS = {"GetSnapshotInfo", "ListSnapshot", "SnapshotDiff"}
 # outside the namespace too: tests/test_user_certificates.py
 CERTIFICATE_REQUESTS = {"AddUserCertificate", "RevokeUserCertificates", "ListUserCertificates"}
+# prepare and upgrade: tests/test_upgrade.py
+UPGRADE_REQUESTS = {"Prepare", "PrepareStatus", "CancelPrepare", "FinalizeUpgrade",
+                    "FinalizeUpgradeProgress"}
 
 
 class TestDispatch:
     def test_registry_serves_exactly_the_listed_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {
-            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS | CERTIFICATE_REQUESTS
+            n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS \
+            | CERTIFICATE_REQUESTS | UPGRADE_REQUESTS
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
-            READS | MULTIPART_READS | SNAPSHOT_READS | {"ListUserCertificates"})
+            READS | MULTIPART_READS | SNAPSHOT_READS | {"ListUserCertificates", "PrepareStatus",
+                                                        "FinalizeUpgradeProgress"})
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
 

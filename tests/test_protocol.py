@@ -27,6 +27,8 @@ FROZEN_STATUS = {
     "MEMBERSHIP_REFUSED": 1006, "NO_SUCH_MULTIPART_UPLOAD_ERROR": 26, "ENTITY_TOO_SMALL": 30,
     "INVALID_PART": 55, "INVALID_PART_ORDER": 56, "INVALID_SNAPSHOT_ERROR": 87,
     "CONTAINS_SNAPSHOT": 88,
+    "PREPARE_FAILED": 73, "NOT_SUPPORTED_OPERATION_WHEN_PREPARED": 74,
+    "NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION": 75,
 }
 FROZEN_TYPE = {
     "CreateVolume": 11, "SetVolumeProperty": 12, "InfoVolume": 14, "DeleteVolume": 15,
@@ -42,6 +44,8 @@ FROZEN_TYPE = {
     "AbortExpiredMultiPartUploads": 127,
     "CreateSnapshot": 112, "ListSnapshot": 113, "SnapshotDiff": 114, "DeleteSnapshot": 115,
     "GetSnapshotInfo": 130,
+    "FinalizeUpgrade": 54, "FinalizeUpgradeProgress": 55, "Prepare": 56, "PrepareStatus": 57,
+    "CancelPrepare": 58,
     "PersistDb": 138,
     "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
     "AuditReplica": 2005, "TransferLeadership": 2006, "ChangeMembership": 2007,

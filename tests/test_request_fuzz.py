@@ -418,6 +418,11 @@ def check(target: Target, payload: bytes, sent: om_pb2.OMRequest | None) -> om_p
             f"a refusal applied entries: {shown!r} -> {response}"
     if sent is not None:
         target.learn(sent, response)
+    if response.status == om_pb2.OK and response.HasField("prepare"):
+        # prepared, the node refuses every write: lift it, so the fuzz goes on writing
+        target.ok(om_pb2.OMRequest(cmd_type=om_pb2.CancelPrepare, user=ADMIN,
+                                   cancel_prepare=om_pb2.CancelPrepareRequest()))
+        target.applied = target.applied_index()
     return response
 
 

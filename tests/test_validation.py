@@ -97,6 +97,8 @@ WELL_FORMED: list[om_pb2.OMRequest] = [
                          uploads=[om_pb2.MultipartUploadRef(volume=V, bucket=B, key=K,
                                                             upload_id="9")],
                          created_before_ms=1)),
+    build.prepare(600), build.prepare_status(), build.cancel_prepare(),
+    build.finalize_upgrade("admin-cli"), build.finalize_upgrade_progress(),
 ]
 
 
@@ -294,6 +296,11 @@ REFUSED: list[tuple[str, om_pb2.OMRequest, str, str]] = [
      "INVALID_TOKEN", "cancel_delegation_token.token"),
     ("token-size", stamped(build.cancel_delegation_token(token(service="s" * 5000))),
      "INVALID_TOKEN", "cancel_delegation_token.token"),
+    ("drain-timeout", stamped(build.prepare(601)), "INVALID_REQUEST", "prepare.drain_timeout_s"),
+    ("upgrade-client", stamped(build.finalize_upgrade("a\x00b")), "INVALID_REQUEST",
+     "finalize_upgrade.upgrade_client_id"),
+    ("upgrade-client-long", stamped(build.finalize_upgrade_progress("c" * 257)),
+     "INVALID_REQUEST", "finalize_upgrade_progress.upgrade_client_id"),
 ]
 
 

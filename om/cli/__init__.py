@@ -11,6 +11,7 @@ from om.cli import (
     admin,
     admin_membership,
     admin_transfer,
+    admin_upgrade,
     admin_user,
     audit,
     bench,
@@ -41,10 +42,11 @@ def parser() -> argparse.ArgumentParser:
     audit.register(admin_actions)
     admin_user.register(admin_actions)
     ring_actions = admin_actions.add_parser(
-        "om", help="the OM ring: leadership transfer, membership").add_subparsers(
-        dest="om_action", required=True)
+        "om", help="the OM ring: leadership transfer, membership, prepare and "
+        "upgrade").add_subparsers(dest="om_action", required=True)
     admin_transfer.register(ring_actions)
     admin_membership.register(ring_actions)
+    admin_upgrade.register(ring_actions)
     cluster.register(commands)
     freon.register(commands)
     bench.register(commands)

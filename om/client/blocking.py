@@ -335,3 +335,29 @@ class OMClient(ClientIdentity):
     def cancel_delegation_token(self, token: om_pb2.TokenProto) -> None:
         """Cancels ``token`` (this client's user must be its owner or renewer)."""
         self.call(build.cancel_delegation_token(token))
+
+    def prepare(self, drain_timeout_s: int = 0) -> om_pb2.PrepareResponse:
+        """Prepares the cluster for an upgrade (administrators): writes stop until
+        ``cancel_prepare``; the answer names the index it was prepared at."""
+        return self.call(build.prepare(drain_timeout_s)).prepare
+
+    def prepare_status(self, local: bool = False) -> om_pb2.PrepareStatusResponse:
+        """Whether the cluster is prepared (``local``: as the node asked has applied)."""
+        request = build.prepare_status()
+        request.local_read = local
+        return self.call(request).prepare_status
+
+    def cancel_prepare(self) -> om_pb2.CancelPrepareResponse:
+        """Lifts a prepare (administrators); was_prepared is False when there was none."""
+        return self.call(build.cancel_prepare()).cancel_prepare
+
+    def finalize_upgrade(self, upgrade_client_id: str = "") -> om_pb2.FinalizeUpgradeResponse:
+        """Turns on every layout feature of the software (administrators)."""
+        return self.call(build.finalize_upgrade(upgrade_client_id)).finalize_upgrade
+
+    def finalize_upgrade_progress(self, local: bool = False
+                                  ) -> om_pb2.FinalizeUpgradeProgressResponse:
+        """The layout versions and each feature's state (``local``: the node asked)."""
+        request = build.finalize_upgrade_progress()
+        request.local_read = local
+        return self.call(request).finalize_upgrade_progress

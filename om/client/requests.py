@@ -303,3 +303,28 @@ def snapshot_diff(volume: str, bucket: str, from_snapshot: str, to_snapshot: str
 def snapshot_key(name: str, key: str = "") -> str:
     """The key name that reads ``key`` in snapshot ``name`` (Ozone's ``.snapshot/NAME/``)."""
     return f".snapshot/{name}/{key}"
+def prepare(drain_timeout_s: int = 0) -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.Prepare,
+                            prepare=om_pb2.PrepareRequest(drain_timeout_s=drain_timeout_s))
+
+
+def prepare_status() -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.PrepareStatus,
+                            prepare_status=om_pb2.PrepareStatusRequest())
+
+
+def cancel_prepare() -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.CancelPrepare,
+                            cancel_prepare=om_pb2.CancelPrepareRequest())
+
+
+def finalize_upgrade(upgrade_client_id: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.FinalizeUpgrade,
+                            finalize_upgrade=om_pb2.FinalizeUpgradeRequest(
+                                upgrade_client_id=upgrade_client_id))
+
+
+def finalize_upgrade_progress(upgrade_client_id: str = "") -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.FinalizeUpgradeProgress,
+                            finalize_upgrade_progress=om_pb2.FinalizeUpgradeProgressRequest(
+                                upgrade_client_id=upgrade_client_id))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from om.executor import fso_keys, multipart, snapshots
+from om.executor import fso_keys, multipart, snapshots, upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -128,6 +128,12 @@ KINDS: dict[int, RequestKind] = dict([
           revoke_user_certificates.execute),
     _kind(om_pb2.ListUserCertificates, "list_user_certificates", False,
           list_user_certificates.execute),
+    _kind(om_pb2.Prepare, "prepare", True, upgrade.prepare),
+    _kind(om_pb2.PrepareStatus, "prepare_status", False, upgrade.prepare_status),
+    _kind(om_pb2.CancelPrepare, "cancel_prepare", True, upgrade.cancel_prepare),
+    _kind(om_pb2.FinalizeUpgrade, "finalize_upgrade", True, upgrade.finalize_upgrade),
+    _kind(om_pb2.FinalizeUpgradeProgress, "finalize_upgrade_progress", False,
+          upgrade.finalize_upgrade_progress),
 ])
 
 

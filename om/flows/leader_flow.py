@@ -101,8 +101,9 @@ class LeaderService(RequestService):
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
                                       self.metrics.batches)
         self._sweeper: asyncio.Task[None] | None = None
-        self.purger = Purger(store, self.submit, lambda: self.role().ready,
-                                      config.purge, PURGE_USER)
+        self.purger = Purger(store, self.submit,
+                             lambda: self.role().ready and not self.prepare_gate_closed(),
+                             config.purge, PURGE_USER)
         self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -280,8 +281,9 @@ class LeaderService(RequestService):
             was_ready = ready
 
     def sweep_expired(self) -> int:
-        """Queues deletes of expired retry-cache rows; returns how many rows."""
-        if not self._replicator.role().ready:
+        """Queues deletes of expired retry-cache rows; returns how many rows. Paused
+        while prepared: a prepared store changes by no write but CancelPrepare."""
+        if not self._replicator.role().ready or self.prepare_gate_closed():
             return 0
         deletes = expired_row_deletes(self._store, self.clock_ms(),
                                       self.config.retry.expiry_ms, self.config.sweep_rows_max)

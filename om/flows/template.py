@@ -17,10 +17,14 @@ was done yet that would need undoing):
  5. writes: retry cache: committed before? -> the stored response, if it is the same
             request (fingerprint), else INVALID_REQUEST;
             in flight? -> wait for the original (the same request) or refuse
- 6. admission: in-flight limit       -> SERVER_BUSY
- 7. authorize                        -> PERMISSION_DENIED
- 8. the flow's own write path (``_start_write``), which ends the write with
-    ``_end_write`` exactly once, whatever the outcome
+ 6. upgrade gate (om/executor/upgrade.py): prepared (or a Prepare draining), any
+    write but Prepare and CancelPrepare -> NOT_SUPPORTED_OPERATION_WHEN_PREPARED;
+    a feature newer than the finalized layout -> NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION
+ 7. admission: in-flight limit       -> SERVER_BUSY
+ 8. authorize                        -> PERMISSION_DENIED
+ 9. the flow's own write path (``_start_write``), which ends the write with
+    ``_end_write`` exactly once, whatever the outcome; a Prepare first closes the
+    gate and waits (bounded) for every other write in flight to end -> PREPARE_FAILED
 
 All of it runs synchronously in ``submit``, which the server calls from its
 ``data_received``: what one loop iteration received is processed as a group,
@@ -52,6 +56,7 @@ from typing import Any
 
 from om.config import READ_LINEARIZABLE, READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
+from om.executor import upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import (
     ExecContext,
@@ -224,6 +229,8 @@ class RequestService(abc.ABC):
         # the node's OM snapshot checkpoints, for handlers (reads of a snapshot, a
         # create's disk headroom); None: no snapshot can be read (tests without a node)
         self.snapshot_views: SnapshotViews | None = None
+        self._preparing = False   # a Prepare closed the gate and waits for the writes in flight
+        self._drained: asyncio.Event | None = None   # set when only the Prepare is in flight
 
     # -- what a subclass provides -------------------------------------------------------
 
@@ -349,6 +356,11 @@ class RequestService(abc.ABC):
                 self.spawn(self._answer_as_original(request, peer, answer, trace,
                                                     original.wait()))
             return
+        gate = self._upgrade_refusal(request)
+        if gate is not None:
+            self._end(request, peer, answer, trace,
+                      error_response(request, gate.status, gate.message))
+            return
         if len(self._originals) >= self._in_flight_max:
             self._end(request, peer, answer, trace, error_response(
                 request, om_pb2.SERVER_BUSY,
@@ -362,7 +374,70 @@ class RequestService(abc.ABC):
             return
         write = Write(request, peer, answer, trace, key, request_fingerprint)
         self._originals[key] = write
+        if request.cmd_type == om_pb2.Prepare:
+            self._start_prepare(write)
+        else:
+            self._start_write(write)
+
+    # -- prepare (om/executor/upgrade.py) -------------------------------------------------
+
+    def prepare_gate_closed(self) -> bool:
+        """Whether writes are refused: the cluster is prepared (the marker in applied
+        state), or a Prepare here waits for the writes in flight. The leader's own
+        system writes (purges, retry-cache expiry) pause meanwhile too."""
+        return self._preparing or upgrade.prepared(self._view()) is not None
+
+    def _upgrade_refusal(self, request: om_pb2.OMRequest) -> OMError | None:
+        """Step 6: the prepare gate, then the layout's request validator."""
+        if request.cmd_type not in upgrade.ALLOWED_WHEN_PREPARED:
+            if self._preparing:
+                return OMError(om_pb2.NOT_SUPPORTED_OPERATION_WHEN_PREPARED,
+                               f"{om_pb2.Type.Name(request.cmd_type)}: the OM is being "
+                               "prepared for an upgrade and accepts no write but CancelPrepare")
+            marker = upgrade.prepared(self._view())
+            if marker is not None:
+                return upgrade.prepared_refusal(request, marker)
+        return upgrade.layout_refusal(request, self._view())
+
+    def _start_prepare(self, write: Write) -> None:
+        """Closes the gate, then runs the Prepare once every other write in flight
+        ended; PREPARE_FAILED (and the gate open again) if they did not in time."""
+        if self._preparing:
+            self._end_unstarted(write, error_response(
+                write.request, om_pb2.PREPARE_FAILED,
+                "another Prepare is waiting for the writes in flight; ask again later"))
+            return
+        self._preparing = True
+        self.spawn(self._prepare_when_drained(write))
+
+    async def _prepare_when_drained(self, write: Write) -> None:
+        timeout_s = upgrade.drain_timeout_s(write.request.prepare)
+        self._drained = asyncio.Event()
+        try:
+            if len(self._originals) > 1:
+                await asyncio.wait_for(self._drained.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        except BaseException:      # cancelled at shutdown
+            self._preparing = False
+            self._end_unstarted(write, error_response(
+                write.request, om_pb2.LEADER_NOT_READY,
+                f"OM:{self.node_id} is shutting down; retry"))
+            raise
+        if len(self._originals) > 1:
+            self._preparing = False
+            self._end_unstarted(write, error_response(
+                write.request, om_pb2.PREPARE_FAILED,
+                f"{len(self._originals) - 1} writes still in flight after {timeout_s} s; "
+                "the OM is not prepared (writes are accepted again)"))
+            return
         self._start_write(write)
+
+    def _end_unstarted(self, write: Write, response: om_pb2.OMResponse) -> None:
+        """Ends an admitted write that never reached the flow's write path."""
+        self._forget(write)
+        write.settle_waiters(response)
+        self._end(write.request, write.peer, write.answer, write.trace, response)
 
     async def _answer_as_original(self, request: om_pb2.OMRequest, peer: str, answer: Answer,
                                   trace: Trace, original: asyncio.Future[om_pb2.OMResponse],
@@ -382,9 +457,17 @@ class RequestService(abc.ABC):
         """Ends an admitted write: the flow's bookkeeping, retries waiting for it,
         metrics, audit and trace, then the answer."""
         self._write_ended(write, committed)
-        del self._originals[write.key]
+        if write.request.cmd_type == om_pb2.Prepare:
+            self._preparing = False   # committed: the marker is applied here and shuts the gate
+        self._forget(write)
         write.settle_waiters(response)
         self._end(write.request, write.peer, write.answer, write.trace, response)
+
+    def _forget(self, write: Write) -> None:
+        """Drops an ended write from those in flight; wakes a Prepare waiting for them."""
+        del self._originals[write.key]
+        if self._preparing and len(self._originals) <= 1 and self._drained is not None:
+            self._drained.set()
 
     def _end(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,
              response: om_pb2.OMResponse) -> None:
@@ -467,6 +550,9 @@ class RequestService(abc.ABC):
         started = time.perf_counter_ns()
         response = dispatch(request, self._view(), ChangeRecorder(),
                             self.context(request, 0, self.clock_ms()))
+        if (self._preparing and response.HasField("prepare_status")
+                and response.prepare_status.status == om_pb2.NOT_PREPARED):
+            response.prepare_status.status = om_pb2.PREPARE_GATE_ENABLED
         trace.execute_ns = time.perf_counter_ns() - started
         return response
 

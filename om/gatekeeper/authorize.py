@@ -48,6 +48,11 @@ GetAcl                 READ_ACL on the object
                        checks who may renew or cancel)
 *UserCertificate(s)    administrators only (``ADMIN_ONLY``: om admin
                        user add | revoke | list; deny lists first)
+Prepare, CancelPrepare administrators only (``ADMIN_ONLY``: om admin om
+FinalizeUpgrade        prepare | cancelprepare | finalizeupgrade)
+PrepareStatus,         none: anyone may ask
+FinalizeUpgrade-
+Progress
 =====================  ==========================================
 
 Each (object, right) is decided as Ozone's ``OzoneAclUtils.checkAllAcls`` and
@@ -269,13 +274,17 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.GetDelegationToken: lambda body: (),
     om_pb2.RenewDelegationToken: lambda body: (),
     om_pb2.CancelDelegationToken: lambda body: (),
+    om_pb2.PrepareStatus: lambda body: (),
+    om_pb2.FinalizeUpgradeProgress: lambda body: (),
 }
 
 
 # Requests about no object, that only an administrator may send: the user
-# certificates (om/executor/user_certificates.py).
+# certificates (om/executor/user_certificates.py); prepare, cancel and finalize
+# (om/executor/upgrade.py: Ozone lets only OM administrators run them).
 ADMIN_ONLY = frozenset({om_pb2.AddUserCertificate, om_pb2.RevokeUserCertificates,
-                        om_pb2.ListUserCertificates})
+                        om_pb2.ListUserCertificates, om_pb2.Prepare, om_pb2.CancelPrepare,
+                        om_pb2.FinalizeUpgrade})
 
 
 def needs_of(request: om_pb2.OMRequest) -> tuple[Need, ...]:

@@ -23,6 +23,8 @@
   so a user's rows, the cap on them and the purge of expired ones have one writer.
 * Create/DeleteSnapshot: volume read + bucket write, as a bucket property change: the
   create is a barrier for the bucket's writes (no write of it shares the create's batch).
+* Prepare, CancelPrepare, FinalizeUpgrade: one write lock shared by the three
+  (``UPGRADE``), so the marker and layout rows have one writer at a time.
 * Reads take no locks: they see applied state only.
 """
 
@@ -143,6 +145,13 @@ def _certificate_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
     return (_volume(USER_CERTIFICATES, Mode.WRITE),)
 
 
+UPGRADE = "#upgrade"
+
+
+def _upgrade_plan(request: om_pb2.OMRequest) -> tuple[LockRequest, ...]:
+    return (_volume(UPGRADE, Mode.WRITE),)
+
+
 _PLANNERS = {
     om_pb2.CreateVolume: _volume_plan,
     om_pb2.DeleteVolume: _volume_plan,
@@ -182,6 +191,9 @@ _PLANNERS = {
     om_pb2.CancelDelegationToken: _token_plan,
     om_pb2.AddUserCertificate: _certificate_plan,
     om_pb2.RevokeUserCertificates: _certificate_plan,
+    om_pb2.Prepare: _upgrade_plan,
+    om_pb2.CancelPrepare: _upgrade_plan,
+    om_pb2.FinalizeUpgrade: _upgrade_plan,
 }
 
 

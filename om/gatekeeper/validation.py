@@ -59,6 +59,8 @@ parts                 a complete's list: 1 to 10,000 parts, each with a INVALID_
                       ``PART_NAME_MAX_BYTES`` (their order and their
                       being committed are the handler's: Ozone's
                       INVALID_PART_ORDER, INVALID_PART)
+drain_timeout_s       a Prepare's wait: 0 (60 s) to 600 s               INVALID_REQUEST
+upgrade_client_id     as client_id                                      INVALID_REQUEST
 uploads               an expiry step: 1 to ``multipart.UPLOADS_MAX``    INVALID_REQUEST, a
                       uploads, each named validly                       name's status
 obj (OzoneObj)        VOLUME, BUCKET or KEY naming exactly its parts,   INVALID_REQUEST, a
@@ -86,7 +88,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from om.executor import multipart, names, snapshots, user_certificates
+from om.executor import multipart, names, snapshots, upgrade, user_certificates
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.fs import FSO, LAYOUTS, OBS
@@ -426,6 +428,14 @@ def acl_list(entries: Any, limits: Limits) -> Refusal | None:
     return None
 
 
+def drain_timeout(value: int, limits: Limits) -> Refusal | None:
+    """A Prepare's wait for the writes in flight: 0 (the default) to the maximum."""
+    if value > upgrade.DRAIN_TIMEOUT_MAX_S:
+        return om_pb2.INVALID_REQUEST, (f"{value} s is more than the "
+                                        f"{upgrade.DRAIN_TIMEOUT_MAX_S} s a Prepare may wait")
+    return None
+
+
 def token(value: om_pb2.TokenProto, limits: Limits) -> Refusal | None:
     """A delegation token's shape (its signature and dates are the handler's)."""
     if value.ByteSize() > TOKEN_MAX_BYTES:
@@ -525,6 +535,12 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.ListUserCertificates: {"start_after_user": certificate_user_or_empty,
                                   "start_after_serial": serial_or_empty,
                                   "max_rows": certificate_rows},
+    # prepare and upgrade (administrators only, om/executor/upgrade.py)
+    om_pb2.Prepare: {"drain_timeout_s": drain_timeout},
+    om_pb2.PrepareStatus: {},
+    om_pb2.CancelPrepare: {},
+    om_pb2.FinalizeUpgrade: {"upgrade_client_id": client_id},
+    om_pb2.FinalizeUpgradeProgress: {"upgrade_client_id": client_id},
 }
 
 

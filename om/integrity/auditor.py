@@ -50,6 +50,7 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from om.executor import upgrade
 from om.executor.fs import is_fso
 from om.executor.quota import replicated_size
 from om.integrity import fs_audit, merkle
@@ -371,6 +372,14 @@ def _check_expiry(view: ReadView, key: bytes, value: bytes, facts: _Facts) -> Pr
 
 def _check_transaction_info(view: ReadView, key: bytes, value: bytes,
                             facts: _Facts) -> Problems:
+    if key == tables.PREPARED_KEY:
+        marker = _parse(om_pb2.PrepareMarker, value)
+        return {} if marker is not None else {ROW_MALFORMED: _malformed("PrepareMarker", marker)}
+    if key == tables.LAYOUT_VERSION_KEY:
+        layout = _parse(om_pb2.LayoutVersion, value)
+        if layout is None or layout.version > upgrade.SOFTWARE_LAYOUT_VERSION:
+            return {ROW_MALFORMED: _malformed("LayoutVersion", layout)}
+        return {}
     info = _parse(om_pb2.TransactionInfo, value)
     if info is None or key != tables.TRANSACTION_INFO_KEY:
         return {ROW_MALFORMED: _malformed("TransactionInfo", info)}

@@ -18,12 +18,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 
-from om.config import ServerConfig
+from om.config import ConfigError, ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
-from om.executor import tokens, user_certificates
+from om.executor import tokens, upgrade, user_certificates
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, error_response
@@ -118,6 +118,27 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
     )
 
 
+def init_layout(store: Store, version: int) -> None:
+    """Starts a new store (nothing applied, no layout row) at layout ``version`` when it
+    is below the software's ([upgrade] init_layout_version; -1: the software's, the
+    default, which needs no row). Every node of a new cluster writes the same row before
+    its first entry, so replicas stay identical; a store that exists keeps its own."""
+    if version > upgrade.SOFTWARE_LAYOUT_VERSION:
+        raise ConfigError(f"[upgrade] init_layout_version {version} is newer than this "
+                          f"software's layout {upgrade.SOFTWARE_LAYOUT_VERSION}")
+    if version < 0 or version == upgrade.SOFTWARE_LAYOUT_VERSION:
+        return
+    if (store.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY) is not None
+            or store.get(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY) is not None):
+        return
+    batch = store.new_batch()
+    store.batch_put(batch, om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY,
+                    upgrade.layout_row(version))
+    store.write(batch)
+    logger.warning("a new store starts at layout %d of %d: features above it are refused "
+                   "until om admin om finalizeupgrade", version, upgrade.SOFTWARE_LAYOUT_VERSION)
+
+
 class Node:
     """The parts of one OM process, from store to leader service."""
 
@@ -142,6 +163,7 @@ class Node:
         self.store = Store(config.node_data_dir / "db",
                            sync_writes=config.raft.fsync and len(config.nodes) == 1,
                            wal=not config.unsafe_store_without_wal)
+        init_layout(self.store, config.upgrade.init_layout_version)
         settings = leader_config(config)
         self.handler_limits = settings.limits
         self.metrics = NodeMetrics()
@@ -233,6 +255,10 @@ class Node:
                 self.state_machine.quiesce()
                 self.snapshot_checkpoints.applied()
             self.integrity.after_apply(position, entry, result)
+            if result.prepared and self.raft is not None:
+                # Ozone's prepare: every node takes a snapshot and compacts its log at
+                # the marker, so the new software starts from a snapshot, not old entries
+                self.raft.compact_log()
             return result
         except BaseException as error:
             logger.critical("cannot apply committed entry at position %d to %s: %s: stopping "

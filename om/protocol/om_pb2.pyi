@@ -85,6 +85,14 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     QUOTA_EXCEEDED: _Status.ValueType  # 66
     QUOTA_ERROR: _Status.ValueType  # 67
     DIRECTORY_NOT_EMPTY: _Status.ValueType  # 68
+    PREPARE_FAILED: _Status.ValueType  # 73
+    """Prepare and upgrade (om/executor/upgrade.py, om admin om prepare | finalizeupgrade):
+    a Prepare whose writes in flight did not drain in time; a write while the cluster
+    is prepared (only CancelPrepare and Prepare pass); a request of a layout feature
+    newer than the finalized layout (Ozone's name, without "TO").
+    """
+    NOT_SUPPORTED_OPERATION_WHEN_PREPARED: _Status.ValueType  # 74
+    NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION: _Status.ValueType  # 75
     RENAME_OPEN_FILE: _Status.ValueType  # 90
     UNAUTHORIZED: _Status.ValueType  # 91
     """A client certificate the OM no longer accepts: revoked (om admin user revoke,
@@ -172,6 +180,14 @@ NOT_SUPPORTED_OPERATION: Status.ValueType  # 64
 QUOTA_EXCEEDED: Status.ValueType  # 66
 QUOTA_ERROR: Status.ValueType  # 67
 DIRECTORY_NOT_EMPTY: Status.ValueType  # 68
+PREPARE_FAILED: Status.ValueType  # 73
+"""Prepare and upgrade (om/executor/upgrade.py, om admin om prepare | finalizeupgrade):
+a Prepare whose writes in flight did not drain in time; a write while the cluster
+is prepared (only CancelPrepare and Prepare pass); a request of a layout feature
+newer than the finalized layout (Ozone's name, without "TO").
+"""
+NOT_SUPPORTED_OPERATION_WHEN_PREPARED: Status.ValueType  # 74
+NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION: Status.ValueType  # 75
 RENAME_OPEN_FILE: Status.ValueType  # 90
 UNAUTHORIZED: Status.ValueType  # 91
 """A client certificate the OM no longer accepts: revoked (om admin user revoke,
@@ -250,6 +266,14 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     DeleteSnapshot: _Type.ValueType  # 115
     GetSnapshotInfo: _Type.ValueType  # 130
     ServiceList: _Type.ValueType  # 51
+    FinalizeUpgrade: _Type.ValueType  # 54
+    """Prepare and upgrade (om/executor/upgrade.py): Ozone's numbers. FinalizeUpgrade,
+    Prepare and CancelPrepare are replicated writes; the other two are reads.
+    """
+    FinalizeUpgradeProgress: _Type.ValueType  # 55
+    Prepare: _Type.ValueType  # 56
+    PrepareStatus: _Type.ValueType  # 57
+    CancelPrepare: _Type.ValueType  # 58
     GetDelegationToken: _Type.ValueType  # 61
     """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
     RenewDelegationToken: _Type.ValueType  # 62
@@ -342,6 +366,14 @@ SnapshotDiff: Type.ValueType  # 114
 DeleteSnapshot: Type.ValueType  # 115
 GetSnapshotInfo: Type.ValueType  # 130
 ServiceList: Type.ValueType  # 51
+FinalizeUpgrade: Type.ValueType  # 54
+"""Prepare and upgrade (om/executor/upgrade.py): Ozone's numbers. FinalizeUpgrade,
+Prepare and CancelPrepare are replicated writes; the other two are reads.
+"""
+FinalizeUpgradeProgress: Type.ValueType  # 55
+Prepare: Type.ValueType  # 56
+PrepareStatus: Type.ValueType  # 57
+CancelPrepare: Type.ValueType  # 58
 GetDelegationToken: Type.ValueType  # 61
 """Delegation tokens: replicated writes (om sh token get|renew|cancel)."""
 RenewDelegationToken: Type.ValueType  # 62
@@ -420,6 +452,52 @@ SNAPSHOT_ACTIVE: SnapshotStatus.ValueType  # 1
 SNAPSHOT_DELETED: SnapshotStatus.ValueType  # 2
 """Ozone's; a delete here removes the row at once"""
 Global___SnapshotStatus: _TypeAlias = SnapshotStatus  # noqa: Y015
+
+class _PrepareState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PrepareStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PrepareState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PREPARE_STATE_UNSPECIFIED: _PrepareState.ValueType  # 0
+    NOT_PREPARED: _PrepareState.ValueType  # 1
+    PREPARE_GATE_ENABLED: _PrepareState.ValueType  # 2
+    """the leader refuses writes and waits for its in-flight ones"""
+    PREPARE_COMPLETED: _PrepareState.ValueType  # 3
+
+class PrepareState(_PrepareState, metaclass=_PrepareStateEnumTypeWrapper):
+    """Ozone's PrepareStatus values."""
+
+PREPARE_STATE_UNSPECIFIED: PrepareState.ValueType  # 0
+NOT_PREPARED: PrepareState.ValueType  # 1
+PREPARE_GATE_ENABLED: PrepareState.ValueType  # 2
+"""the leader refuses writes and waits for its in-flight ones"""
+PREPARE_COMPLETED: PrepareState.ValueType  # 3
+Global___PrepareState: _TypeAlias = PrepareState  # noqa: Y015
+
+class _FinalizationState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FinalizationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinalizationState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FINALIZATION_STATE_UNSPECIFIED: _FinalizationState.ValueType  # 0
+    ALREADY_FINALIZED: _FinalizationState.ValueType  # 1
+    STARTING_FINALIZATION: _FinalizationState.ValueType  # 2
+    FINALIZATION_IN_PROGRESS: _FinalizationState.ValueType  # 3
+    FINALIZATION_DONE: _FinalizationState.ValueType  # 4
+    FINALIZATION_REQUIRED: _FinalizationState.ValueType  # 5
+
+class FinalizationState(_FinalizationState, metaclass=_FinalizationStateEnumTypeWrapper):
+    """Ozone's UpgradeFinalizationStatus.Status values."""
+
+FINALIZATION_STATE_UNSPECIFIED: FinalizationState.ValueType  # 0
+ALREADY_FINALIZED: FinalizationState.ValueType  # 1
+STARTING_FINALIZATION: FinalizationState.ValueType  # 2
+FINALIZATION_IN_PROGRESS: FinalizationState.ValueType  # 3
+FINALIZATION_DONE: FinalizationState.ValueType  # 4
+FINALIZATION_REQUIRED: FinalizationState.ValueType  # 5
+Global___FinalizationState: _TypeAlias = FinalizationState  # noqa: Y015
 
 class _VerifyState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -3252,6 +3330,102 @@ class SnapshotDiffResponse(_message.Message):
 Global___SnapshotDiffResponse: _TypeAlias = SnapshotDiffResponse  # noqa: Y015
 
 @_typing.final
+class PrepareRequest(_message.Message):
+    """Prepare (om admin om prepare): the leader closes its gate to new writes, waits up to
+    `drain_timeout_s` (0: 60 s, Ozone's default wait) for the writes in flight to end,
+    then replicates the prepared marker; every node applies it and compacts its log.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRAIN_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    drain_timeout_s: _builtins.int
+    def __init__(
+        self,
+        *,
+        drain_timeout_s: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drain_timeout_s", b"drain_timeout_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareRequest: _TypeAlias = PrepareRequest  # noqa: Y015
+
+@_typing.final
+class PrepareStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareStatusRequest: _TypeAlias = PrepareStatusRequest  # noqa: Y015
+
+@_typing.final
+class CancelPrepareRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelPrepareRequest: _TypeAlias = CancelPrepareRequest  # noqa: Y015
+
+@_typing.final
+class FinalizeUpgradeRequest(_message.Message):
+    """FinalizeUpgrade: turns on every layout feature of the software (MLV := SLV).
+    `upgrade_client_id` names the caller in the answer's messages (Ozone's field).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPGRADE_CLIENT_ID_FIELD_NUMBER: _builtins.int
+    upgrade_client_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        upgrade_client_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["upgrade_client_id", b"upgrade_client_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinalizeUpgradeRequest: _TypeAlias = FinalizeUpgradeRequest  # noqa: Y015
+
+@_typing.final
+class FinalizeUpgradeProgressRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPGRADE_CLIENT_ID_FIELD_NUMBER: _builtins.int
+    upgrade_client_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        upgrade_client_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["upgrade_client_id", b"upgrade_client_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinalizeUpgradeProgressRequest: _TypeAlias = FinalizeUpgradeProgressRequest  # noqa: Y015
+
+@_typing.final
 class OMRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -3286,6 +3460,11 @@ class OMRequest(_message.Message):
     ABORT_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
     LIST_MULTIPART_UPLOAD_PARTS_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
+    FINALIZE_UPGRADE_FIELD_NUMBER: _builtins.int
+    FINALIZE_UPGRADE_PROGRESS_FIELD_NUMBER: _builtins.int
+    PREPARE_FIELD_NUMBER: _builtins.int
+    PREPARE_STATUS_FIELD_NUMBER: _builtins.int
+    CANCEL_PREPARE_FIELD_NUMBER: _builtins.int
     GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     CANCEL_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
@@ -3395,6 +3574,16 @@ class OMRequest(_message.Message):
     @_builtins.property
     def service_list(self) -> Global___ServiceListRequest: ...
     @_builtins.property
+    def finalize_upgrade(self) -> Global___FinalizeUpgradeRequest: ...
+    @_builtins.property
+    def finalize_upgrade_progress(self) -> Global___FinalizeUpgradeProgressRequest: ...
+    @_builtins.property
+    def prepare(self) -> Global___PrepareRequest: ...
+    @_builtins.property
+    def prepare_status(self) -> Global___PrepareStatusRequest: ...
+    @_builtins.property
+    def cancel_prepare(self) -> Global___CancelPrepareRequest: ...
+    @_builtins.property
     def get_delegation_token(self) -> Global___GetDelegationTokenRequest: ...
     @_builtins.property
     def renew_delegation_token(self) -> Global___RenewDelegationTokenRequest: ...
@@ -3492,6 +3681,11 @@ class OMRequest(_message.Message):
         abort_multipart_upload: Global___AbortMultiPartUploadRequest | None = ...,
         list_multipart_upload_parts: Global___ListMultiPartUploadPartsRequest | None = ...,
         service_list: Global___ServiceListRequest | None = ...,
+        finalize_upgrade: Global___FinalizeUpgradeRequest | None = ...,
+        finalize_upgrade_progress: Global___FinalizeUpgradeProgressRequest | None = ...,
+        prepare: Global___PrepareRequest | None = ...,
+        prepare_status: Global___PrepareStatusRequest | None = ...,
+        cancel_prepare: Global___CancelPrepareRequest | None = ...,
         get_delegation_token: Global___GetDelegationTokenRequest | None = ...,
         renew_delegation_token: Global___RenewDelegationTokenRequest | None = ...,
         cancel_delegation_token: Global___CancelDelegationTokenRequest | None = ...,
@@ -3525,11 +3719,11 @@ class OMRequest(_message.Message):
         revoke_user_certificates: Global___RevokeUserCertificatesRequest | None = ...,
         list_user_certificates: Global___ListUserCertificatesRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -4491,6 +4685,190 @@ class ListUserCertificatesResponse(_message.Message):
 Global___ListUserCertificatesResponse: _TypeAlias = ListUserCertificatesResponse  # noqa: Y015
 
 @_typing.final
+class PrepareMarker(_message.Message):
+    """The value of transactionInfoTable["#PREPARED"]: present while the cluster is
+    prepared (om/executor/upgrade.py); written and removed by replicated writes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREPARE_INDEX_FIELD_NUMBER: _builtins.int
+    PREPARED_AT_MS_FIELD_NUMBER: _builtins.int
+    PREPARED_BY_FIELD_NUMBER: _builtins.int
+    prepare_index: _builtins.int
+    """the managed index the Prepare executed with"""
+    prepared_at_ms: _builtins.int
+    """the leader's time of the Prepare"""
+    prepared_by: _builtins.str
+    """the user who ran it"""
+    def __init__(
+        self,
+        *,
+        prepare_index: _builtins.int = ...,
+        prepared_at_ms: _builtins.int = ...,
+        prepared_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prepare_index", b"prepare_index", "prepared_at_ms", b"prepared_at_ms", "prepared_by", b"prepared_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareMarker: _TypeAlias = PrepareMarker  # noqa: Y015
+
+@_typing.final
+class PrepareResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREPARE_INDEX_FIELD_NUMBER: _builtins.int
+    ALREADY_PREPARED_FIELD_NUMBER: _builtins.int
+    prepare_index: _builtins.int
+    already_prepared: _builtins.bool
+    def __init__(
+        self,
+        *,
+        prepare_index: _builtins.int = ...,
+        already_prepared: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_prepared", b"already_prepared", "prepare_index", b"prepare_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareResponse: _TypeAlias = PrepareResponse  # noqa: Y015
+
+@_typing.final
+class PrepareStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    PREPARE_INDEX_FIELD_NUMBER: _builtins.int
+    CURRENT_INDEX_FIELD_NUMBER: _builtins.int
+    status: Global___PrepareState.ValueType
+    prepare_index: _builtins.int
+    """with PREPARE_COMPLETED"""
+    current_index: _builtins.int
+    """this node's applied log position (Ozone's currentTxnIndex)"""
+    def __init__(
+        self,
+        *,
+        status: Global___PrepareState.ValueType = ...,
+        prepare_index: _builtins.int = ...,
+        current_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_index", b"current_index", "prepare_index", b"prepare_index", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareStatusResponse: _TypeAlias = PrepareStatusResponse  # noqa: Y015
+
+@_typing.final
+class CancelPrepareResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAS_PREPARED_FIELD_NUMBER: _builtins.int
+    was_prepared: _builtins.bool
+    def __init__(
+        self,
+        *,
+        was_prepared: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["was_prepared", b"was_prepared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelPrepareResponse: _TypeAlias = CancelPrepareResponse  # noqa: Y015
+
+@_typing.final
+class LayoutVersion(_message.Message):
+    """The value of transactionInfoTable["#LAYOUTVERSION"]: the metadata layout version
+    (MLV) this store runs at; absent: the software's (SLV), as a fresh store.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LayoutVersion: _TypeAlias = LayoutVersion  # noqa: Y015
+
+@_typing.final
+class FinalizeUpgradeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    METADATA_LAYOUT_VERSION_FIELD_NUMBER: _builtins.int
+    SOFTWARE_LAYOUT_VERSION_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    status: Global___FinalizationState.ValueType
+    metadata_layout_version: _builtins.int
+    """after this request"""
+    software_layout_version: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        status: Global___FinalizationState.ValueType = ...,
+        metadata_layout_version: _builtins.int = ...,
+        software_layout_version: _builtins.int = ...,
+        messages: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "metadata_layout_version", b"metadata_layout_version", "software_layout_version", b"software_layout_version", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinalizeUpgradeResponse: _TypeAlias = FinalizeUpgradeResponse  # noqa: Y015
+
+@_typing.final
+class FinalizeUpgradeProgressResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    METADATA_LAYOUT_VERSION_FIELD_NUMBER: _builtins.int
+    SOFTWARE_LAYOUT_VERSION_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
+    status: Global___FinalizationState.ValueType
+    metadata_layout_version: _builtins.int
+    software_layout_version: _builtins.int
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"NAME(version): finalized|not finalized" """
+
+    def __init__(
+        self,
+        *,
+        status: Global___FinalizationState.ValueType = ...,
+        metadata_layout_version: _builtins.int = ...,
+        software_layout_version: _builtins.int = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "metadata_layout_version", b"metadata_layout_version", "software_layout_version", b"software_layout_version", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinalizeUpgradeProgressResponse: _TypeAlias = FinalizeUpgradeProgressResponse  # noqa: Y015
+
+@_typing.final
 class NodeInfo(_message.Message):
     """A node of the service, as ServiceList and NOT_LEADER hints name it."""
 
@@ -5020,6 +5398,11 @@ class OMResponse(_message.Message):
     ABORT_MULTIPART_UPLOAD_FIELD_NUMBER: _builtins.int
     LIST_MULTIPART_UPLOAD_PARTS_FIELD_NUMBER: _builtins.int
     SERVICE_LIST_FIELD_NUMBER: _builtins.int
+    FINALIZE_UPGRADE_FIELD_NUMBER: _builtins.int
+    FINALIZE_UPGRADE_PROGRESS_FIELD_NUMBER: _builtins.int
+    PREPARE_FIELD_NUMBER: _builtins.int
+    PREPARE_STATUS_FIELD_NUMBER: _builtins.int
+    CANCEL_PREPARE_FIELD_NUMBER: _builtins.int
     GET_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     RENEW_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
     CANCEL_DELEGATION_TOKEN_FIELD_NUMBER: _builtins.int
@@ -5105,6 +5488,16 @@ class OMResponse(_message.Message):
     def list_multipart_upload_parts(self) -> Global___ListMultiPartUploadPartsResponse: ...
     @_builtins.property
     def service_list(self) -> Global___ServiceListResponse: ...
+    @_builtins.property
+    def finalize_upgrade(self) -> Global___FinalizeUpgradeResponse: ...
+    @_builtins.property
+    def finalize_upgrade_progress(self) -> Global___FinalizeUpgradeProgressResponse: ...
+    @_builtins.property
+    def prepare(self) -> Global___PrepareResponse: ...
+    @_builtins.property
+    def prepare_status(self) -> Global___PrepareStatusResponse: ...
+    @_builtins.property
+    def cancel_prepare(self) -> Global___CancelPrepareResponse: ...
     @_builtins.property
     def get_delegation_token(self) -> Global___GetDelegationTokenResponse: ...
     @_builtins.property
@@ -5200,6 +5593,11 @@ class OMResponse(_message.Message):
         abort_multipart_upload: Global___AbortMultiPartUploadResponse | None = ...,
         list_multipart_upload_parts: Global___ListMultiPartUploadPartsResponse | None = ...,
         service_list: Global___ServiceListResponse | None = ...,
+        finalize_upgrade: Global___FinalizeUpgradeResponse | None = ...,
+        finalize_upgrade_progress: Global___FinalizeUpgradeProgressResponse | None = ...,
+        prepare: Global___PrepareResponse | None = ...,
+        prepare_status: Global___PrepareStatusResponse | None = ...,
+        cancel_prepare: Global___CancelPrepareResponse | None = ...,
         get_delegation_token: Global___GetDelegationTokenResponse | None = ...,
         renew_delegation_token: Global___RenewDelegationTokenResponse | None = ...,
         cancel_delegation_token: Global___CancelDelegationTokenResponse | None = ...,
@@ -5233,11 +5631,11 @@ class OMResponse(_message.Message):
         revoke_user_certificates: Global___RevokeUserCertificatesResponse | None = ...,
         list_user_certificates: Global___ListUserCertificatesResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -7,7 +7,9 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 * keyTable             ``/<volume>/<bucket>/<key>``
 * openKeyTable         ``/<volume>/<bucket>/<key>/<client session id>``
 * deletedTable         ``/<volume>/<bucket>/<key>/<object id>``
-* transactionInfoTable ``#TRANSACTIONINFO``
+* transactionInfoTable ``#TRANSACTIONINFO``; ``#PREPARED`` while the cluster is prepared
+  and ``#LAYOUTVERSION`` (the metadata layout version) once set (om/executor/upgrade.py):
+  written by replicated writes like any row, never by apply itself
 * clientRequestReplyTable  ``<client id>#<call id>``
 * clientRequestExpiryTable ``<8-byte big-endian ms><client id>#<call id>``: an index
   by time, so expired retry-cache rows are found without scanning the replies.
@@ -72,6 +74,9 @@ TABLE_NAMES: dict[TableId, str] = {
 }
 
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
+PREPARED_KEY = b"#PREPARED"
+LAYOUT_VERSION_KEY = b"#LAYOUTVERSION"
+UPGRADE_KEYS = frozenset({PREPARED_KEY, LAYOUT_VERSION_KEY})
 _MS = struct.Struct(">Q")
 _KEY_ID = struct.Struct(">I")
 _TOKEN = struct.Struct(">QQ")

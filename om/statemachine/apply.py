@@ -36,6 +36,18 @@ class ApplyResult:
     # the entry changed snapshotInfoTable: the node checkpoints or frees OM snapshots
     # right after it (om/statemachine/snapshot_checkpoints.py)
     snapshots_changed: bool = False
+    prepared: bool = False  # the entry wrote the prepared marker (om/executor/upgrade.py)
+
+
+def writes_prepared_marker(ops: list[om_pb2.TableOp]) -> bool:
+    """Whether ``ops`` put the prepared marker; asserts they touch no other
+    transactionInfoTable row than the upgrade rows (apply writes the position)."""
+    marker = False
+    for op in ops:
+        if op.table == om_pb2.TRANSACTION_INFO:
+            assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
+            marker = marker or (op.key == tables.PREPARED_KEY and not op.delete)
+    return marker
 
 
 def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
@@ -85,9 +97,9 @@ class StateMachine:
                 return ApplyResult(position, False, self.managed_index)
             write = self.store.new_batch()
             stale = batch.term < self.term
-            snapshots_changed = False
+            snapshots_changed = prepared = False
             if not stale:
-                snapshots_changed = self._add_ops(write, batch)
+                snapshots_changed, prepared = self._add_ops(write, batch)
                 self.managed_index = max(self.managed_index, batch.managed_index)
                 self.term = batch.term
                 self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
@@ -97,7 +109,7 @@ class StateMachine:
             self._put_transaction_info(write)
             self.store.write(write)
             return ApplyResult(position, not stale, self.managed_index,
-                               snapshots_changed=snapshots_changed)
+                               snapshots_changed=snapshots_changed, prepared=prepared)
 
     def seed(self, batch: om_pb2.PersistDbBatch) -> None:
         """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).
@@ -153,13 +165,16 @@ class StateMachine:
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
 
-    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> bool:
-        """Adds the batch's writes; whether any changes snapshotInfoTable."""
+    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> tuple[bool, bool]:
+        """Adds the batch's rows to ``write``; whether any changes snapshotInfoTable, and
+        whether they put the prepared marker."""
         store = self.store
-        snapshots_changed = False
+        snapshots_changed = prepared = False
         for op in batch.ops:
             assert op.table in tables.TABLE_NAMES
-            assert op.table != om_pb2.TRANSACTION_INFO, "only apply writes transaction info"
+            if op.table == om_pb2.TRANSACTION_INFO:
+                assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
+                prepared = prepared or (op.key == tables.PREPARED_KEY and not op.delete)
             snapshots_changed = snapshots_changed or op.table == om_pb2.SNAPSHOT_INFO
             if op.delete:
                 store.batch_delete(write, op.table, op.key)
@@ -181,7 +196,7 @@ class StateMachine:
             assert op.delete
             assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
             store.batch_delete(write, op.table, op.key)
-        return snapshots_changed
+        return snapshots_changed, prepared
 
     @staticmethod
     def _merged_deltas(batch: om_pb2.PersistDbBatch) -> list[om_pb2.QuotaDelta]:

@@ -28,7 +28,7 @@ from om.protocol import om_pb2
 from om.schema.fingerprint import fingerprint
 from om.schema.ids import RetryKey
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, add_usage
+from om.statemachine.apply import ApplyResult, add_usage, writes_prepared_marker
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, Row, WriteCache
@@ -99,12 +99,12 @@ class ReplicatedStateMachine:
             stale = message.term < self.term
             writes: list[tuple[Row, bytes | None]] = []
             response = b""
-            snapshots_changed = False
+            snapshots_changed = prepared = False
             if not stale:
                 if isinstance(message, om_pb2.PersistDbBatch):
                     assert not message.ops, "only a leader's empty barrier batch is expected"
                 else:
-                    writes, response = self._execute(position, message)
+                    writes, response, prepared = self._execute(position, message)
                     snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
                                             for (table, _), _ in writes)
                 self.term = message.term
@@ -115,10 +115,10 @@ class ReplicatedStateMachine:
                 self.snapshot_change_position = position
             self.double_buffer.add(Transaction(position, writes, self._info()))
             return ApplyResult(position, not stale, self.managed_index, response,
-                               snapshots_changed)
+                               snapshots_changed, prepared)
 
     def _execute(self, position: int, message: om_pb2.ReplicatedRequest
-                 ) -> tuple[list[tuple[Row, bytes | None]], bytes]:
+                 ) -> tuple[list[tuple[Row, bytes | None]], bytes, bool]:
         request = message.request
         ctx = ExecContext(request.user, message.managed_index, message.timestamp_ms,
                           NoReservations(), self.limits, self.groups, tuple(request.groups))
@@ -140,7 +140,7 @@ class ReplicatedStateMachine:
                 self.cache.put(change.table, change.key, updated, position)
         self.retry.remember((request.client_id, request.call_id), response,
                             message.timestamp_ms, fingerprint(request))
-        return writes, response
+        return writes, response, writes_prepared_marker(recorder.ops)
 
     def _info(self) -> om_pb2.TransactionInfo:
         return om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,

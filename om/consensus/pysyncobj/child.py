@@ -144,6 +144,8 @@ class Child:
                 self._closing = True
             elif kind == "transfer_leadership":
                 self.raft.om_transfer_requested = True
+            elif kind == "compact":
+                self.raft.om_compact_now()
             elif kind == "transfer_to":
                 self._transfer_to(message[1], message[2])
             elif kind == "membership":

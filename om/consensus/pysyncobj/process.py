@@ -170,6 +170,11 @@ class RaftProcessReplicator:
             self._requests.pop(request, None)
         return status_of(result, reason)
 
+    def compact_log(self) -> None:
+        """Asks the Raft process to snapshot and compact its journal now (pysyncobj's
+        forceLogCompaction), as a Prepare's apply asks (om/executor/upgrade.py)."""
+        self._send(("compact",))
+
     def transfer_leadership(self) -> None:
         """Asks the Raft process to hand leadership to a caught-up follower (best effort:
         pysyncobj refuses while none is caught up; ask again)."""

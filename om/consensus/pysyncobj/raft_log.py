@@ -144,6 +144,15 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         super().__init__(self_address, others, conf, transportClass=transport_class)
         self._persist_id = self._methodToID[self._getFuncName("persist")]
 
+    def om_compact_now(self) -> None:
+        """Snapshots and compacts the journal at the next tick (a Prepare's apply asks,
+        om/executor/upgrade.py). pysyncobj staggers compactions over each node's slot of
+        ``compaction_min_time_s``, which a forced one waits for too: the staggering is
+        turned off for the rest of this process's life, so every node compacts at once
+        (after the restart that usually follows a prepare it is on again)."""
+        self._SyncObj__conf.logCompactionSplit = False
+        self.forceLogCompaction()
+
     @property
     def om_journal(self) -> Any:
         """The journal pysyncobj built (a ``GroupCommitJournal`` for a registered path)."""

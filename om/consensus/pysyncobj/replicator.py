@@ -179,6 +179,11 @@ class RaftReplicator:
             self._pending.discard(future)
         return status_of(result, reason)
 
+    def compact_log(self) -> None:
+        """Asks Raft to snapshot and compact its journal at its next tick (only flags the
+        tick thread reads are set)."""
+        self._raft.om_compact_now()
+
     def transfer_leadership(self) -> None:
         """Asks the tick thread to hand leadership to a caught-up follower (best effort:
         pysyncobj refuses while none is caught up; ask again)."""

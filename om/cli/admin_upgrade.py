@@ -1,0 +1,230 @@
+"""``om admin om prepare | cancelprepare | finalizeupgrade | finalizationstatus``: getting a
+cluster ready for new software and turning on what it brings, as Ozone's
+``ozone admin om prepare -id <service>`` and friends (om/executor/upgrade.py has the
+rules; docs/OPERATIONS.md, *Upgrade*, the procedure).
+
+* ``prepare`` sends Prepare to the leader (writes stop; those in flight drain first),
+  then asks every node, as it has applied, until each reports PREPARE_COMPLETED at
+  the same index (``--wait`` seconds at most), and prints them. Exit 0 once all are.
+* ``cancelprepare`` lifts it: writes are accepted again.
+* ``finalizeupgrade`` turns on every layout feature of the software, then waits until
+  every node reports ALREADY_FINALIZED.
+* ``finalizationstatus`` prints each node's layout versions and features.
+
+The tool acts as its certificate's user, who must be an OM administrator for the three
+writes. Exit status: 0 done, 1 refused or not every node got there in time, 2 a
+configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from om.cli.common import add_target, client_tls, targets
+from om.client import OMClient, OMClientError
+from om.client import requests as build
+from om.client.retry_policy import RetryPolicy
+from om.config import ConfigError
+from om.executor import upgrade
+from om.protocol import om_pb2
+from om.security.tls import ClientTls
+
+POLL_S = 0.2
+
+
+def register(commands: Any) -> None:
+    """Adds the four commands under ``om admin om``."""
+    helps = {
+        "prepare": "stop writes and compact every node's log, ready for new software",
+        "cancelprepare": "accept writes again after a prepare",
+        "finalizeupgrade": "turn on every layout feature of the running software",
+        "finalizationstatus": "each node's layout versions and features",
+    }
+    for name, text in helps.items():
+        parser = commands.add_parser(name, help=text)
+        add_target(parser)
+        parser.add_argument("-id", "--service-id", dest="service_id", default="",
+                            help="the OM service (accepted for Ozone's shape; the target "
+                                 "flags name the cluster)")
+        parser.add_argument("--timeout", type=float, default=3.0,
+                            help="seconds per attempt to reach a node")
+        parser.add_argument("--wait", type=float, default=60.0,
+                            help="seconds to wait for every node to report the new state")
+        if name == "prepare":
+            parser.add_argument("--drain-timeout", type=int, default=0,
+                                help="seconds the leader waits for the writes in flight "
+                                     f"(0: {upgrade.DRAIN_TIMEOUT_S})")
+        parser.set_defaults(run=_RUNS[name])
+
+
+def _setup(args: argparse.Namespace, command: str) -> tuple[list[str], ClientTls | None] | None:
+    try:
+        addresses = targets(args)
+        return addresses, client_tls(args, addresses)
+    except ConfigError as error:
+        print(f"om admin om {command}: {error}", file=sys.stderr)
+        return None
+
+
+def _call(addresses: list[str], tls: ClientTls | None, request: om_pb2.OMRequest,
+          args: argparse.Namespace, answer_s: float) -> om_pb2.OMResponse:
+    """The cluster's answer (the client follows the leader), or TIMEOUT."""
+    policy = RetryPolicy(deadline_s=answer_s + args.timeout + 30.0, attempt_timeout_s=answer_s)
+    try:
+        with OMClient(addresses, policy=policy, tls=tls) as client:
+            return client.call_raw(request)
+    except OMClientError as error:
+        return om_pb2.OMResponse(status=om_pb2.TIMEOUT, message=f"no leader answered: {error}")
+
+
+def _each_node(addresses: list[str], tls: ClientTls | None, make: Any,
+               args: argparse.Namespace) -> dict[str, om_pb2.OMResponse | None]:
+    """Each node's own answer to a local read (None: it did not answer)."""
+    answers: dict[str, om_pb2.OMResponse | None] = {}
+    policy = RetryPolicy(deadline_s=args.timeout, attempt_timeout_s=args.timeout)
+    for address in addresses:
+        request = make()
+        request.local_read = True
+        try:
+            with OMClient([address], policy=policy, tls=tls) as client:
+                answers[address] = client.call_raw(request)
+        except OMClientError:
+            answers[address] = None
+    return answers
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"om admin om {command}: {message}", file=sys.stderr)
+    return 1
+
+
+def _refused(response: om_pb2.OMResponse) -> str:
+    return f"{om_pb2.Status.Name(response.status)}: {response.message}"
+
+
+def _prepared_lines(answers: dict[str, om_pb2.OMResponse | None]) -> list[str]:
+    lines = []
+    for address, answer in answers.items():
+        if answer is None or answer.status != om_pb2.OK:
+            lines.append(f"  {address}: no answer" if answer is None
+                         else f"  {address}: {_refused(answer)}")
+            continue
+        body = answer.prepare_status
+        lines.append(f"  {address}: {om_pb2.PrepareState.Name(body.status)}"
+                     + (f" at index {body.prepare_index}" if body.prepare_index else "")
+                     + f" (applied index {body.current_index})")
+    return lines
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    setup = _setup(args, "prepare")
+    if setup is None:
+        return 2
+    addresses, tls = setup
+    drain = args.drain_timeout or upgrade.DRAIN_TIMEOUT_S
+    response = _call(addresses, tls, build.prepare(args.drain_timeout), args, drain + 10.0)
+    if response.status != om_pb2.OK:
+        return _fail("prepare", f"OM preparation failed: {_refused(response)}")
+    index = response.prepare.prepare_index
+    already = " (it was prepared already)" if response.prepare.already_prepared else ""
+    print(f"OM preparation: the leader prepared at index {index}{already}; waiting for "
+          f"every OM to apply it")
+    deadline = time.monotonic() + args.wait
+    while True:
+        answers = _each_node(addresses, tls, build.prepare_status, args)
+        done = all(a is not None and a.status == om_pb2.OK
+                   and a.prepare_status.status == om_pb2.PREPARE_COMPLETED
+                   and a.prepare_status.prepare_index == index for a in answers.values())
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    print("\n".join(_prepared_lines(answers)))
+    if not done:
+        return _fail("prepare", f"not every OM reported PREPARE_COMPLETED within {args.wait} s "
+                                "(the cluster refuses writes all the same; a lagging OM "
+                                "prepares once it catches up)")
+    print("OM preparation successful: every OM is prepared; writes are refused until "
+          "om admin om cancelprepare")
+    return 0
+
+
+def run_cancel_prepare(args: argparse.Namespace) -> int:
+    setup = _setup(args, "cancelprepare")
+    if setup is None:
+        return 2
+    addresses, tls = setup
+    response = _call(addresses, tls, build.cancel_prepare(), args, args.timeout + 5.0)
+    if response.status != om_pb2.OK:
+        return _fail("cancelprepare", f"cancel failed: {_refused(response)}")
+    if response.cancel_prepare.was_prepared:
+        print("OM prepare cancelled: writes are accepted again")
+    else:
+        print("the OM was not prepared: nothing to cancel")
+    return 0
+
+
+def _layout_lines(answers: dict[str, om_pb2.OMResponse | None]) -> list[str]:
+    lines = []
+    for address, answer in answers.items():
+        if answer is None or answer.status != om_pb2.OK:
+            lines.append(f"  {address}: no answer" if answer is None
+                         else f"  {address}: {_refused(answer)}")
+            continue
+        body = answer.finalize_upgrade_progress
+        lines.append(f"  {address}: {om_pb2.FinalizationState.Name(body.status)} (metadata "
+                     f"layout {body.metadata_layout_version}, software layout "
+                     f"{body.software_layout_version})")
+        lines.extend(f"      {feature}" for feature in body.features)
+    return lines
+
+
+def _all_finalized(answers: dict[str, om_pb2.OMResponse | None]) -> bool:
+    return all(a is not None and a.status == om_pb2.OK
+               and a.finalize_upgrade_progress.status == om_pb2.ALREADY_FINALIZED
+               for a in answers.values())
+
+
+def run_finalize(args: argparse.Namespace) -> int:
+    setup = _setup(args, "finalizeupgrade")
+    if setup is None:
+        return 2
+    addresses, tls = setup
+    response = _call(addresses, tls, build.finalize_upgrade("om-admin"), args,
+                     args.timeout + 5.0)
+    if response.status != om_pb2.OK:
+        return _fail("finalizeupgrade", f"finalization failed: {_refused(response)}")
+    body = response.finalize_upgrade
+    print(f"{om_pb2.FinalizationState.Name(body.status)}: layout "
+          f"{body.metadata_layout_version} of {body.software_layout_version}")
+    for message in body.messages:
+        print(f"  {message}")
+    deadline = time.monotonic() + args.wait
+    while True:
+        answers = _each_node(addresses, tls, build.finalize_upgrade_progress, args)
+        if _all_finalized(answers) or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    print("\n".join(_layout_lines(answers)))
+    if not _all_finalized(answers):
+        return _fail("finalizeupgrade", f"not every OM reported ALREADY_FINALIZED within "
+                                        f"{args.wait} s (a lagging OM finalizes once it "
+                                        "catches up)")
+    print("every OM is finalized")
+    return 0
+
+
+def run_finalization_status(args: argparse.Namespace) -> int:
+    setup = _setup(args, "finalizationstatus")
+    if setup is None:
+        return 2
+    addresses, tls = setup
+    answers = _each_node(addresses, tls, build.finalize_upgrade_progress, args)
+    print("\n".join(_layout_lines(answers)))
+    return 0 if all(a is not None and a.status == om_pb2.OK for a in answers.values()) else 1
+
+
+_RUNS = {"prepare": run_prepare, "cancelprepare": run_cancel_prepare,
+         "finalizeupgrade": run_finalize, "finalizationstatus": run_finalization_status}
