@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 
 import pytest
 import uvloop
 
+from tests.processes import REPO, BenchRun, om_command
+
 
 def pytest_asyncio_loop_factories(
         config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], object]]:
     return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def smoke_bench(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
+    """One real ``om bench --profile smoke`` (every flow, etcd included where it is
+    installed), run once per test session: the bench's own test checks its files, the
+    Spark tests analyse them (each cluster start costs seconds on two cores)."""
+    out = tmp_path_factory.mktemp("smoke") / "bench"
+    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out)),
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"om bench --profile smoke failed: {done.stdout[-2000:]}"
+                    f"{done.stderr[-3000:]}")
+    return BenchRun(out, done.stdout)

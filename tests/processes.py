@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,3 +65,11 @@ class ServerProcess:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A finished ``om bench`` run: its directory and what it printed."""
+
+    out: Path
+    stdout: str

@@ -10,18 +10,14 @@ from pathlib import Path
 import pytest
 
 from bench.traces import client_request_problems, read_records
-from tests.processes import REPO, om_command
+from tests.processes import REPO, BenchRun, om_command
 
 pytestmark = pytest.mark.integration
 FLOWS = ("leader", "replicated", "leader-nobatch", "ceiling")
 
 
-def test_smoke_run_writes_manifest_summary_and_traces(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out),
-                                     "--duration", "1"),
-                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+def test_smoke_run_writes_manifest_summary_and_traces(smoke_bench: BenchRun) -> None:
+    out, done = smoke_bench.out, smoke_bench
     assert "leader_over_replicated" in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["flows"]) == {*FLOWS, "etcd"}

@@ -22,7 +22,6 @@ integration); `smoke_report` is its analysis.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from spark_analysis.job import analyse
 from spark_analysis.results import Results
 from spark_analysis.runs import discover
 from spark_analysis.session import spark_session
-from tests.processes import REPO, om_command
+from tests.processes import BenchRun
 
 from .tracegen import MS, T0, S, batch, client, fault, server, traces_dir, write_records
 
@@ -162,16 +161,9 @@ def bench_report(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run directory of one real `om bench --profile smoke` (every flow, etcd included
-    where it is installed)."""
-    out = tmp_path_factory.mktemp("smoke") / "bench"
-    done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out)),
-                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
-    if done.returncode != 0:
-        pytest.fail(f"om bench --profile smoke failed: {done.stdout[-2000:]}"
-                    f"{done.stderr[-2000:]}")
-    return out
+def smoke_run(smoke_bench: BenchRun) -> Path:
+    """The run directory of the session's real `om bench --profile smoke`."""
+    return smoke_bench.out
 
 
 @pytest.fixture(scope="session")
