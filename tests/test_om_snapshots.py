@@ -316,21 +316,52 @@ async def test_a_restart_keeps_snapshots_and_retakes_one_a_kill_cut_short(tmp_pa
         await second.close()
 
 
-async def test_a_snapshot_this_node_lacks_is_refused_clearly(node: Node) -> None:
+async def test_a_snapshot_this_node_lacks_is_refused_clearly(node: Node,
+                                                             tmp_path: Path) -> None:
     await put(node, "a", 1)
     taken = (await ok(node, build.create_snapshot(V, B, "lost"))).create_snapshot.snapshot_info
+    carried_none = tmp_path / "carried-none"
+    carried_none.mkdir()
     node.snapshot_checkpoints.installing()        # as a Raft snapshot install does
-    node.snapshot_checkpoints.installed()         # nothing to mark: the checkpoint is whole
+    node.snapshot_checkpoints.installed(carried_none)   # nothing to mark: it is whole
     assert node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is not None
     path = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
     assert path is not None
     node.snapshot_checkpoints.close()
-    shutil.rmtree(path.parent)                    # an install that came after the create
-    node.snapshot_checkpoints.installed()
+    shutil.rmtree(path.parent)     # an install of a snapshot that carried none of it
+    node.snapshot_checkpoints.installed(carried_none)
     refused = await lookup(node, "lost", "a")
     assert status(refused) == "INVALID_SNAPSHOT_ERROR"
     info = (await ok(node, build.get_snapshot_info(V, B, "lost"))).get_snapshot_info
     assert not info.snapshot_info.checkpoint_here
+
+
+async def test_a_raft_snapshot_carries_the_checkpoints_and_an_install_adopts_them(
+        node: Node, tmp_path: Path) -> None:
+    """A follower catching up by a Raft snapshot receives the OM snapshots taken before
+    it: the snapshot carries hard links of each whole checkpoint, and the install moves
+    each one this node lacks into place, at the position it holds everywhere."""
+    await put(node, "a", 1)
+    taken = (await ok(node, build.create_snapshot(V, B, "carried"))).create_snapshot.snapshot_info
+    checkpoints = node.snapshot_checkpoints
+    position = checkpoints.position(taken.snapshot_id)
+    path = checkpoints.checkpoint_path(taken.snapshot_id)
+    assert path is not None
+    digests = checkpoint_digests(path)
+    carried = tmp_path / "carried"
+    checkpoints.link_into(carried)
+    assert sorted(p.name for p in carried.iterdir()) == [f"{taken.snapshot_id:020d}"]
+    assert not list(carried.rglob("LOG*")), "RocksDB's info logs are not carried"
+    checkpoints.close()
+    shutil.rmtree(path.parent)                    # this node never had it
+    checkpoints.installing()
+    checkpoints.installed(carried)
+    adopted = checkpoints.checkpoint_path(taken.snapshot_id)
+    assert adopted is not None
+    assert checkpoints.position(taken.snapshot_id) == position
+    assert checkpoint_digests(adopted) == digests
+    await put(node, "a", 2)
+    assert (await lookup(node, "carried", "a")).lookup_key.key_info.data_size == 1
 
 
 async def test_a_file_system_bucket_is_read_through_its_snapshot(node: Node) -> None:

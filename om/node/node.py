@@ -201,8 +201,7 @@ class Node:
         else:
             snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync,
                                     config.unsafe_snapshot_delay_s, self._leads,
-                                    self.snapshot_checkpoints.installing,
-                                    self.snapshot_checkpoints.installed)
+                                    self.snapshot_checkpoints)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(

@@ -11,7 +11,13 @@ silently diverge. Here the dump file is an uncompressed tar of:
   apply continues: the checkpoint may hold entries past the position pysyncobj
   compacts to, which a node installing it skips as already applied;
 * ``manifest.json``: the applied position, managed index and term;
-* ``raft.pickle``: pysyncobj's own data (last entries, cluster members).
+* ``raft.pickle``: pysyncobj's own data (last entries, cluster members);
+* ``om-snapshots/<id>/``: the node's OM snapshot checkpoints, hard-linked under
+  apply's lock beside the store's checkpoint (so they match its snapshotInfoTable),
+  so that a follower catching up by snapshot serves the OM snapshots taken before
+  it too, as Ozone's checkpoint download carries snapshot data. A checkpoint shares
+  most SST files with the store's: tar stores a file met twice as a link to the
+  first, so each costs only the files that differ.
 
 pysyncobj ships the dump file in chunks to followers that fell behind
 compaction. When durable, the dump is fsynced before pysyncobj renames it into
@@ -66,24 +72,55 @@ class SnapshotSource(Protocol):
         ...
 
 
+class CarriedCheckpoints(Protocol):
+    """The node's OM snapshot checkpoints, as a Raft snapshot carries them."""
+
+    def link_into(self, directory: Path) -> None:
+        """Hard-links every whole checkpoint into ``directory/<id>/`` (under apply's
+        lock: they then match the store's snapshotInfoTable)."""
+        ...
+
+    def installing(self) -> None:
+        """An install is about to replace the store (under apply's lock)."""
+        ...
+
+    def installed(self, received: Path) -> None:
+        """The store was replaced; ``received`` holds the snapshot's checkpoints."""
+        ...
+
+
+class NoCheckpoints:
+    """A node without OM snapshot checkpoints (tests of Raft snapshots alone)."""
+
+    def link_into(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def installing(self) -> None:
+        pass
+
+    def installed(self, received: Path) -> None:
+        pass
+
+
+CARRIED = "om-snapshots"
+
+
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
     def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool,
                  unsafe_delay_s: float = 0.0,
                  unsafe_delay_if: Callable[[], bool] = lambda: True,
-                 installing: Callable[[], None] = lambda: None,
-                 installed: Callable[[], None] = lambda: None) -> None:
-        """``installing`` / ``installed``: called before an install replaces the store
-        and after, under apply's lock (the node's OM snapshot checkpoints)."""
+                 carried: CarriedCheckpoints | None = None) -> None:
+        """``carried``: the OM snapshot checkpoints each snapshot carries and each
+        install brings (none: ``NoCheckpoints``)."""
         assert unsafe_delay_s >= 0
         self._state_machine = state_machine
         self._work_dir = work_dir
         self._durable = durable
         self._unsafe_delay_s = unsafe_delay_s
         self._unsafe_delay_if = unsafe_delay_if
-        self._installing = installing
-        self._installed = installed
+        self._carried = carried if carried is not None else NoCheckpoints()
         self.installed = 0
         self.written = 0
 
@@ -91,7 +128,9 @@ class Snapshotter:
         """Writes the snapshot to ``tmp_file`` (pysyncobj renames it into place)."""
         started = time.perf_counter()
         checkpoint = self._work_dir / "snapshot-checkpoint"
+        carried = self._work_dir / "snapshot-carried"
         shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.rmtree(carried, ignore_errors=True)
         machine = self._state_machine
         if self._unsafe_delay_s and self._unsafe_delay_if():
             time.sleep(self._unsafe_delay_s)   # test-only: a slow disk, or a huge store
@@ -100,15 +139,18 @@ class Snapshotter:
             manifest = {"applied_index": machine.applied_index,
                         "managed_index": machine.managed_index, "term": machine.term}
             machine.store.checkpoint(checkpoint)
+            self._carried.link_into(carried)
         try:
             with tarfile.open(tmp_file, "w") as archive:
                 archive.add(checkpoint, arcname="db")
+                archive.add(carried, arcname=CARRIED)
                 _add_bytes(archive, "manifest.json", json.dumps(manifest).encode())
                 _add_bytes(archive, "raft.pickle", pickle.dumps(raft_data))
             if self._durable:
                 fsync_tree(Path(tmp_file))
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)
+            shutil.rmtree(carried, ignore_errors=True)
         self.written += 1
         logger.info("snapshot at position %d written in %.3f s", manifest["applied_index"],
                     time.perf_counter() - started)
@@ -128,17 +170,19 @@ class Snapshotter:
     def _install(self, archive: tarfile.TarFile, manifest: dict[str, int]) -> None:
         incoming = self._work_dir / "snapshot-incoming"
         shutil.rmtree(incoming, ignore_errors=True)
-        members = [m for m in archive.getmembers() if m.name == "db" or m.name.startswith("db/")]
+        members = [m for m in archive.getmembers()
+                   if m.name.split("/", 1)[0] in ("db", CARRIED)]
         archive.extractall(incoming, members=members, filter="data")
+        (incoming / CARRIED).mkdir(exist_ok=True)   # a snapshot of an older release
         if self._durable:
             fsync_tree(incoming)
         machine = self._state_machine
         with machine.applying():
             machine.quiesce()
-            self._installing()
+            self._carried.installing()
             machine.store.replace_with(incoming / "db")
             machine.reload()
-            self._installed()
+            self._carried.installed(incoming / CARRIED)
         if self._durable:
             fsync_path(machine.store.path.parent)  # the rename of the database directory
         shutil.rmtree(incoming, ignore_errors=True)

@@ -14,8 +14,8 @@ Layout, under ``<node data dir>/om-snapshots/<snapshot id, 20 digits>/``:
 
 * ``checkpoint/``: the checkpoint (RocksDB renames it into place when whole);
 * ``position``: the log position it holds, written after it;
-* ``ABSENT``: this node has no checkpoint of that snapshot (it installed a Raft
-  snapshot taken after the create, or the checkpoint failed: a full disk). Reads
+* ``ABSENT``: this node has no checkpoint of that snapshot (the checkpoint failed:
+  a full disk; or a Raft snapshot it installed carried none). Reads
   of it here answer INVALID_SNAPSHOT_ERROR; other nodes serve them.
 
 Restarts: a node killed after applying a create's batch but before its
@@ -27,7 +27,9 @@ changed snapshotInfoTable (``snapshot_change_position``): equal to the applied
 position, the store stands right after that entry; otherwise the store has moved
 past the create (the checkpoint was lost: its directory removed by hand, a disk
 fault) and the snapshot is marked ABSENT here rather than checkpointed at the
-wrong position. A Raft snapshot install marks ``INSTALLING``
+wrong position. A Raft snapshot carries the checkpoints (``link_into``,
+``om.statemachine.snapshot``), so a follower that catches up by one receives every
+OM snapshot taken before it (``installed``). An install marks ``INSTALLING``
 first, so that a kill during an install never checkpoints the installed state
 under an older snapshot's name; whatever it leaves is marked ABSENT.
 
@@ -42,6 +44,7 @@ INVALID_SNAPSHOT_ERROR instead.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -49,6 +52,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from om.disk.durable_files import fsync_path, write_synced
 from om.executor.errors import OMError
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
@@ -160,21 +164,54 @@ class SnapshotCheckpoints:
             self._free_unlisted(rows)
             self._known = rows
 
+    # -- what a Raft snapshot carries -----------------------------------------------------
+
+    def link_into(self, directory: Path) -> None:
+        """Hard-links every whole checkpoint into ``directory/<id>/`` for a Raft snapshot
+        (under apply's lock, so they are those its snapshotInfoTable names). Their files
+        never change once written; RocksDB's info logs, which a read-only open appends
+        to, are left out."""
+        directory.mkdir(parents=True)
+        with self._lock:
+            for entry in sorted(self.root.iterdir()):
+                if entry.name.isdigit() and (entry / _POSITION).is_file():
+                    shutil.copytree(entry, directory / entry.name, copy_function=os.link,
+                                    ignore=shutil.ignore_patterns("LOG*"))
+
     def installing(self) -> None:
         """A Raft snapshot is about to replace the store."""
         (self.root / _INSTALLING).touch()
 
-    def installed(self) -> None:
-        """The store was replaced: snapshots it names that this node never checkpointed
-        are absent here; checkpoints of snapshots it no longer names go."""
+    def installed(self, received: Path) -> None:
+        """The store was replaced by a Raft snapshot's, whose OM snapshot checkpoints are
+        in ``received``: a snapshot it names that this node has no checkpoint of takes
+        the one received (the leader's, at the same position as everyone's), else it is
+        absent here; checkpoints of snapshots it no longer names go."""
         with self._lock:
             rows = self._rows()
             for snapshot_id in rows:
-                if not self._complete(snapshot_id) and not self._absent(snapshot_id):
-                    self._mark_absent(snapshot_id, "installed a Raft snapshot taken after it")
+                if self._complete(snapshot_id):
+                    continue
+                if self._adopt(received / f"{snapshot_id:020d}", snapshot_id):
+                    continue
+                if not self._absent(snapshot_id):
+                    self._mark_absent(snapshot_id, "installed a Raft snapshot taken after it, "
+                                      "which carried no checkpoint of it")
             self._free_unlisted(rows)
             self._known = rows
             (self.root / _INSTALLING).unlink(missing_ok=True)
+
+    def _adopt(self, source: Path, snapshot_id: int) -> bool:
+        """Moves a received checkpoint into place; False when none was received."""
+        if not (source / _POSITION).is_file():
+            return False
+        self._forget(snapshot_id)
+        directory = self._directory(snapshot_id)
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(source, directory)
+        fsync_path(self.root)
+        logger.info("OM snapshot %d: checkpoint received with a Raft snapshot", snapshot_id)
+        return True
 
     # -- reads (SnapshotViews) ----------------------------------------------------------
 
@@ -257,7 +294,9 @@ class SnapshotCheckpoints:
             directory.mkdir(parents=True)
             position = self._store.transaction_info().applied_index
             self._store.checkpoint(directory / _CHECKPOINT)
-            (directory / _POSITION).write_text(str(position))
+            # the position says the checkpoint is whole: on disk only after it
+            write_synced(directory / _POSITION, str(position).encode())
+            fsync_path(self.root)
         except Exception as error:   # OSError, or rocksdict's own (a full disk)
             logger.exception("OM snapshot %d: no checkpoint", snapshot_id)
             self._mark_absent(snapshot_id, f"the checkpoint failed: {error}")
