@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from om.cli.common import add_target, client_tls, targets
@@ -105,18 +106,25 @@ def _refused(response: om_pb2.OMResponse) -> str:
     return f"{om_pb2.Status.Name(response.status)}: {response.message}"
 
 
-def _prepared_lines(answers: dict[str, om_pb2.OMResponse | None]) -> list[str]:
+def _node_lines(answers: dict[str, om_pb2.OMResponse | None],
+                describe: Callable[[om_pb2.OMResponse], list[str]]) -> list[str]:
+    """A line or more per OM: what ``describe`` reads in its answer, or why it gave none."""
     lines = []
     for address, answer in answers.items():
         if answer is None or answer.status != om_pb2.OK:
             lines.append(f"  {address}: no answer" if answer is None
                          else f"  {address}: {_refused(answer)}")
-            continue
-        body = answer.prepare_status
-        lines.append(f"  {address}: {om_pb2.PrepareState.Name(body.status)}"
-                     + (f" at index {body.prepare_index}" if body.prepare_index else "")
-                     + f" (applied index {body.current_index})")
+        else:
+            lines.extend(f"  {address}: {line}" if n == 0 else f"      {line}"
+                         for n, line in enumerate(describe(answer)))
     return lines
+
+
+def _prepared(answer: om_pb2.OMResponse) -> list[str]:
+    body = answer.prepare_status
+    return [f"{om_pb2.PrepareState.Name(body.status)}"
+            + (f" at index {body.prepare_index}" if body.prepare_index else "")
+            + f" (applied index {body.current_index})"]
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -141,7 +149,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         if done or time.monotonic() > deadline:
             break
         time.sleep(POLL_S)
-    print("\n".join(_prepared_lines(answers)))
+    print("\n".join(_node_lines(answers, _prepared)))
     if not done:
         return _fail("prepare", f"not every OM reported PREPARE_COMPLETED within {args.wait} s "
                                 "(the cluster refuses writes all the same; a lagging OM "
@@ -166,19 +174,11 @@ def run_cancel_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _layout_lines(answers: dict[str, om_pb2.OMResponse | None]) -> list[str]:
-    lines = []
-    for address, answer in answers.items():
-        if answer is None or answer.status != om_pb2.OK:
-            lines.append(f"  {address}: no answer" if answer is None
-                         else f"  {address}: {_refused(answer)}")
-            continue
-        body = answer.finalize_upgrade_progress
-        lines.append(f"  {address}: {om_pb2.FinalizationState.Name(body.status)} (metadata "
-                     f"layout {body.metadata_layout_version}, software layout "
-                     f"{body.software_layout_version})")
-        lines.extend(f"      {feature}" for feature in body.features)
-    return lines
+def _layout(answer: om_pb2.OMResponse) -> list[str]:
+    body = answer.finalize_upgrade_progress
+    return [f"{om_pb2.FinalizationState.Name(body.status)} (metadata layout "
+            f"{body.metadata_layout_version}, software layout "
+            f"{body.software_layout_version})", *body.features]
 
 
 def _all_finalized(answers: dict[str, om_pb2.OMResponse | None]) -> bool:
@@ -207,7 +207,7 @@ def run_finalize(args: argparse.Namespace) -> int:
         if _all_finalized(answers) or time.monotonic() > deadline:
             break
         time.sleep(POLL_S)
-    print("\n".join(_layout_lines(answers)))
+    print("\n".join(_node_lines(answers, _layout)))
     if not _all_finalized(answers):
         return _fail("finalizeupgrade", f"not every OM reported ALREADY_FINALIZED within "
                                         f"{args.wait} s (a lagging OM finalizes once it "
@@ -222,7 +222,7 @@ def run_finalization_status(args: argparse.Namespace) -> int:
         return 2
     addresses, tls = setup
     answers = _each_node(addresses, tls, build.finalize_upgrade_progress, args)
-    print("\n".join(_layout_lines(answers)))
+    print("\n".join(_node_lines(answers, _layout)))
     return 0 if all(a is not None and a.status == om_pb2.OK for a in answers.values()) else 1
 
 
