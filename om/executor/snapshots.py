@@ -100,7 +100,8 @@ def snapshot_view(view: ReadView, ctx: ExecContext, volume: str, bucket: str,
     if opened is None:
         raise OMError(om_pb2.INVALID_SNAPSHOT_ERROR,
                       f"this OM holds no checkpoint of snapshot '/{volume}/{bucket}/{name}' "
-                      "(it installed a Raft snapshot taken after it); read it from another OM")
+                      "(its checkpoint failed here, or the Raft snapshot this OM caught up "
+                      "from carried none); read it from another OM")
     return opened
 
 
