@@ -103,8 +103,8 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     INVALID_SNAPSHOT_ERROR: _Status.ValueType  # 87
     """OM snapshots (om/executor/snapshots.py): Ozone's numbers. A snapshot name unknown in
     that bucket is FILE_NOT_FOUND and a duplicate FILE_ALREADY_EXISTS, as Ozone answers;
-    INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (it
-    installed a Raft snapshot taken after it), a diff of two buckets' snapshots;
+    INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (its
+    checkpoint failed here), a diff of two buckets' snapshots;
     CONTAINS_SNAPSHOT: DeleteBucket while the bucket has snapshots.
     """
     CONTAINS_SNAPSHOT: _Status.ValueType  # 88
@@ -198,8 +198,8 @@ TOO_MANY_BUCKETS: Status.ValueType  # 94
 INVALID_SNAPSHOT_ERROR: Status.ValueType  # 87
 """OM snapshots (om/executor/snapshots.py): Ozone's numbers. A snapshot name unknown in
 that bucket is FILE_NOT_FOUND and a duplicate FILE_ALREADY_EXISTS, as Ozone answers;
-INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (it
-installed a Raft snapshot taken after it), a diff of two buckets' snapshots;
+INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (its
+checkpoint failed here), a diff of two buckets' snapshots;
 CONTAINS_SNAPSHOT: DeleteBucket while the bucket has snapshots.
 """
 CONTAINS_SNAPSHOT: Status.ValueType  # 88
