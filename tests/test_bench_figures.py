@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from bench.figures import cli, core_cpu, integrity, runner, scale, wipe_catch_up
+from bench.figures import cli, core_cpu, integrity, runner, scale, snapshot_latency, wipe_catch_up
 from bench.figures.figure import Figure
 from om.protocol import om_pb2
 
@@ -118,7 +118,7 @@ def _database(path: Path) -> Path:
 def test_every_figure_is_a_command() -> None:
     help_text = cli.build_parser().format_help()
     assert [f.name for f in cli.FIGURES] == ["integrity", "scale", "wipe-catch-up",
-                                           "core-cpu"]
+                                           "core-cpu", "snapshot-latency"]
     for figure in cli.FIGURES:
         assert figure.name in help_text
 
@@ -157,6 +157,8 @@ def test_wipe_catch_up_takes_a_seed(tmp_path: Path) -> None:
     ["scale", "DB", "100", "DB", "1000"],            # no rounds
     ["core-cpu", "--writes", "0"],
     ["core-cpu", "--group", "-4"],
+    ["snapshot-latency", "--rate", "0"],
+    ["snapshot-latency", "--rounds", "-1"],
 ])
 def test_usage_errors_exit_2_and_run_nothing(argv: list[str],
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,3 +203,23 @@ def test_core_cpu_measures_the_core_in_process() -> None:
     assert found["writes"] == 400
     assert found["writes_per_s"] > 0
     assert found["cpu_us_per_write"] > 0
+
+
+def test_snapshot_latency_defaults_and_its_summary() -> None:
+    args = cli.build_parser().parse_args(["snapshot-latency"])
+    assert (args.rounds, args.rate) == (3, 500)
+    assert args.run is snapshot_latency.run
+    ops = {op: {"p50": 9.0, "p99": p99, "max": 30.0}
+           for op, p99 in (("CreateKey", 13.0), ("CommitKey", 12.0))}
+    freon = {"operations_per_s": 499.6, "failures": 0, "op_latency_ms": ops}
+    plain = snapshot_latency.summarize("plain", freon, [])
+    assert plain == {"mode": "plain", "operations_per_s": 500, "failures": 0,
+                     "CreateKey": {"p50": 9.0, "p99": 13.0, "max": 30.0},
+                     "CommitKey": {"p50": 9.0, "p99": 12.0, "max": 30.0}}
+    slowed = {op: {**q, "p99": q["p99"] * 2} for op, q in ops.items()}
+    snap = snapshot_latency.summarize("snapshots", {**freon, "op_latency_ms": slowed},
+                                      [60.0, 58.0, 80.0])
+    assert snap["create_snapshot_ms"] == {"count": 3, "median": 60.0, "max": 80.0}
+    compared = snapshot_latency.compare([plain, snap])
+    assert compared["CreateKey"] == {"p99_median_ms": {"plain": 13.0, "snapshots": 26.0},
+                                     "snapshots_over_plain": 2.0}

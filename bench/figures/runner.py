@@ -49,7 +49,7 @@ def om_command(*args: str) -> list[str]:
 def freon_omkg_command(threads: int, duration_s: int, *, addresses: Sequence[str] = (),
                        cluster_dir: Path | None = None, volume: str = "", bucket: str = "",
                        prefix: str = "", trace: Path | None = None,
-                       json_path: Path | None = None) -> list[str]:
+                       json_path: Path | None = None, rate: int = 0) -> list[str]:
     """``om freon omkg`` against one cluster, named by its addresses or its directory
     (the directory also gives the tools' certificate)."""
     assert threads > 0
@@ -60,6 +60,8 @@ def freon_omkg_command(threads: int, duration_s: int, *, addresses: Sequence[str
         args += ["--dir", str(cluster_dir)]
     else:
         args += ["--om", ",".join(addresses)]
+    if rate:
+        args += ["--rate", str(rate)]
     for flag, value in (("-v", volume), ("-b", bucket), ("-p", prefix)):
         if value:
             args += [flag, value]
