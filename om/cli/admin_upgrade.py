@@ -140,15 +140,10 @@ def run_prepare(args: argparse.Namespace) -> int:
     already = " (it was prepared already)" if response.prepare.already_prepared else ""
     print(f"OM preparation: the leader prepared at index {index}{already}; waiting for "
           f"every OM to apply it")
-    deadline = time.monotonic() + args.wait
-    while True:
-        answers = _each_node(addresses, tls, build.prepare_status, args)
-        done = all(a is not None and a.status == om_pb2.OK
-                   and a.prepare_status.status == om_pb2.PREPARE_COMPLETED
-                   and a.prepare_status.prepare_index == index for a in answers.values())
-        if done or time.monotonic() > deadline:
-            break
-        time.sleep(POLL_S)
+    done, answers = _until_all(
+        addresses, tls, build.prepare_status, args,
+        lambda a: (a.prepare_status.status == om_pb2.PREPARE_COMPLETED
+                   and a.prepare_status.prepare_index == index))
     print("\n".join(_node_lines(answers, _prepared)))
     if not done:
         return _fail("prepare", f"not every OM reported PREPARE_COMPLETED within {args.wait} s "
@@ -181,10 +176,20 @@ def _layout(answer: om_pb2.OMResponse) -> list[str]:
             f"{body.software_layout_version})", *body.features]
 
 
-def _all_finalized(answers: dict[str, om_pb2.OMResponse | None]) -> bool:
-    return all(a is not None and a.status == om_pb2.OK
-               and a.finalize_upgrade_progress.status == om_pb2.ALREADY_FINALIZED
-               for a in answers.values())
+def _until_all(addresses: list[str], tls: ClientTls | None,
+               request: Callable[[], om_pb2.OMRequest],
+               args: argparse.Namespace, reached: Callable[[om_pb2.OMResponse], bool]
+               ) -> tuple[bool, dict[str, om_pb2.OMResponse | None]]:
+    """Asks every OM until each answers OK and ``reached``, or ``args.wait`` passed;
+    whether they all did, and the last answers."""
+    deadline = time.monotonic() + args.wait
+    while True:
+        answers = _each_node(addresses, tls, request, args)
+        done = all(a is not None and a.status == om_pb2.OK and reached(a)
+                   for a in answers.values())
+        if done or time.monotonic() > deadline:
+            return done, answers
+        time.sleep(POLL_S)
 
 
 def run_finalize(args: argparse.Namespace) -> int:
@@ -201,14 +206,11 @@ def run_finalize(args: argparse.Namespace) -> int:
           f"{body.metadata_layout_version} of {body.software_layout_version}")
     for message in body.messages:
         print(f"  {message}")
-    deadline = time.monotonic() + args.wait
-    while True:
-        answers = _each_node(addresses, tls, build.finalize_upgrade_progress, args)
-        if _all_finalized(answers) or time.monotonic() > deadline:
-            break
-        time.sleep(POLL_S)
+    done, answers = _until_all(
+        addresses, tls, build.finalize_upgrade_progress, args,
+        lambda a: a.finalize_upgrade_progress.status == om_pb2.ALREADY_FINALIZED)
     print("\n".join(_node_lines(answers, _layout)))
-    if not _all_finalized(answers):
+    if not done:
         return _fail("finalizeupgrade", f"not every OM reported ALREADY_FINALIZED within "
                                         f"{args.wait} s (a lagging OM finalizes once it "
                                         "catches up)")
