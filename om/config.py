@@ -111,6 +111,8 @@ class Limits:
     retry_sweep_interval_s: float = 30.0
     list_max_keys: int = 10_000
     unflushed_transactions_max: int = 10_000
+    store_memtable_bytes: int = 64 * 1024 * 1024     # all tables' memtables together
+    store_block_cache_bytes: int = 64 * 1024 * 1024  # RocksDB's block cache
 
 
 @dataclass(frozen=True)
@@ -437,6 +439,9 @@ class ServerConfig:
                 value = getattr(section, item.name)
                 if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                     raise ConfigError(f"{item.name} must be positive, not {value}")
+        if min(self.limits.store_memtable_bytes, self.limits.store_block_cache_bytes) < 1 << 20:
+            raise ConfigError("[limits] store_memtable_bytes and store_block_cache_bytes must "
+                              "be at least 1 MiB")
         snapshot = self.snapshot
         if (snapshot.per_bucket_max < 1 or snapshot.open_max < 1 or snapshot.headroom_bytes_min < 0
                 or not 0 <= snapshot.headroom_fraction_min < 1):

@@ -52,7 +52,7 @@ from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
-from om.statemachine.store import Store
+from om.statemachine.store import Store, StoreMemory
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
@@ -162,7 +162,9 @@ class Node:
                            "them; for tests only")
         self.store = Store(config.node_data_dir / "db",
                            sync_writes=config.raft.fsync and len(config.nodes) == 1,
-                           wal=not config.unsafe_store_without_wal)
+                           wal=not config.unsafe_store_without_wal,
+                           memory=StoreMemory(config.limits.store_memtable_bytes,
+                                              config.limits.store_block_cache_bytes))
         init_layout(self.store, config.upgrade.init_layout_version)
         settings = leader_config(config)
         self.handler_limits = settings.limits
@@ -443,6 +445,8 @@ class Node:
             "snapshot_checkpoints_taken": self.snapshot_checkpoints.taken,
             "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
             "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
+            **dict(zip(("store_memtable_bytes", "store_block_cache_bytes"),
+                       self.store.memory.usage(), strict=True)),
             **gc_policy.metrics()}
         if isinstance(service, LeaderService):
             values.update(purge_pending_directories=service.purger.pending(),

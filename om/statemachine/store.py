@@ -4,6 +4,13 @@ The store is the only code that touches rocksdict. It offers a read view of
 applied state (``get`` / ``scan``), atomic multi-table write batches, the
 transaction info row, checkpoints for snapshots, and per-table digests for
 comparing replicas.
+
+Memory is bounded (``StoreMemory``): RocksDB's defaults give each column family
+its own memtables (64 MiB, two of them) and its own 8 MiB block cache, so with
+seventeen tables a node's resident memory grew by a hundred MiB and more as
+writes filled the memtables, and could reach about a GiB. A node's stores share
+one write buffer manager (a flush starts when all memtables together reach its
+budget) and one LRU block cache.
 """
 
 from __future__ import annotations
@@ -14,7 +21,18 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    Checkpoint,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 from om.protocol import om_pb2
 from om.schema import tables
@@ -29,15 +47,50 @@ def _prefix_upper_bound(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
+MIB = 1024 * 1024
+
+
+class StoreMemory:
+    """The memory budget stores share: all their memtables together, and one block
+    cache. RocksDB keeps to the memtable budget by flushing (a write may stall until
+    a flush frees memory, never fail); the cache evicts least recently used blocks.
+    It must outlive every store using it (each store keeps a reference)."""
+
+    def __init__(self, memtable_bytes: int, block_cache_bytes: int) -> None:
+        assert memtable_bytes >= MIB
+        assert block_cache_bytes >= MIB
+        self.memtable_bytes = memtable_bytes
+        self.block_cache_bytes = block_cache_bytes
+        self.block_cache = Cache(block_cache_bytes)
+        self.write_buffers = WriteBufferManager(memtable_bytes, True)
+
+    def usage(self) -> tuple[int, int]:
+        """(memtable bytes, block cache bytes) in use now."""
+        return self.write_buffers.get_usage(), self.block_cache.get_usage()
+
+
+_SHARED: list[StoreMemory] = []
+
+
+def shared_memory() -> StoreMemory:
+    """The budget of stores opened without one (checkpoints read by tools and
+    handlers): 64 MiB of memtables and 64 MiB of block cache for the process."""
+    if not _SHARED:
+        _SHARED.append(StoreMemory(64 * MIB, 64 * MIB))
+    return _SHARED[0]
+
+
 class Store:
     """A RocksDB database holding every table of one OM node."""
 
     def __init__(self, path: Path, sync_writes: bool = False, wal: bool = True,
-                 read_only: bool = False) -> None:
-        """``read_only``: open an existing database (a checkpoint) without writing to it."""
+                 read_only: bool = False, memory: StoreMemory | None = None) -> None:
+        """``read_only``: open an existing database (a checkpoint) without writing to it;
+        ``memory``: the budget this store shares (None: ``shared_memory()``)."""
         assert wal or not sync_writes, "a synced write needs the write-ahead log"
         self.path = path
         self.read_only = read_only
+        self.memory = memory if memory is not None else shared_memory()
         self._write_options = WriteOptions()
         self._write_options.sync = sync_writes
         # rocksdict's stub shows disable_wal as a method; it is a property
@@ -59,13 +112,27 @@ class Store:
         # transactionInfoTable's applied position ahead of keyTable's rows, and the
         # journal replay skipped them (a hole; tests/test_crash_restart.py found it).
         options.set_atomic_flush(True)
-        families = {name: Options(raw_mode=True) for name in tables.TABLE_NAMES.values()}
+        options.set_write_buffer_manager(self.memory.write_buffers)
+        families = {name: self._family_options() for name in tables.TABLE_NAMES.values()}
         access = AccessType.read_only() if self.read_only else AccessType.read_write()
         self._db = Rdict(str(self.path), options, column_families=families, access_type=access)
         self._families = {t: self._db.get_column_family(n) for t, n in tables.TABLE_NAMES.items()}
         self._handles = {t: self._db.get_column_family_handle(n)
                          for t, n in tables.TABLE_NAMES.items()}
         self._closed = False
+
+    def _family_options(self) -> Options:
+        """A table's options: its blocks cached in the shared cache."""
+        table_options = BlockBasedOptions()
+        table_options.set_block_cache(self.memory.block_cache)
+        options = Options(raw_mode=True)
+        options.set_block_based_table_factory(table_options)
+        return options
+
+    def memtable_bytes(self) -> int:
+        """The memory every table's memtables hold now (RocksDB's own count)."""
+        return sum(int(family.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+                   for family in self._families.values())
 
     @property
     def closed(self) -> bool:
