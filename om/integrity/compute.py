@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
         limit = ProgressLimit(progress_path(out), store.estimate_rows(),
                               rows_per_s if rows_per_s > 0 else None)
         tree_store.write_forest(out, info.applied_index, info.term, params,
-                                ((name, scan.table_rows(store, table, limit))
+                                ((name, scan.table_pages(store, table, limit))
                                  for table, name in tables.TABLE_NAMES.items()))
         limit.write()
     finally:

@@ -25,6 +25,7 @@ trees do not verify loads as None (compute again).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import time
@@ -116,20 +117,28 @@ class ThrottledView:
 
 def table_rows(view: ReadView, table: TableId, limit: RateLimit | None = None,
                start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-    """Every row of ``table`` from key ``start`` on, in key order, page by page."""
+    """Every row of ``table`` from key ``start`` on, in key order."""
+    for page in table_pages(view, table, limit, start):
+        yield from page
+
+
+def table_pages(view: ReadView, table: TableId, limit: RateLimit | None = None,
+                start: bytes = b"") -> Iterator[list[tuple[bytes, bytes]]]:
+    """Every row of ``table`` from key ``start`` on, in key order, a page (at most
+    ``PAGE_ROWS`` rows) at a time; each page is charged to ``limit`` as a whole."""
     limit = RateLimit() if limit is None else limit
     after: bytes | None = None
     if start:
         first = view.get(table, start)
         if first is not None:
             limit.charge(1, len(start) + len(first))
-            yield start, first
+            yield [(start, first)]
         after = start
     while True:
         page = view.scan(table, b"", after, PAGE_ROWS)
-        for key, value in page:
-            limit.charge(1, len(key) + len(value))
-            yield key, value
+        if page:
+            limit.charge(len(page), sum(map(len, itertools.chain.from_iterable(page))))
+            yield page
         if len(page) < PAGE_ROWS:
             return
         after = page[-1][0]

@@ -18,10 +18,20 @@ def _levels(tree: merkle.TreeView) -> list[list[tuple[bytes, bytes, int, int]]]:
             for level in range(tree.depth + 1)]
 
 
+def _pages(rows: list[tuple[bytes, bytes]]) -> list[list[tuple[bytes, bytes]]]:
+    """``rows`` in pages of uneven sizes (a page may end anywhere in a leaf)."""
+    pages, at, size = [], 0, 1
+    while at < len(rows):
+        pages.append(rows[at:at + size])
+        at, size = at + size, size % 5 + 1
+    return pages
+
+
 def _write(path: Path, tables: dict[str, dict[bytes, bytes]],
            params: TreeParams = SMALL) -> tree_store.StoredForest:
     tree_store.write_forest(path, 9, 2, params,
-                            [(t, sorted(rows.items())) for t, rows in sorted(tables.items())])
+                            [(t, _pages(sorted(rows.items())))
+                             for t, rows in sorted(tables.items())])
     found = tree_store.open_forest(path)
     assert found is not None
     return found
