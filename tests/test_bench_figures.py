@@ -15,9 +15,19 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from bench.figures import cli, core_cpu, integrity, runner, scale, snapshot_latency, wipe_catch_up
+from bench.figures import (
+    cli,
+    core_cpu,
+    integrity,
+    repair_scale,
+    runner,
+    scale,
+    snapshot_latency,
+    wipe_catch_up,
+)
 from bench.figures.figure import Figure
 from om.protocol import om_pb2
+from om.statemachine.store import Store
 
 PY_OM = [sys.executable, "-m", "om"]
 
@@ -118,7 +128,7 @@ def _database(path: Path) -> Path:
 def test_every_figure_is_a_command() -> None:
     help_text = cli.build_parser().format_help()
     assert [f.name for f in cli.FIGURES] == ["integrity", "scale", "wipe-catch-up",
-                                           "core-cpu", "snapshot-latency"]
+                                           "core-cpu", "snapshot-latency", "repair"]
     for figure in cli.FIGURES:
         assert figure.name in help_text
 
@@ -232,3 +242,32 @@ def test_snapshot_latency_defaults_and_its_summary() -> None:
     compared = snapshot_latency.compare([plain, snap])
     assert compared["CreateKey"] == {"p99_median_ms": {"plain": 13.0, "snapshots": 26.0},
                                      "snapshots_over_plain": 2.0}
+
+
+def test_repair_changes_rows_spread_over_every_bucket(tmp_path: Path) -> None:
+    runner.run_load([*runner.generate_command([tmp_path / "om1"], 3000, "vol", "bkt"),
+                     "--buckets", "3"])
+    db = tmp_path / "om1" / "db"
+    before = _rows(db)
+    assert repair_scale.change_rows(db, 60) == 60
+    after = _rows(db)
+    changed = [key for key in before if before[key] != after[key]]
+    assert len(changed) == 60
+    assert after.keys() == before.keys()
+    assert {key.split(b"/")[2] for key in changed} == {b"bkt-0", b"bkt-1", b"bkt-2"}
+    for key in changed:
+        was, now = (om_pb2.KeyInfo.FromString(rows[key]) for rows in (before, after))
+        assert now.data_size == was.data_size + 1
+
+
+def test_repair_defaults(tmp_path: Path) -> None:
+    args = cli.build_parser().parse_args(["repair", str(_database(tmp_path / "db"))])
+    assert (args.rows, args.rows_per_s, args.run) == (1000, 0, repair_scale.run)
+
+
+def _rows(db: Path) -> dict[bytes, bytes]:
+    store = Store(db, read_only=True)
+    try:
+        return dict(store.iterate(om_pb2.KEY))
+    finally:
+        store.close()
