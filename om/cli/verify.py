@@ -55,7 +55,7 @@ def register(actions: Any) -> None:
     verify.add_argument("--json", action="store_true")
     _add_waits(verify)
     verify.add_argument("--rows-per-s", type=int, default=0,
-                        help="scan pace on every node (default 50000)")
+                        help="scan pace on every node (default 100000)")
     verify.add_argument("--rows-max", type=int, default=compare.ROWS_MAX_DEFAULT,
                         help="differing rows to name at most")
     verify.add_argument("--no-mark", action="store_true",

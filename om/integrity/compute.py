@@ -31,7 +31,7 @@ from om.integrity.scan import RateLimit
 from om.schema import tables
 from om.statemachine.store import Store
 
-NICE = 10
+NICE = 19     # the serving processes win every contended core
 PROGRESS_EVERY_S = 1.0
 
 

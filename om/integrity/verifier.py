@@ -53,9 +53,10 @@ logger = logging.getLogger(__name__)
 
 VERIFY_DIR = "verify"
 KEEP = 3
-# Measured at 100k keys under write load on 2 cores (docs/OPERATIONS.md): three nodes scanning at
-# 200k rows/s cut writes by ~40%, at 50k by ~15%, and finished no later.
-DEFAULT_ROWS_PER_S = 50_000
+# At 10M keys under write load, three nodes on 2 cores (docs/OPERATIONS.md): 150k rows/s
+# verified in 72 s, 50k in 211 s (over the 120 s target); the scan costs ~2 us of CPU a row
+# (1/3 core per node at 150k), which a node on a host of its own hardly notices.
+DEFAULT_ROWS_PER_S = 100_000
 PAGE_ROWS_MAX = 10_000
 PAGE_BYTES_MAX = 2 * 1024 * 1024
 _META = "meta.json"
