@@ -267,10 +267,14 @@ def run_repair(args: argparse.Namespace) -> int:
     except (ReplicaError, RepairRefused) as error:
         print(f"om admin repair: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(_repair_report(args.node_id, result), indent=2) if args.json
-          else _repair_text(args.node_id, result, args.start))
-    if result.cleared and args.start:
-        _start(directory, args.node_id)
+    started = _start(directory, args.node_id) if result.cleared and args.start else None
+    if args.json:     # one JSON document on stdout, the start's outcome in it
+        print(json.dumps({**_repair_report(args.node_id, result), "started": started},
+                         indent=2))
+    else:
+        print(_repair_text(args.node_id, result, args.start))
+        if started is not None:
+            print(started)
     return 0 if result.cleared else 1
 
 
@@ -438,12 +442,12 @@ def _repair_text(node_id: str, result: repair.RepairResult, starting: bool) -> s
     return "\n".join(lines)
 
 
-def _start(directory: Path | None, node_id: str) -> None:
+def _start(directory: Path | None, node_id: str) -> str:
+    """Starts the repaired node (a cluster of ``om cluster up``); what was done."""
     if directory is None:
-        print(f"start {node_id} yourself (no cluster directory given)")
-        return
+        return f"start {node_id} yourself (no cluster directory given)"
     om_cluster.Cluster(directory).start_node(node_id)
-    print(f"{node_id} started")
+    return f"{node_id} started"
 
 
 # -- helpers -----------------------------------------------------------------------------

@@ -191,8 +191,8 @@ def test_a_diverged_follower_is_named_refused_and_repaired(
 
     done = _repair_process(cluster, victim.id, "--json", "--start")
     assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
-    assert result["cleared"]
+    result = json.loads(done.stdout)       # one document: the start's outcome is in it
+    assert (result["cleared"], result["started"]) == (True, f"{victim.id} started")
     assert {r["table"] for r in result["repaired"]} <= {"keyTable"}
     assert marker.load(cluster.config.data_dir / victim.id) is None
     harness.wait_converged(cluster)
@@ -328,8 +328,8 @@ def test_a_tree_larger_than_a_frame_is_compared_level_by_level_and_repaired(
 
     done = _repair_process(cluster, victim.id, "--json", "--start")
     assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
-    assert result["cleared"]
+    result = json.loads(done.stdout)       # one document: the start's outcome is in it
+    assert (result["cleared"], result["started"]) == (True, f"{victim.id} started")
     assert {r["table"] for r in result["repaired"]} == {"keyTable"}
     assert result["rows_written"] < SEEDED // 10, "only the differing leaves are copied"
     harness.wait_converged(cluster)
