@@ -71,7 +71,7 @@ def change_rows(db: Path, rows: int, seed: int = 29) -> int:
         firsts = [store.scan(om_pb2.KEY, bucket + b"/", None, 1) for bucket in buckets]
         prefixes = [page[0][0].rsplit(b"/", 1)[0] + b"/" for page in firsts if page]
         keys: set[bytes] = set()
-        for _ in range(rows * 4):
+        for _ in range(rows * 50):      # points falling between the same two keys repeat
             if len(keys) == rows:
                 break
             point = chooser.choice(prefixes) + str(chooser.randrange(10**8)).encode()
