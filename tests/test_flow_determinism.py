@@ -1,10 +1,10 @@
 """Both flows, fed the same request sequence, answer alike and store identical tables.
 
 Intended differences (also in docs/RELIABILITY.md and om/statemachine/replicated_apply.py):
-the old flow keeps its retry cache in memory, so clientRequestReplyTable and
-clientRequestExpiryTable stay empty there; and transactionInfoTable records
-log positions, which differ (the leader flow logs batches, the old flow
-requests).
+the old flow also stores failed requests' answers in clientRequestReplyTable and
+its expiry index (the leader flow's rows are the same bytes, a subset); and
+transactionInfoTable records log positions, which differ (the leader flow logs
+batches, the old flow requests).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class Flow:
             self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
                                                  NullTracer(), clock_ms=lambda: self.now_ms)
         self.call_ids = itertools.count(1)
+        self.replies: dict[bytes, bytes] = {}
 
     async def start(self) -> None:
         if isinstance(self.service, LeaderService):
@@ -82,8 +83,15 @@ class Flow:
         if isinstance(self.machine, ReplicatedStateMachine):
             self.machine.close()
         digests = self.store.digests()
+        self.replies = dict(self.store.iterate(om_pb2.CLIENT_REQUEST_REPLY))
         self.store.close()
         return digests
+
+
+def _answer(row: bytes) -> tuple[bytes, bytes]:
+    """A reply row's stored answer and request fingerprint."""
+    reply = om_pb2.ClientRequestReply.FromString(row)
+    return reply.response, reply.fingerprint
 
 
 def _next_request(rng: random.Random, sessions: dict[str, int]) -> om_pb2.OMRequest:
@@ -143,6 +151,17 @@ async def test_both_flows_store_identical_tables(tmp_path_factory: object, seed:
     leader_tables, replicated_tables = await leader.tables(), await replicated.tables()
     for table in leader_tables.keys() - DIFFERENT_BY_DESIGN:
         assert leader_tables[table] == replicated_tables[table], table
+    # the leader flow stores the answers of successful writes, the old flow every
+    # write's: the same rows, so a retry finds the same answer whichever flow takes it
+    assert leader.replies, "successful writes store their answers"
+    assert leader.replies.keys() <= replicated.replies.keys()
+    for key, row in leader.replies.items():   # the batch's time is the pipeline's clock
+        assert _answer(row) == _answer(replicated.replies[key]), key
+    failed = len(replicated.replies) - len(leader.replies)
+    writes = sum(om_pb2.OMResponse.FromString(a).cmd_type != om_pb2.ListKeys
+                 for a in leader_answers)
+    assert len(replicated.replies) == writes, "the old flow stores every write's answer"
+    assert failed > 0
 
 
 async def test_old_flow_restart_resumes_flushing_where_the_store_left_off(
@@ -155,4 +174,24 @@ async def test_old_flow_restart_resumes_flushing_where_the_store_left_off(
     assert reopened.machine.applied_index == 1
     reopened.machine.quiesce()  # returns at once: nothing is unflushed
     assert (await reopened.call(build.info_volume("vol1"))).status == om_pb2.OK
+    await reopened.tables()
+
+
+async def test_old_flow_answers_a_retry_after_a_restart_from_its_reply_row(
+        tmp_path: Path) -> None:
+    """The old flow's retry cache was in memory only: a restart forgot it and a retry
+    of a committed write executed again (here: VOLUME_ALREADY_EXISTS instead of OK)."""
+    flow = Flow(tmp_path / "old", "replicated")
+    create = build.create_volume("vol1")
+    assert (await flow.call(create)).status == om_pb2.OK
+    await flow.tables()
+    reopened = Flow(tmp_path / "old", "replicated")
+    retry = om_pb2.OMRequest()
+    retry.CopyFrom(create)
+    retry.call_id = 1
+    reopened.now_ms = flow.now_ms
+    response = await reopened.service.handle(retry)
+    assert response.status == om_pb2.OK, response.message
+    assert response.SerializeToString() == (
+        await reopened.service.handle(retry)).SerializeToString()
     await reopened.tables()

@@ -16,7 +16,7 @@ from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRound, ReadRounds
 from om.flows.template import Clock, RequestService, Write, not_leader_response, wall_clock_ms
-from om.gatekeeper.retry_cache import StoredReply
+from om.gatekeeper.retry_cache import StoredReply, reply_row
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
@@ -39,6 +39,7 @@ class ReplicatedFlowService(RequestService):
                          clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
                          audit)
         self._state_machine = state_machine
+        self._config = config
         self.read_rounds = ReadRounds(self._read_round_trip)
 
     async def start(self) -> None:
@@ -68,10 +69,15 @@ class ReplicatedFlowService(RequestService):
         return self._state_machine.managed_index
 
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
+        """From memory, else from the reply row (which outlives a restart)."""
         stored = self._state_machine.retry.lookup(key, self.clock_ms())
-        if stored is None:
+        if stored is not None:
+            return StoredReply(om_pb2.OMResponse.FromString(stored[0]), stored[1])
+        row = reply_row(self._state_machine.view, key, self.clock_ms(),
+                        self._config.retry.expiry_ms)
+        if row is None:
             return None
-        return StoredReply(om_pb2.OMResponse.FromString(stored[0]), stored[1])
+        return StoredReply(om_pb2.OMResponse.FromString(row.response), row.fingerprint)
 
     def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
         """The retry cache is filled by apply, on every node."""
