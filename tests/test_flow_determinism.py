@@ -9,6 +9,7 @@ batches, the old flow requests).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -24,7 +25,7 @@ from om.flows.template import RequestService
 from om.gatekeeper.authorize import AclPolicy
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
-from om.statemachine.apply import StateMachine
+from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store
 
@@ -40,18 +41,19 @@ def _fail() -> None:
 class Flow:
     """One flow in-process on a real store, with a deterministic clock."""
 
-    def __init__(self, path: Path, execution: str) -> None:
+    def __init__(self, path: Path, execution: str, config: LeaderConfig | None = None) -> None:
         self.store = Store(path)
         self.now_ms = 1_700_000_000_000
+        self.log: list[tuple[int, bytes]] = []   # every entry applied: (position, bytes)
         # A group mapping and a certificate's groups: a create gives the creator's
         # primary group its default ACL, in the old flow's apply as on the leader.
-        config = LeaderConfig(acl=AclPolicy(groups=GROUPS))
+        config = dataclasses.replace(config or LeaderConfig(), acl=AclPolicy(groups=GROUPS))
         self.machine: StateMachine | ReplicatedStateMachine
         self.service: RequestService
         if execution == "leader":
             self.machine = StateMachine(self.store)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
-                                         self.machine.apply_entry)
+                                         self._apply)
             self.service = LeaderService("om1", self.store, self.machine, replicator, config,
                                          NullTracer(), clock_ms=lambda: self.now_ms)
         else:
@@ -59,15 +61,19 @@ class Flow:
                                                   MemoryRetryCache(600_000, 1000), 100, _fail,
                                                   groups=GROUPS)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
-                                         self.machine.apply_entry)
+                                         self._apply)
             self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
                                                  NullTracer(), clock_ms=lambda: self.now_ms)
         self.call_ids = itertools.count(1)
         self.replies: dict[bytes, bytes] = {}
 
+    def _apply(self, position: int, entry: bytes) -> ApplyResult:
+        self.log.append((position, entry))
+        return self.machine.apply_entry(position, entry)
+
     async def start(self) -> None:
-        if isinstance(self.service, LeaderService):
-            await self.service.start()
+        assert isinstance(self.service, LeaderService | ReplicatedFlowService)
+        await self.service.start()
 
     async def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         request.client_id = "client"
@@ -78,8 +84,8 @@ class Flow:
         return await self.service.handle(request)
 
     async def tables(self) -> dict[str, str]:
-        if isinstance(self.service, LeaderService):
-            await self.service.close()
+        assert isinstance(self.service, LeaderService | ReplicatedFlowService)
+        await self.service.close()
         if isinstance(self.machine, ReplicatedStateMachine):
             self.machine.close()
         digests = self.store.digests()

@@ -58,7 +58,6 @@ from om.schema.read_view import ReadView
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 
-SWEEP_TICK_S = 1.0  # how often the sweeper looks at this node's role
 PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
@@ -110,7 +109,8 @@ class LeaderService(RequestService):
         """Starts group commit, the retry-cache sweeper and the purge of deleted
         subtrees."""
         self.pipeline.start()
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self.sweep_forever(self.config.sweep_interval_s))
         self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
     async def close(self) -> None:
@@ -263,22 +263,6 @@ class LeaderService(RequestService):
             response = not_leader_response(write.request, self.node_id,
                                            self._replicator.role())
         self._end_write(write, response, committed)
-
-    async def _sweep_forever(self) -> None:
-        """Sweeps every ``sweep_interval_s`` while this node leads, and at once when it
-        becomes the leader: with leaderships shorter than the interval (a storm of
-        faults), sweeps on each node's own period alone went missing for minutes and
-        expired rows outlived the auditor's grace (the soak found it)."""
-        was_ready = False
-        last_s = 0.0
-        while True:
-            await asyncio.sleep(min(self.config.sweep_interval_s, SWEEP_TICK_S))
-            ready = self._replicator.role().ready
-            now_s = time.monotonic()
-            if ready and (not was_ready or now_s - last_s >= self.config.sweep_interval_s):
-                self.sweep_expired()
-                last_s = now_s
-            was_ready = ready
 
     def sweep_expired(self) -> int:
         """Queues deletes of expired retry-cache rows; returns how many rows. Paused

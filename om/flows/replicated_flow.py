@@ -9,6 +9,7 @@ or batches: apply is serial. Readers see the write cache over RocksDB.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
@@ -16,7 +17,7 @@ from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRound, ReadRounds
 from om.flows.template import Clock, RequestService, Write, not_leader_response, wall_clock_ms
-from om.gatekeeper.retry_cache import StoredReply, reply_row
+from om.gatekeeper.retry_cache import StoredReply, expired_row_deletes, reply_row
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
@@ -40,15 +41,41 @@ class ReplicatedFlowService(RequestService):
                          audit)
         self._state_machine = state_machine
         self._config = config
+        self._sweeper: asyncio.Task[None] | None = None
         self.read_rounds = ReadRounds(self._read_round_trip)
 
     async def start(self) -> None:
-        """Nothing runs in the background on the request side."""
+        """Starts the retry-cache sweeper (apply writes reply rows; only the leader
+        deletes expired ones, through the log, so every node deletes the same)."""
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self.sweep_forever(self._config.sweep_interval_s))
 
     async def close(self) -> None:
-        """Lets every admitted request finish."""
+        """Stops the sweeper, lets every admitted request finish."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         await self.drain()
         await self.read_rounds.close()
+
+    def sweep_expired(self) -> int:
+        """Replicates deletes of expired reply rows as a batch entry (apply takes both
+        kinds, docs/FLOW_SWITCH.md), in a task; returns how many rows."""
+        role = self.role()
+        if not role.ready or self.prepare_gate_closed():
+            return 0
+        deletes = expired_row_deletes(self._state_machine.view, self.clock_ms(),
+                                      self._config.retry.expiry_ms,
+                                      self._config.sweep_rows_max)
+        if deletes:
+            batch = om_pb2.PersistDbBatch(term=role.term, leader_id=self.node_id,
+                                          timestamp_ms=self.clock_ms(), retry_expiry=deletes)
+            self.spawn(self._replicate_sweep(log_entry.encode_batch(batch)))
+        return len(deletes) // 2
+
+    async def _replicate_sweep(self, encoded: bytes) -> None:
+        """A sweep that did not commit is retried by the next one."""
+        await self._replicator.replicate(encoded)
 
     def leadership_lost(self) -> None:
         """Nothing is queued on the request side; in-flight entries settle via Raft."""

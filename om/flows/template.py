@@ -82,6 +82,7 @@ from om.schema.read_view import ReadView, SnapshotViews
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
+SWEEP_TICK_S = 1.0  # how often the retry-cache sweeper looks at this node's role
 
 
 def wall_clock_ms() -> int:
@@ -261,7 +262,29 @@ class RequestService(abc.ABC):
         """Called once per admitted write as it ends, whatever the outcome, with its
         reply row when it committed."""
 
+    @abc.abstractmethod
+    def sweep_expired(self) -> int:
+        """Replicates deletes of expired retry-cache rows, while this node is the ready
+        leader and not prepared; returns how many rows."""
+
     # -- the template -------------------------------------------------------------------
+
+    async def sweep_forever(self, interval_s: float) -> None:
+        """Sweeps every ``interval_s`` while this node leads, and at once when it
+        becomes the leader: with leaderships shorter than the interval (a storm of
+        faults), sweeps on each node's own period alone went missing for minutes and
+        expired rows outlived the auditor's grace (the soak found it)."""
+        assert interval_s > 0
+        was_ready = False
+        last_s = 0.0
+        while True:
+            await asyncio.sleep(min(interval_s, SWEEP_TICK_S))
+            ready = self._replicator.role().ready
+            now_s = time.monotonic()
+            if ready and (not was_ready or now_s - last_s >= interval_s):
+                self.sweep_expired()
+                last_s = now_s
+            was_ready = ready
 
     @property
     def linearizable_reads(self) -> int:

@@ -33,7 +33,7 @@ from om.schema.fingerprint import fingerprint
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, add_usage, writes_prepared_marker
+from om.statemachine.apply import ApplyResult, add_usage, merged_deltas, writes_prepared_marker
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, Row, WriteCache
@@ -126,11 +126,11 @@ class ReplicatedStateMachine:
             snapshots_changed = prepared = False
             if not stale:
                 if isinstance(message, om_pb2.PersistDbBatch):
-                    assert not message.ops, "only a leader's empty barrier batch is expected"
+                    writes, prepared = self._apply_batch(position, message)
                 else:
                     writes, response, prepared = self._execute(position, message)
-                    snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
-                                            for (table, _), _ in writes)
+                snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
+                                        for (table, _), _ in writes)
                 self.term = message.term
                 self.managed_index = max(self.managed_index, message.managed_index)
                 self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
@@ -172,6 +172,32 @@ class ReplicatedStateMachine:
             writes.append((row, value))
             self.cache.put(row[0], row[1], value, position)
         return writes, response, writes_prepared_marker(recorder.ops)
+
+    def _apply_batch(self, position: int, batch: om_pb2.PersistDbBatch
+                     ) -> tuple[list[tuple[Row, bytes | None]], bool]:
+        """A leader-flow batch (docs/FLOW_SWITCH.md step 2): the rows given, quota deltas
+        added to what the cache shows, reply and expiry rows, expired rows deleted, as
+        ``om.statemachine.apply.StateMachine`` writes them, but as one transaction of the
+        double buffer at ``position``; whether it put the prepared marker. Barrier,
+        read-round and verify entries are batches without rows."""
+        writes: list[tuple[Row, bytes | None]] = []
+        for op in batch.ops:
+            assert op.table in tables.TABLE_NAMES
+            writes.append(((op.table, op.key), None if op.delete else op.value))
+        for delta in merged_deltas(batch):   # read before the batch's own rows, as there
+            raw = self.view.get(delta.table, delta.key)
+            updated = None if raw is None else add_usage(raw, delta)
+            if updated is not None:
+                writes.append(((delta.table, delta.key), updated))
+        for reply in batch.replies:
+            writes.extend(reply_rows(self.view, reply))
+        for op in batch.retry_expiry:
+            assert op.delete
+            assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
+            writes.append(((op.table, op.key), None))
+        for (table, key), value in writes:
+            self.cache.put(table, key, value, position)
+        return writes, writes_prepared_marker(list(batch.ops))
 
     def _info(self) -> om_pb2.TransactionInfo:
         return om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
