@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
+from om.consensus.port import ReplicateResult, Replicator
 from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRound, ReadRounds
-from om.flows.template import Clock, RequestService, Write, not_leader_response, wall_clock_ms
+from om.flows.template import Clock, RequestService, Write, entry_answer, wall_clock_ms
 from om.gatekeeper.retry_cache import StoredReply, expired_row_deletes, reply_row
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
@@ -142,11 +142,5 @@ class ReplicatedFlowService(RequestService):
         self.metrics.batches.replicated(1, len(encoded), trace.replicate_ns / 1e9,
                                         result.apply_ns / 1e9)
         trace.settled_ns = time.perf_counter_ns()
-        if result.status is ReplicateStatus.COMMITTED:
-            response = om_pb2.OMResponse.FromString(result.response)
-        elif result.status is ReplicateStatus.QUEUE_FULL:
-            response = error_response(request, om_pb2.SERVER_BUSY,
-                                      "the replication queue is full; retry shortly")
-        else:
-            response = not_leader_response(request, self.node_id, self._replicator.role())
-        self._end_write(write, response, None)
+        self._end_write(write, entry_answer(request, result, self.node_id,
+                                            self._replicator.role()), None)

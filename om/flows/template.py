@@ -129,6 +129,18 @@ def not_leader_response(request: om_pb2.OMRequest, node_id: str,
     return response
 
 
+def entry_answer(request: om_pb2.OMRequest, result: ReplicateResult, node_id: str,
+                 role: Role) -> om_pb2.OMResponse:
+    """The answer to an old-flow write from its entry's result: the response its apply
+    here produced when it committed, else why it did not."""
+    if result.status is ReplicateStatus.COMMITTED:
+        return om_pb2.OMResponse.FromString(result.response)
+    if result.status is ReplicateStatus.QUEUE_FULL:
+        return error_response(request, om_pb2.SERVER_BUSY,
+                              "the replication queue is full; retry shortly")
+    return not_leader_response(request, node_id, role)
+
+
 def audit_request(audit: AuditSink, request: om_pb2.OMRequest, peer: str, status: str,
                   message: str) -> None:
     """Records one answered (or refused) request in the audit log, as the flow and the
