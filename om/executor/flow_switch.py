@@ -19,6 +19,8 @@ on a row (the design's exclusive lock on every moved type is not needed).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -58,7 +60,7 @@ def valid_selection(selection: om_pb2.FlowSelection) -> bool:
     return names == sorted(set(names)) and not unknown_types(frozenset(names))
 
 
-def type_names(types: frozenset[int] | list[int]) -> str:
+def type_names(types: Iterable[int]) -> str:
     """``CommitKey,CreateKey``: names, sorted; ``(none)`` for no type."""
     return ",".join(sorted(om_pb2.Type.Name(om_pb2.Type.ValueType(t))
                            if t in om_pb2.Type.values() else str(t) for t in types)) or "(none)"
