@@ -10,6 +10,10 @@ import itertools
 import random
 from pathlib import Path
 
+import pytest
+
+from om.cli import main
+from om.cli.admin_upgrade import flow_types
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.executor import upgrade
@@ -352,3 +356,18 @@ async def test_set_flows_is_an_administrators_write_of_write_types_after_finaliz
     await node.ok(build.finalize_upgrade(), user=ADMIN)
     await node.ok(build.set_flows([om_pb2.CreateKey]), user=ADMIN)
     await node.close()
+
+
+def test_the_commands_name_types_and_the_nemesis_needs_switchable_oms(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    every = flow_types("all")
+    assert om_pb2.CommitKey in every
+    assert om_pb2.PurgeDirectories in every, "the leader's own writes switch too"
+    assert om_pb2.SetFlows not in every
+    assert om_pb2.LookupKey not in every
+    assert flow_types("none") == []
+    assert flow_types("CreateKey, CommitKey") == [om_pb2.CreateKey, om_pb2.CommitKey]
+    with pytest.raises(ValueError, match="no request type 'Nope'"):
+        flow_types("Nope")
+    assert main(["chaos", "--faults", "flow_switch,kill_leader", "--duration", "1"]) == 2
+    assert "needs --execution switchable" in capsys.readouterr().err
