@@ -21,6 +21,7 @@ from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.integrity import auditor
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.schema import tables
@@ -371,3 +372,23 @@ def test_the_commands_name_types_and_the_nemesis_needs_switchable_oms(
         flow_types("Nope")
     assert main(["chaos", "--faults", "flow_switch,kill_leader", "--duration", "1"]) == 2
     assert "needs --execution switchable" in capsys.readouterr().err
+
+
+async def test_the_auditor_accepts_the_flows_row_and_flags_a_malformed_one(
+        tmp_path: Path) -> None:
+    node = await _switchable(tmp_path / "db")
+    await node.flows(om_pb2.CommitKey, om_pb2.CreateKey)
+    await node.ok(build.create_key(V, B, "k1", KEY_SIZE))     # both kinds of entry
+    node.machine.quiesce()
+    store = node.machine.store
+    assert store.get(om_pb2.TRANSACTION_INFO, tables.FLOWS_KEY) is not None
+    assert store.count(om_pb2.CLIENT_REQUEST_REPLY) >= 4, "both flows' answers"
+    assert auditor.audit(store, auditor.AuditConfig()).violations == ()
+    bad = store.new_batch()
+    unsorted = sorted([om_pb2.CreateKey, om_pb2.CommitKey], reverse=True)
+    store.batch_put(bad, om_pb2.TRANSACTION_INFO, tables.FLOWS_KEY,
+                    om_pb2.FlowSelection(leader_types=unsorted).SerializeToString())
+    store.write(bad)
+    (violation,) = auditor.audit(store, auditor.AuditConfig()).violations
+    assert "FlowSelection" in violation.detail
+    await node.close()
