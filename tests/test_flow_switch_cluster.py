@@ -5,6 +5,8 @@
   accepted gets its stored answer from the leader flow after its type moved, on a new
   leader too (from the reply rows), and the other way round; at the end every
   replica holds the same bytes.
+* Leaving for the leader flow: every type switched, prepare, every node restarted
+  with ``execution = "leader"``, cancel: data, stored answers and ids go on.
 * Under load: ``om chaos`` with the ``flow_switch`` nemesis (two switches to each
   leader kill, one a second) for 20 s: the existing checkers judge the history (nothing
   lost, nothing applied twice, reads linearizable, exactly-once retries, every
@@ -119,3 +121,45 @@ def test_the_switch_under_load_loses_duplicates_and_re_executes_nothing(
     assert result["retries"] > 0, "no retry was exercised: the run proves nothing"
     assert result["ops"]["ok"] > 300
     assert result["verify"]["result"] == "clean"
+
+
+def test_a_switched_cluster_leaves_for_the_leader_flow_through_prepare(
+        cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every type switched, prepare (every node compacts its log: no old-flow entry is
+    left to replay), every node restarted with execution = "leader", cancel: the
+    data, the old flow's answers and the ids go on."""
+    with harness.client(cluster) as om:
+        om.create_volume(V)
+        om.create_bucket(V, B)
+        session = om.call(build.create_key(V, B, "old", 10)).create_key.client_session_id
+        old_commit = build.commit_key(V, B, "old", session, 10)
+        first = om.call_raw(old_commit)                    # the old flow
+        assert first.status == om_pb2.OK
+        code, out = flow(capsys, cluster, "set", "all")
+        assert code == 0, out
+        session = om.call(build.create_key(V, B, "new", 20)).create_key.client_session_id
+        assert om.call_raw(build.commit_key(V, B, "new", session, 20)).status == om_pb2.OK
+        capsys.readouterr()
+        assert main(["admin", "om", "prepare", "--dir", str(cluster.directory),
+                     "--wait", "30"]) == 0, capsys.readouterr()
+        for node in cluster.nodes:
+            cluster.stop_node(node.id)
+        text = cluster.config_path.read_text()
+        assert 'execution = "switchable"' in text
+        cluster.config_path.write_text(text.replace('execution = "switchable"',
+                                                    'execution = "leader"'))
+        for node in cluster.nodes:
+            cluster.start_node(node.id)
+        cluster.wait_ready(60)
+        assert {i.execution for i in cluster.node_infos()} == {"leader"}
+        assert main(["admin", "om", "cancelprepare", "--dir", str(cluster.directory)]) == 0
+        assert om.call_raw(old_commit).SerializeToString() == first.SerializeToString()
+        session = om.call(build.create_key(V, B, "after", 30)).create_key.client_session_id
+        assert om.call_raw(build.commit_key(V, B, "after", session, 30)).status == om_pb2.OK
+        keys = om.list_keys(V, B).key_info
+        assert [k.key_name for k in keys] == ["after", "new", "old"]
+        assert len({k.object_id for k in keys}) == 3
+        assert om.info_bucket(V, B).used_bytes == 3 * 60
+    harness.wait_converged(cluster)
+    digests = harness.digests_after_stop(cluster)
+    assert len({json.dumps(d, sort_keys=True) for d in digests.values()}) == 1, digests
