@@ -5,6 +5,8 @@
   accepted gets its stored answer from the leader flow after its type moved, on a new
   leader too (from the reply rows), and the other way round; at the end every
   replica holds the same bytes.
+* The way in: a replicated cluster restarted one OM at a time as switchable, under
+  writes, then a type switched.
 * Leaving for the leader flow: every type switched, prepare, every node restarted
   with ``execution = "leader"``, cancel: data, stored answers and ids go on.
 * Under load: ``om chaos`` with the ``flow_switch`` nemesis (two switches to each
@@ -163,3 +165,42 @@ def test_a_switched_cluster_leaves_for_the_leader_flow_through_prepare(
     harness.wait_converged(cluster)
     digests = harness.digests_after_stop(cluster)
     assert len({json.dumps(d, sort_keys=True) for d in digests.values()}) == 1, digests
+
+
+def test_a_replicated_cluster_becomes_switchable_by_a_rolling_restart(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The way in: a cluster of the old flow, each OM restarted in turn with
+    execution = "switchable" while writes go on (both kinds of OM in one ring
+    meanwhile), then a type switched: a write the old flow answered before the
+    restarts is answered again from its reply row, and every replica is the same."""
+    cluster = harness.start(tmp_path / "replicated", execution="replicated")
+    try:
+        with harness.client(cluster) as om:
+            om.create_volume(V)
+            om.create_bucket(V, B)
+            session = om.call(build.create_key(V, B, "k0", 10)).create_key.client_session_id
+            old_commit = build.commit_key(V, B, "k0", session, 10)
+            first = om.call_raw(old_commit)
+            assert first.status == om_pb2.OK
+            text = cluster.config_path.read_text()
+            cluster.config_path.write_text(text.replace('execution = "replicated"',
+                                                        'execution = "switchable"'))
+            for n, node in enumerate(cluster.nodes, 1):
+                cluster.stop_node(node.id)
+                cluster.start_node(node.id)
+                cluster.wait_ready(60)
+                session = om.call(build.create_key(V, B, f"k{n}", 10)
+                                  ).create_key.client_session_id
+                assert om.call_raw(build.commit_key(V, B, f"k{n}", session, 10)).status \
+                    == om_pb2.OK
+            assert {i.execution for i in cluster.node_infos()} == {"switchable"}
+            code, out = flow(capsys, cluster, "set", "CommitKey")
+            assert code == 0, out
+            assert om.call_raw(old_commit).SerializeToString() == first.SerializeToString()
+            assert [k.key_name for k in om.list_keys(V, B).key_info] == ["k0", "k1", "k2", "k3"]
+            assert om.info_bucket(V, B).used_bytes == 4 * 30
+        harness.wait_converged(cluster)
+        digests = harness.digests_after_stop(cluster)
+        assert len({json.dumps(d, sort_keys=True) for d in digests.values()}) == 1, digests
+    finally:
+        om_cluster.down(cluster)
