@@ -17,6 +17,11 @@ Locks are held from step 1 until the batch settles: a request never executes
 against state an in-flight batch is about to change (there is no write cache).
 The retry cache (``om/gatekeeper/retry_cache.py``) answers from memory, else
 from clientRequestReplyTable, written in the same batch as the data.
+
+Over the old flow's state machine (``execution = "switchable"``, docs/FLOW_SWITCH.md)
+a write of a type the ``#FLOWS`` row does not name takes steps 1 and 4 alike, but in
+between is tried here for its quota only and replicated as a request, executed in
+every node's apply (``_execute_old``).
 """
 
 from __future__ import annotations
@@ -261,6 +266,7 @@ class LeaderService(RequestService):
         reservation are held until that entry applied here (``_old_settled``), so no
         leader-flow write executes against state the entry is about to change, nor
         fits in quota the entry will take."""
+        assert self.switchable, "only a switchable node runs the old flow here"
         request, trace = write.request, write.trace
         spawned = False
         try:

@@ -40,8 +40,9 @@ status from the field checks or a handler. Each one is logged with its traceback
 counted in ``om_internal_errors_total``.
 
 Flows: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
-batches of changes) and ``om.flows.replicated_flow.ReplicatedFlowService``
-(Ozone's old flow: replicate the request, execute it in every node's apply).
+batches of changes; over the old flow's state machine, both flows per write type)
+and ``om.flows.replicated_flow.ReplicatedFlowService`` (Ozone's old flow: replicate
+the request, execute it in every node's apply).
 """
 
 from __future__ import annotations
