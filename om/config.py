@@ -5,7 +5,8 @@ TOML file are an error (a typo must not silently fall back to a default).
 
 Example ``cluster.toml``::
 
-    execution = "leader"            # or "replicated" (Ozone's old flow)
+    execution = "leader"            # "replicated" (Ozone's old flow), or "switchable":
+                                    # per write type, as `om admin om flow set` says
     data_dir = "om-data"            # each node uses data_dir/<node id>
 
     [[nodes]]
@@ -43,7 +44,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9862
 DEFAULT_RAFT_PORT = 9872
 DEFAULT_HTTP_PORT = 9874     # Ozone's OM web port: /prom
-EXECUTIONS = ("leader", "replicated")
+EXECUTIONS = ("leader", "replicated", "switchable")   # docs/FLOW_SWITCH.md
 READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
 READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)

@@ -465,6 +465,8 @@ class TestEachRightIsEnforced:
         # (tests/test_upgrade.py)
         administrators |= {"Prepare", "CancelPrepare", "FinalizeUpgrade", "PrepareStatus",
                            "FinalizeUpgradeProgress"}
+        # the flow switch for administrators, its status for anyone (tests/test_flow_switch.py)
+        administrators |= {"SetFlows", "FlowStatus"}
         # the requests about an upload in progress: tests/test_multipart.py (WRITE on the
         # key, a part's commit on its open key; READ to list the parts); the leader's expiry
         # needs no right

@@ -19,10 +19,11 @@ from om.cli.chaos import PROFILES, ops_budget
 
 pytestmark = pytest.mark.integration
 
-# The old flow's retry cache lives in memory (as Ratis's does): restarting every
-# node forgets it, which the exactly-once checker rightly reports. The old flow
-# is therefore checked without restart_all; docs/RELIABILITY.md documents why.
-OLD_FLOW_FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers")
+# The old flow's retry cache was in memory only (as Ratis's is), so restart_all made
+# duplicates; its apply now also writes the reply rows (docs/FLOW_SWITCH.md step 1),
+# and restart_all is among its faults (one every 3 s, so 25 s see all five).
+OLD_FLOW_FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers",
+                   "restart_all")
 
 
 @pytest.mark.parametrize("execution", ["leader", "replicated"])
@@ -30,7 +31,7 @@ def test_quick_profile_finds_no_violation(tmp_path: Path, execution: str) -> Non
     faults = OLD_FLOW_FAULTS if execution == "replicated" else ChaosConfig.faults
     duration = PROFILES["quick"] if execution == "leader" else 25.0
     result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, execution=execution,
-                             faults=faults,
+                             faults=faults, fault_interval_s=4.0 if execution == "leader" else 3.0,
                              workload=WorkloadConfig(ops_per_worker_max=ops_budget(duration))))
     assert result["violations"] == []
     assert result["faults_injected"] >= len(faults)

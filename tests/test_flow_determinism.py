@@ -1,14 +1,15 @@
 """Both flows, fed the same request sequence, answer alike and store identical tables.
 
 Intended differences (also in docs/RELIABILITY.md and om/statemachine/replicated_apply.py):
-the old flow keeps its retry cache in memory, so clientRequestReplyTable and
-clientRequestExpiryTable stay empty there; and transactionInfoTable records
-log positions, which differ (the leader flow logs batches, the old flow
-requests).
+the old flow also stores failed requests' answers in clientRequestReplyTable and
+its expiry index (the leader flow's rows are the same bytes, a subset); and
+transactionInfoTable records log positions, which differ (the leader flow logs
+batches, the old flow requests).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -24,7 +25,7 @@ from om.flows.template import RequestService
 from om.gatekeeper.authorize import AclPolicy
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
-from om.statemachine.apply import StateMachine
+from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store
 
@@ -40,18 +41,19 @@ def _fail() -> None:
 class Flow:
     """One flow in-process on a real store, with a deterministic clock."""
 
-    def __init__(self, path: Path, execution: str) -> None:
+    def __init__(self, path: Path, execution: str, config: LeaderConfig | None = None) -> None:
         self.store = Store(path)
         self.now_ms = 1_700_000_000_000
+        self.log: list[tuple[int, bytes]] = []   # every entry applied: (position, bytes)
         # A group mapping and a certificate's groups: a create gives the creator's
         # primary group its default ACL, in the old flow's apply as on the leader.
-        config = LeaderConfig(acl=AclPolicy(groups=GROUPS))
+        config = dataclasses.replace(config or LeaderConfig(), acl=AclPolicy(groups=GROUPS))
         self.machine: StateMachine | ReplicatedStateMachine
         self.service: RequestService
         if execution == "leader":
             self.machine = StateMachine(self.store)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
-                                         self.machine.apply_entry)
+                                         self._apply)
             self.service = LeaderService("om1", self.store, self.machine, replicator, config,
                                          NullTracer(), clock_ms=lambda: self.now_ms)
         else:
@@ -59,14 +61,19 @@ class Flow:
                                                   MemoryRetryCache(600_000, 1000), 100, _fail,
                                                   groups=GROUPS)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
-                                         self.machine.apply_entry)
+                                         self._apply)
             self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
                                                  NullTracer(), clock_ms=lambda: self.now_ms)
         self.call_ids = itertools.count(1)
+        self.replies: dict[bytes, bytes] = {}
+
+    def _apply(self, position: int, entry: bytes) -> ApplyResult:
+        self.log.append((position, entry))
+        return self.machine.apply_entry(position, entry)
 
     async def start(self) -> None:
-        if isinstance(self.service, LeaderService):
-            await self.service.start()
+        assert isinstance(self.service, LeaderService | ReplicatedFlowService)
+        await self.service.start()
 
     async def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         request.client_id = "client"
@@ -77,13 +84,20 @@ class Flow:
         return await self.service.handle(request)
 
     async def tables(self) -> dict[str, str]:
-        if isinstance(self.service, LeaderService):
-            await self.service.close()
+        assert isinstance(self.service, LeaderService | ReplicatedFlowService)
+        await self.service.close()
         if isinstance(self.machine, ReplicatedStateMachine):
             self.machine.close()
         digests = self.store.digests()
+        self.replies = dict(self.store.iterate(om_pb2.CLIENT_REQUEST_REPLY))
         self.store.close()
         return digests
+
+
+def _answer(row: bytes) -> tuple[bytes, bytes]:
+    """A reply row's stored answer and request fingerprint."""
+    reply = om_pb2.ClientRequestReply.FromString(row)
+    return reply.response, reply.fingerprint
 
 
 def _next_request(rng: random.Random, sessions: dict[str, int]) -> om_pb2.OMRequest:
@@ -143,6 +157,17 @@ async def test_both_flows_store_identical_tables(tmp_path_factory: object, seed:
     leader_tables, replicated_tables = await leader.tables(), await replicated.tables()
     for table in leader_tables.keys() - DIFFERENT_BY_DESIGN:
         assert leader_tables[table] == replicated_tables[table], table
+    # the leader flow stores the answers of successful writes, the old flow every
+    # write's: the same rows, so a retry finds the same answer whichever flow takes it
+    assert leader.replies, "successful writes store their answers"
+    assert leader.replies.keys() <= replicated.replies.keys()
+    for key, row in leader.replies.items():   # the batch's time is the pipeline's clock
+        assert _answer(row) == _answer(replicated.replies[key]), key
+    failed = len(replicated.replies) - len(leader.replies)
+    writes = sum(om_pb2.OMResponse.FromString(a).cmd_type != om_pb2.ListKeys
+                 for a in leader_answers)
+    assert len(replicated.replies) == writes, "the old flow stores every write's answer"
+    assert failed > 0
 
 
 async def test_old_flow_restart_resumes_flushing_where_the_store_left_off(
@@ -155,4 +180,24 @@ async def test_old_flow_restart_resumes_flushing_where_the_store_left_off(
     assert reopened.machine.applied_index == 1
     reopened.machine.quiesce()  # returns at once: nothing is unflushed
     assert (await reopened.call(build.info_volume("vol1"))).status == om_pb2.OK
+    await reopened.tables()
+
+
+async def test_old_flow_answers_a_retry_after_a_restart_from_its_reply_row(
+        tmp_path: Path) -> None:
+    """The old flow's retry cache was in memory only: a restart forgot it and a retry
+    of a committed write executed again (here: VOLUME_ALREADY_EXISTS instead of OK)."""
+    flow = Flow(tmp_path / "old", "replicated")
+    create = build.create_volume("vol1")
+    assert (await flow.call(create)).status == om_pb2.OK
+    await flow.tables()
+    reopened = Flow(tmp_path / "old", "replicated")
+    retry = om_pb2.OMRequest()
+    retry.CopyFrom(create)
+    retry.call_id = 1
+    reopened.now_ms = flow.now_ms
+    response = await reopened.service.handle(retry)
+    assert response.status == om_pb2.OK, response.message
+    assert response.SerializeToString() == (
+        await reopened.service.handle(retry)).SerializeToString()
     await reopened.tables()

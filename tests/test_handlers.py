@@ -192,16 +192,18 @@ CERTIFICATE_REQUESTS = {"AddUserCertificate", "RevokeUserCertificates", "ListUse
 # prepare and upgrade: tests/test_upgrade.py
 UPGRADE_REQUESTS = {"Prepare", "PrepareStatus", "CancelPrepare", "FinalizeUpgrade",
                     "FinalizeUpgradeProgress"}
+# the flow switch: tests/test_flow_switch.py
+FLOW_REQUESTS = {"SetFlows", "FlowStatus"}
 
 
 class TestDispatch:
     def test_registry_serves_exactly_the_listed_request_types(self) -> None:
         assert {kind.name for kind in registry.KINDS.values()} == {
             n for n, _ in EVERY_REQUEST} | TOKEN_REQUESTS | INTERNAL_REQUESTS \
-            | CERTIFICATE_REQUESTS | UPGRADE_REQUESTS
+            | CERTIFICATE_REQUESTS | UPGRADE_REQUESTS | FLOW_REQUESTS
         assert {kind.name for kind in registry.KINDS.values() if not kind.write} == (
             READS | MULTIPART_READS | SNAPSHOT_READS | {"ListUserCertificates", "PrepareStatus",
-                                                        "FinalizeUpgradeProgress"})
+                                                        "FinalizeUpgradeProgress", "FlowStatus"})
         for cmd, kind in registry.KINDS.items():
             assert om_pb2.Type.Name(cmd) == kind.name  # type: ignore[arg-type]
 

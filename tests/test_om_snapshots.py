@@ -53,10 +53,13 @@ async def put(node: Node, key: str, size: int) -> om_pb2.KeyInfo:
 def data_digests(node: Node) -> dict[str, str]:
     """Every table's digest but transactionInfoTable's (a linearizable read's round commits
     an empty batch, which moves the applied position and nothing else), once the store
-    holds everything applied (the old flow's double buffer writes it behind apply)."""
+    holds everything applied (the old flow's double buffer writes it behind apply); nor the
+    retry cache's two tables (the old flow stores every answer, a failure's too)."""
     node.state_machine.quiesce()
     digests = node.store.digests()
-    del digests["transactionInfoTable"]
+    for table in ("transactionInfoTable", "clientRequestReplyTable",
+                  "clientRequestExpiryTable"):
+        del digests[table]
     return digests
 
 

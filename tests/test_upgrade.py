@@ -116,11 +116,12 @@ class TestLayout:
         progress = om.run(build.finalize_upgrade_progress()).finalize_upgrade_progress
         assert (progress.status, progress.metadata_layout_version) == (
             om_pb2.FINALIZATION_REQUIRED, 0)
-        assert progress.features[-1] == f"FILESYSTEM_SNAPSHOT({SLV}): not finalized"
+        assert progress.features[-1] == f"LEADER_EXECUTION({SLV}): not finalized"
         done = om.run(build.finalize_upgrade("ops"), user=ADMIN).finalize_upgrade
         assert (done.status, done.metadata_layout_version) == (om_pb2.FINALIZATION_DONE, SLV)
         assert any("MULTIPART_UPLOAD" in m for m in done.messages)
         assert any("FILESYSTEM_SNAPSHOT" in m for m in done.messages)
+        assert any("LEADER_EXECUTION" in m for m in done.messages)
         again = om.run(build.finalize_upgrade(), user=ADMIN).finalize_upgrade
         assert again.status == om_pb2.ALREADY_FINALIZED
         view = om.old_flow.view if om.old_flow is not None else om.store

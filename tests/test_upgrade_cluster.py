@@ -103,6 +103,8 @@ def test_prepare_restart_leader_change_cancel_and_finalize(
         refused = om.call_raw(build.initiate_multipart_upload(V, B, "mpu", 1))
         assert refused.status == 75, refused
         assert not om.list_multipart_uploads(V, B).uploads
+        # the flow switch needs switchable OMs (tests/test_flow_switch_cluster.py)
+        assert status(om, build.set_flows([om_pb2.CreateKey])) == "NOT_SUPPORTED_OPERATION"
 
         # prepare: every node applies the marker and compacts its Raft log
         before = time.time() - 1.0

@@ -99,6 +99,7 @@ WELL_FORMED: list[om_pb2.OMRequest] = [
                          created_before_ms=1)),
     build.prepare(600), build.prepare_status(), build.cancel_prepare(),
     build.finalize_upgrade("admin-cli"), build.finalize_upgrade_progress(),
+    build.set_flows([om_pb2.CreateKey, om_pb2.CommitKey]), build.flow_status(),
 ]
 
 
@@ -301,6 +302,10 @@ REFUSED: list[tuple[str, om_pb2.OMRequest, str, str]] = [
      "finalize_upgrade.upgrade_client_id"),
     ("upgrade-client-long", stamped(build.finalize_upgrade_progress("c" * 257)),
      "INVALID_REQUEST", "finalize_upgrade_progress.upgrade_client_id"),
+    ("flows-read-type", stamped(build.set_flows([om_pb2.LookupKey])),
+     "INVALID_REQUEST", "set_flows.leader_types"),
+    ("flows-itself", stamped(build.set_flows([om_pb2.SetFlows])),
+     "INVALID_REQUEST", "set_flows.leader_types"),
 ]
 
 

@@ -19,6 +19,16 @@ Faults (round robin, so a short run still sees every kind):
   ``member_add_remove`` (a new node added through its learner phase, then
   decommissioned after the hold). A refused change is recorded with its reason,
   not a violation; what the checkers judge is the data;
+* ``flow_switch`` (a cluster of ``execution = "switchable"`` OMs,
+  docs/FLOW_SWITCH.md): SetFlows, as ``om admin om flow set`` sends it, moves a random
+  set of the workloads' write types to the leader flow and the rest back to the old
+  flow, under the load; every third switch moves all of them or none. Each switch is
+  followed by a SetBucketProperty that changes nothing of each exactly-once bucket
+  but rewrites its row, which the add workload's commits charge; the other switches
+  put the two types in different flows: a rewrite executed over a commit of the
+  other flow not yet applied would put the bucket's usage back, and the usage
+  checker would see it. Nothing to heal: the next switch
+  replaces it. A refused switch is recorded with its reason;
 * disk stalls, through each journal's stall file (``[raft]
   unsafe_journal_stall``, test-only: the runner turns it on when they are
   chosen): ``disk_stall_leader`` / ``disk_stall_follower`` hang that node's
@@ -38,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import random
 import signal
 import threading
 import time
@@ -46,11 +57,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from om.chaos.links import LinkProxies
+from om.chaos.workload import ADD_BUCKETS, VOLUME
+from om.client import OMClient, OMClientError
+from om.client import requests as build
+from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
 from om.cluster import membership
 from om.cluster.lifecycle import Cluster
 from om.cluster.membership import Refused
 from om.config import NodeAddress
+from om.protocol import om_pb2
 
 PARTITIONS = ("partition_leader", "partition_follower", "bridge", "oneway_leader")
 FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers", "restart_all",
@@ -58,7 +74,15 @@ FAULTS = ("kill_leader", "pause_leader", "kill_follower", "pause_followers", "re
 MEMBERSHIP = ("member_transfer", "member_maintenance", "member_add_remove")
 ALL_FAULTS = (*FAULTS, *MEMBERSHIP)
 DISK_STALLS = ("disk_stall_leader", "disk_stall_follower")
-KNOWN_FAULTS = (*ALL_FAULTS, *DISK_STALLS)
+FLOW_SWITCH = "flow_switch"
+KNOWN_FAULTS = (*ALL_FAULTS, *DISK_STALLS, FLOW_SWITCH)
+# The write types the chaos workloads send (workload.py, fs_workload.py) and the
+# leader's own purge steps: what the flow switch moves back and forth.
+SWITCHED_TYPES = (om_pb2.CreateVolume, om_pb2.CreateBucket, om_pb2.CreateKey, om_pb2.CommitKey,
+                  om_pb2.DeleteKey, om_pb2.RenameKey, om_pb2.CreateDirectory,
+                  om_pb2.CreateFile, om_pb2.PurgeDirectories, om_pb2.PurgeKeys,
+                  om_pb2.DeleteOpenKeys, om_pb2.SetBucketProperty)
+SWITCH_ANSWER_S = 30.0
 RESTARTS = frozenset({"kill_leader", "kill_follower", "restart_all", "member_add_remove"})
 MEMBER_TIMEOUT_S = 60.0
 
@@ -75,6 +99,7 @@ class Nemesis:
     calm_s: float = 0.0
     storm_s: float = 0.0
     events: list[dict[str, Any]] = field(default_factory=list)
+    seed: int = 0
     _paused: set[str] = field(default_factory=set)
     _stalled: set[str] = field(default_factory=set)
 
@@ -129,6 +154,7 @@ class Nemesis:
             "member_add_remove": self._member_add_remove,
             "disk_stall_leader": lambda s: self._stall(action, self._leader(), s),
             "disk_stall_follower": lambda s: self._stall(action, self._follower(), s),
+            FLOW_SWITCH: lambda s: self._flow_switch(),
         }
         handlers[action](stop)
 
@@ -216,6 +242,40 @@ class Nemesis:
         stop.wait(min(self.hold_s, 1.0))
         for node in self.cluster.nodes:
             self.cluster.start_node(node.id)
+
+    def _flow_switch(self) -> None:
+        """SetFlows with a random set of ``SWITCHED_TYPES`` (every third: all or none),
+        through the client as ``om admin om flow set`` sends it, then the rewrite of
+        each exactly-once bucket; records what it named, whether it was done, and the
+        rewrites' statuses."""
+        switches = sum(1 for e in self.events if e["action"] == FLOW_SWITCH)
+        rng = random.Random(self.seed * 1_000 + switches)
+        if switches % 3 == 2:
+            types = list(SWITCHED_TYPES) if switches % 2 else []
+        else:   # the bucket rewrite and the commits it races always in different flows
+            pair = (om_pb2.SetBucketProperty, om_pb2.CommitKey)
+            others = [t for t in SWITCHED_TYPES if t not in pair]
+            types = [*rng.sample(others, rng.randrange(len(others))), pair[switches % 2]]
+        names = ",".join(sorted(om_pb2.Type.Name(t) for t in types)) or "none"
+        policy = RetryPolicy(deadline_s=SWITCH_ANSWER_S, attempt_timeout_s=5.0)
+        touched: list[str] = []
+        try:
+            with OMClient(self.cluster.addresses, policy=policy,
+                          tls=self.cluster.client_tls()) as client:
+                response = client.call_raw(build.set_flows(types))
+                if response.status == om_pb2.OK:
+                    touched = [om_pb2.Status.Name(client.call_raw(
+                        build.set_bucket_property(VOLUME, bucket)).status)
+                        for bucket in ADD_BUCKETS]
+        except OMClientError as error:
+            self._record(FLOW_SWITCH, "", outcome="refused", types=names,
+                         detail=f"no answer: {error}")
+            return
+        if response.status != om_pb2.OK:
+            self._record(FLOW_SWITCH, "", outcome="refused", types=names,
+                         detail=f"{om_pb2.Status.Name(response.status)} {response.message}")
+            return
+        self._record(FLOW_SWITCH, "", outcome="done", types=names, touched=",".join(touched))
 
     # -- membership ----------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from om.chaos.checkers import Usage, Violation
 from om.chaos.fs_checkers import FsEntry, FsObservation
 from om.chaos.history import History, Outcome
 from om.chaos.links import LinkProxies
-from om.chaos.nemesis import DISK_STALLS, FAULTS, PARTITIONS, Nemesis
+from om.chaos.nemesis import DISK_STALLS, FAULTS, FLOW_SWITCH, PARTITIONS, Nemesis
 from om.client import OMClient, OMConnectionError
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
@@ -82,7 +82,9 @@ class ChaosConfig:
 
     def __post_init__(self) -> None:
         assert self.duration_s > 0
-        assert self.execution in ("leader", "replicated")
+        assert self.execution in ("leader", "replicated", "switchable")
+        assert FLOW_SWITCH not in self.faults or self.execution == "switchable", \
+            "the flow switch needs switchable OMs"
 
 
 def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxies | None,
@@ -107,7 +109,8 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxi
         workers.append(worker)
         threads.append(threading.Thread(target=worker.run, args=(step,), daemon=True))
     nemesis = Nemesis(cluster, config.faults, config.fault_interval_s, config.fault_hold_s,
-                      links, calm_s=config.calm_s, storm_s=config.storm_s)
+                      links, calm_s=config.calm_s, storm_s=config.storm_s,
+                      seed=config.workload.seed)
     nemesis_thread = threading.Thread(target=nemesis.run, args=(stop,), daemon=True)
     sampler_thread = threading.Thread(target=sampler.run, args=(stop,), daemon=True)
     for thread in [*threads, nemesis_thread, sampler_thread]:

@@ -10,6 +10,11 @@ rules; docs/OPERATIONS.md, *Upgrade*, the procedure).
 * ``finalizeupgrade`` turns on every layout feature of the software, then waits until
   every node reports ALREADY_FINALIZED.
 * ``finalizationstatus`` prints each node's layout versions and features.
+* ``flow set TYPES`` (once LEADER_EXECUTION is finalized, on OMs running
+  ``execution = "switchable"``): the named write types run the leader flow from then on,
+  every other the old flow (``all``: every write type; ``none``: none); waits until
+  every node applied it. ``flow status`` prints each node's selection
+  (om/executor/flow_switch.py, docs/FLOW_SWITCH.md).
 
 The tool acts as its certificate's user, who must be an OM administrator for the three
 writes. Exit status: 0 done, 1 refused or not every node got there in time, 2 a
@@ -29,7 +34,8 @@ from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.config import ConfigError
-from om.executor import upgrade
+from om.executor import flow_switch, upgrade
+from om.executor.registry import KINDS
 from om.protocol import om_pb2
 from om.security.tls import ClientTls
 
@@ -37,7 +43,7 @@ POLL_S = 0.2
 
 
 def register(commands: Any) -> None:
-    """Adds the four commands under ``om admin om``."""
+    """Adds the four commands and ``flow`` under ``om admin om``."""
     helps = {
         "prepare": "stop writes and compact every node's log, ready for new software",
         "cancelprepare": "accept writes again after a prepare",
@@ -59,6 +65,24 @@ def register(commands: Any) -> None:
                                 help="seconds the leader waits for the writes in flight "
                                      f"(0: {upgrade.DRAIN_TIMEOUT_S})")
         parser.set_defaults(run=_RUNS[name])
+    _register_flow(commands)
+
+
+def _register_flow(commands: Any) -> None:
+    flow = commands.add_parser("flow", help="which write types run the leader flow (the "
+                               "flow switch)").add_subparsers(dest="flow_action", required=True)
+    for name, text in (("set", "these write types run the leader flow, the others the old "
+                                "flow"), ("status", "each node's selection")):
+        parser = flow.add_parser(name, help=text)
+        add_target(parser)
+        parser.add_argument("--timeout", type=float, default=3.0,
+                            help="seconds per attempt to reach a node")
+        if name == "set":
+            parser.add_argument("types", help="comma-separated write types (CreateKey,"
+                                "CommitKey), 'all' or 'none'")
+            parser.add_argument("--wait", type=float, default=60.0,
+                                help="seconds to wait for every node to apply it")
+        parser.set_defaults(run=run_flow_set if name == "set" else run_flow_status)
 
 
 def _setup(args: argparse.Namespace, command: str) -> tuple[list[str], ClientTls | None] | None:
@@ -225,6 +249,66 @@ def run_finalization_status(args: argparse.Namespace) -> int:
     addresses, tls = setup
     answers = _each_node(addresses, tls, build.finalize_upgrade_progress, args)
     print("\n".join(_node_lines(answers, _layout)))
+    return 0 if all(a is not None and a.status == om_pb2.OK for a in answers.values()) else 1
+
+
+def flow_types(text: str) -> list[int]:
+    """The types ``om admin om flow set`` names: ``all``, ``none`` or names; ValueError
+    for a name that is no write type."""
+    if text == "all":
+        return sorted(t for t, kind in KINDS.items() if kind.write and t != om_pb2.SetFlows)
+    if text == "none":
+        return []
+    types: list[int] = []
+    for name in filter(None, (n.strip() for n in text.split(","))):
+        try:
+            types.append(om_pb2.Type.Value(name))
+        except ValueError:
+            raise ValueError(f"no request type {name!r}") from None
+    return types
+
+
+def _flows(answer: om_pb2.OMResponse) -> list[str]:
+    body = answer.flow_status
+    return [f"leader flow: {flow_switch.type_names(body.leader_types)} (applied index "
+            f"{body.applied_index}); every other write type: the old flow"]
+
+
+def run_flow_set(args: argparse.Namespace) -> int:
+    setup = _setup(args, "flow set")
+    if setup is None:
+        return 2
+    addresses, tls = setup
+    try:
+        types = flow_types(args.types)
+    except ValueError as error:
+        print(f"om admin om flow set: {error}", file=sys.stderr)
+        return 2
+    response = _call(addresses, tls, build.set_flows(types), args, args.timeout + 5.0)
+    if response.status != om_pb2.OK:
+        return _fail("flow set", f"the switch failed: {_refused(response)}")
+    body = response.set_flows
+    wanted = list(body.leader_types)
+    print(f"leader flow: {flow_switch.type_names(body.before)} -> "
+          f"{flow_switch.type_names(wanted)}; waiting for every OM to apply it")
+    done, answers = _until_all(addresses, tls, build.flow_status, args,
+                               lambda a: list(a.flow_status.leader_types) == wanted)
+    print("\n".join(_node_lines(answers, _flows)))
+    if not done:
+        return _fail("flow set", f"not every OM applied it within {args.wait} s (the "
+                                 "leader routes by it already; a lagging OM applies it once "
+                                 "it catches up)")
+    print("every OM applied the switch")
+    return 0
+
+
+def run_flow_status(args: argparse.Namespace) -> int:
+    setup = _setup(args, "flow status")
+    if setup is None:
+        return 2
+    addresses, tls = setup
+    answers = _each_node(addresses, tls, build.flow_status, args)
+    print("\n".join(_node_lines(answers, _flows)))
     return 0 if all(a is not None and a.status == om_pb2.OK for a in answers.values()) else 1
 
 

@@ -1,6 +1,7 @@
 """``om chaos``: a Jepsen-style run against a local 3-node cluster.
 
-Profiles: ``quick`` (60 s, every fault but disk stalls; CI runs it), ``long``
+Profiles: ``quick`` (60 s, every fault but disk stalls; CI runs it; with
+``--execution switchable`` the ``flow_switch`` nemesis too), ``long``
 (10 minutes) and ``soak`` (30 minutes of every fault, disk stalls included, in
 cycles of a calm phase without restarts, so each node's memory growth can be
 judged, and a storm: ``om/chaos/nemesis.py``, ``om/chaos/resources.py``).
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from om.chaos.nemesis import ALL_FAULTS, KNOWN_FAULTS
+from om.chaos.nemesis import ALL_FAULTS, FLOW_SWITCH, KNOWN_FAULTS
 from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
 from om.cluster.lifecycle import ClusterError
@@ -80,10 +81,14 @@ def workers(text: str) -> dict[str, int]:
 def run_chaos(args: argparse.Namespace) -> int:
     """Runs the experiment, prints the result, returns the exit status."""
     soak = args.profile == "soak"
-    default = KNOWN_FAULTS if soak else ALL_FAULTS
+    default = tuple(f for f in (KNOWN_FAULTS if soak else ALL_FAULTS) if f != FLOW_SWITCH)
+    if args.execution == "switchable":
+        default = (*default, FLOW_SWITCH)
     try:
         faults = _faults(args.faults) if args.faults else default
         threads = workers(args.workload)
+        if FLOW_SWITCH in faults and args.execution != "switchable":
+            raise ValueError("the flow_switch nemesis needs --execution switchable")
     except ValueError as error:
         print(f"om chaos: {error}", file=sys.stderr)
         return 2

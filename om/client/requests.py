@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from om.protocol import om_pb2
 
 
@@ -328,3 +330,13 @@ def finalize_upgrade_progress(upgrade_client_id: str = "") -> om_pb2.OMRequest:
     return om_pb2.OMRequest(cmd_type=om_pb2.FinalizeUpgradeProgress,
                             finalize_upgrade_progress=om_pb2.FinalizeUpgradeProgressRequest(
                                 upgrade_client_id=upgrade_client_id))
+
+
+def set_flows(leader_types: Iterable[int]) -> om_pb2.OMRequest:
+    """SetFlows: these write types run the leader flow, every other the old flow."""
+    return om_pb2.OMRequest(cmd_type=om_pb2.SetFlows, set_flows=om_pb2.SetFlowsRequest(
+        leader_types=[om_pb2.Type.ValueType(t) for t in leader_types]))
+
+
+def flow_status() -> om_pb2.OMRequest:
+    return om_pb2.OMRequest(cmd_type=om_pb2.FlowStatus, flow_status=om_pb2.FlowStatusRequest())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from om.executor import fso_keys, multipart, snapshots, upgrade
+from om.executor import flow_switch, fso_keys, multipart, snapshots, upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
@@ -134,6 +134,8 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.FinalizeUpgrade, "finalize_upgrade", True, upgrade.finalize_upgrade),
     _kind(om_pb2.FinalizeUpgradeProgress, "finalize_upgrade_progress", False,
           upgrade.finalize_upgrade_progress),
+    _kind(om_pb2.SetFlows, "set_flows", True, flow_switch.set_flows),
+    _kind(om_pb2.FlowStatus, "flow_status", False, flow_switch.flow_status),
 ])
 
 

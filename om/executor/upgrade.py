@@ -56,6 +56,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("BUCKET_LAYOUT_SUPPORT", 1, "FILE_SYSTEM_OPTIMIZED buckets (CreateBucket)"),
     Feature("MULTIPART_UPLOAD", 2, "multipart uploads (InitiateMultiPartUpload)"),
     Feature("FILESYSTEM_SNAPSHOT", 3, "OM snapshots (CreateSnapshot)"),
+    Feature("LEADER_EXECUTION", 4, "the flow switch: write types run on the leader "
+            "(SetFlows, docs/FLOW_SWITCH.md)"),
 )
 SOFTWARE_LAYOUT_VERSION = FEATURES[-1].version
 assert [f.version for f in FEATURES] == list(range(len(FEATURES)))
@@ -68,6 +70,7 @@ def _feature(name: str) -> Feature:
 BUCKET_LAYOUT_SUPPORT = _feature("BUCKET_LAYOUT_SUPPORT")
 MULTIPART_UPLOAD = _feature("MULTIPART_UPLOAD")
 FILESYSTEM_SNAPSHOT = _feature("FILESYSTEM_SNAPSHOT")
+LEADER_EXECUTION = _feature("LEADER_EXECUTION")
 
 # Writes allowed while prepared (Ozone's OzoneManagerPrepareState.requestAllowed).
 ALLOWED_WHEN_PREPARED = frozenset({om_pb2.Prepare, om_pb2.CancelPrepare})
@@ -106,6 +109,8 @@ def feature_of(request: om_pb2.OMRequest) -> Feature | None:
         return MULTIPART_UPLOAD
     if request.cmd_type == om_pb2.CreateSnapshot:
         return FILESYSTEM_SNAPSHOT
+    if request.cmd_type == om_pb2.SetFlows:
+        return LEADER_EXECUTION
     return None
 
 

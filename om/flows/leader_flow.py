@@ -17,6 +17,11 @@ Locks are held from step 1 until the batch settles: a request never executes
 against state an in-flight batch is about to change (there is no write cache).
 The retry cache (``om/gatekeeper/retry_cache.py``) answers from memory, else
 from clientRequestReplyTable, written in the same batch as the data.
+
+Over the old flow's state machine (``execution = "switchable"``, docs/FLOW_SWITCH.md)
+a write of a type the ``#FLOWS`` row does not name takes steps 1 and 4 alike, but in
+between is tried here for its quota only and replicated as a request, executed in
+every node's apply (``_execute_old``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from functools import partial
 
 from om.config import FSO_LOCK_OBJECT_ID, READ_LINEARIZABLE
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
+from om.executor import flow_switch
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits, Planned
@@ -42,6 +48,7 @@ from om.flows.template import (
     Clock,
     RequestService,
     Write,
+    entry_answer,
     not_leader_response,
     wall_clock_ms,
 )
@@ -55,10 +62,10 @@ from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
+from om.statemachine import log_entry
 from om.statemachine.apply import StateMachine
-from om.statemachine.store import Store
+from om.statemachine.replicated_apply import ReplicatedStateMachine
 
-SWEEP_TICK_S = 1.0  # how often the sweeper looks at this node's role
 PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
@@ -84,10 +91,14 @@ class LeaderConfig:
 class LeaderService(RequestService):
     """Executes writes on the leader and replicates their changes in batches."""
 
-    def __init__(self, node_id: str, store: Store, state_machine: StateMachine,
+    def __init__(self, node_id: str, store: ReadView,
+                 state_machine: StateMachine | ReplicatedStateMachine,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
                  clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
                  audit: AuditSink | None = None) -> None:
+        """``store``: applied state (the old flow's write cache over the store when
+        ``state_machine`` is the old flow's, which applies both kinds of entry: then
+        every write type runs the flow the ``#FLOWS`` row names, om/executor/flow_switch.py)."""
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
                          clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
@@ -95,6 +106,7 @@ class LeaderService(RequestService):
         self.config = config
         self._store = store
         self._state_machine = state_machine
+        self.switchable = isinstance(state_machine, ReplicatedStateMachine)
         self.locks = AsyncLocks(config.lock_timeout_s)
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
@@ -110,7 +122,8 @@ class LeaderService(RequestService):
         """Starts group commit, the retry-cache sweeper and the purge of deleted
         subtrees."""
         self.pipeline.start()
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self.sweep_forever(self.config.sweep_interval_s))
         self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
     async def close(self) -> None:
@@ -204,7 +217,12 @@ class LeaderService(RequestService):
 
     def _execute(self, write: Write, owner: LockOwner, planned: Planned | None = None) -> None:
         """Steps 2-3 under the write's locks; the locks stay held until its batch
-        settles (``_settled``), or are released here when nothing was queued."""
+        settles (``_settled``), or are released here when nothing was queued. A
+        switchable node runs a type the ``#FLOWS`` row does not name in the old flow,
+        under the same locks (``_execute_old``)."""
+        if self.switchable and not flow_switch.runs_leader_flow(write.request, self._store):
+            self._execute_old(write, owner, planned)
+            return
         request, trace = write.request, write.trace
         queued = False
         try:
@@ -239,6 +257,67 @@ class LeaderService(RequestService):
             if not queued:
                 self.locks.release(owner)
 
+    def _execute_old(self, write: Write, owner: LockOwner, planned: Planned | None) -> None:
+        """An old-flow write on a switchable node (docs/FLOW_SWITCH.md steps 3-4): under
+        the locks its plan names, the handler runs here first for its quota only, with
+        every reservation of both flows counted: QUOTA_EXCEEDED refuses it before it is
+        replicated; else its positive deltas stay reserved and the request is
+        replicated as its own entry, executed in every node's apply. Locks and
+        reservation are held until that entry applied here (``_old_settled``), so no
+        leader-flow write executes against state the entry is about to change, nor
+        fits in quota the entry will take."""
+        assert self.switchable, "only a switchable node runs the old flow here"
+        request, trace = write.request, write.trace
+        spawned = False
+        try:
+            role = self.role()
+            if not role.ready:
+                self._end_write(write, not_leader_response(request, self.node_id, role), None)
+                return
+            index, now_ms = self.managed_index.next(), self.clock_ms()
+            recorder = ChangeRecorder()
+            started = time.perf_counter_ns()
+            trial = dispatch(request, self._store, recorder,
+                             self.context(request, index, now_ms, self.reservations, planned))
+            trace.execute_ns = time.perf_counter_ns() - started
+            if trial.status == om_pb2.QUOTA_EXCEEDED:
+                self._end_write(write, trial, None)
+                return
+            if trial.status == om_pb2.OK:
+                self.reservations.reserve(index, recorder.quota)
+            entry = om_pb2.ReplicatedRequest(request=request, timestamp_ms=now_ms,
+                                             managed_index=index, leader_id=self.node_id,
+                                             term=role.term)
+            self.spawn(self._old_settled(write, owner, index, log_entry.encode_request(entry)))
+            spawned = True
+        except Exception:
+            self._end_write(write, self.internal_error(request, trace.op), None)
+        finally:
+            if not spawned:
+                self.locks.release(owner)
+
+    async def _old_settled(self, write: Write, owner: LockOwner, index: int,
+                           encoded: bytes) -> None:
+        """Replicates an old-flow write's entry; once it applied here (or will not be
+        by this leader), releases its reservation and locks, then answers."""
+        started = time.perf_counter_ns()
+        try:
+            result = await self._replicator.replicate(encoded)
+        except BaseException:     # cancelled at shutdown: the entry may still commit
+            self.reservations.release(index)
+            self.locks.release(owner)
+            self._end_write(write, error_response(
+                write.request, om_pb2.LEADER_NOT_READY,
+                f"OM:{self.node_id} is shutting down; retry"), None)
+            raise
+        self.reservations.release(index)
+        self.locks.release(owner)
+        write.trace.apply_ns = result.apply_ns
+        write.trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
+        write.trace.settled_ns = time.perf_counter_ns()
+        self._end_write(write, entry_answer(write.request, result, self.node_id,
+                                            self._replicator.role()), None)
+
     def _settled(self, write: Write, owner: LockOwner, index: int,
                  reply: om_pb2.ClientRequestReply, response: om_pb2.OMResponse,
                  result: ReplicateResult, batch_wait_ns: int, batch_id: int) -> None:
@@ -263,22 +342,6 @@ class LeaderService(RequestService):
             response = not_leader_response(write.request, self.node_id,
                                            self._replicator.role())
         self._end_write(write, response, committed)
-
-    async def _sweep_forever(self) -> None:
-        """Sweeps every ``sweep_interval_s`` while this node leads, and at once when it
-        becomes the leader: with leaderships shorter than the interval (a storm of
-        faults), sweeps on each node's own period alone went missing for minutes and
-        expired rows outlived the auditor's grace (the soak found it)."""
-        was_ready = False
-        last_s = 0.0
-        while True:
-            await asyncio.sleep(min(self.config.sweep_interval_s, SWEEP_TICK_S))
-            ready = self._replicator.role().ready
-            now_s = time.monotonic()
-            if ready and (not was_ready or now_s - last_s >= self.config.sweep_interval_s):
-                self.sweep_expired()
-                last_s = now_s
-            was_ready = ready
 
     def sweep_expired(self) -> int:
         """Queues deletes of expired retry-cache rows; returns how many rows. Paused

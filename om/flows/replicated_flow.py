@@ -9,14 +9,15 @@ or batches: apply is serial. Readers see the write cache over RocksDB.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
+from om.consensus.port import ReplicateResult, Replicator
 from om.executor.registry import error_response
 from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRound, ReadRounds
-from om.flows.template import Clock, RequestService, Write, not_leader_response, wall_clock_ms
-from om.gatekeeper.retry_cache import StoredReply
+from om.flows.template import Clock, RequestService, Write, entry_answer, wall_clock_ms
+from om.gatekeeper.retry_cache import StoredReply, expired_row_deletes, reply_row
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
@@ -39,15 +40,42 @@ class ReplicatedFlowService(RequestService):
                          clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
                          audit)
         self._state_machine = state_machine
+        self._config = config
+        self._sweeper: asyncio.Task[None] | None = None
         self.read_rounds = ReadRounds(self._read_round_trip)
 
     async def start(self) -> None:
-        """Nothing runs in the background on the request side."""
+        """Starts the retry-cache sweeper (apply writes reply rows; only the leader
+        deletes expired ones, through the log, so every node deletes the same)."""
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self.sweep_forever(self._config.sweep_interval_s))
 
     async def close(self) -> None:
-        """Lets every admitted request finish."""
+        """Stops the sweeper, lets every admitted request finish."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         await self.drain()
         await self.read_rounds.close()
+
+    def sweep_expired(self) -> int:
+        """Replicates deletes of expired reply rows as a batch entry (apply takes both
+        kinds, docs/FLOW_SWITCH.md), in a task; returns how many rows."""
+        role = self.role()
+        if not role.ready or self.prepare_gate_closed():
+            return 0
+        deletes = expired_row_deletes(self._state_machine.view, self.clock_ms(),
+                                      self._config.retry.expiry_ms,
+                                      self._config.sweep_rows_max)
+        if deletes:
+            batch = om_pb2.PersistDbBatch(term=role.term, leader_id=self.node_id,
+                                          timestamp_ms=self.clock_ms(), retry_expiry=deletes)
+            self.spawn(self._replicate_sweep(log_entry.encode_batch(batch)))
+        return len(deletes) // 2
+
+    async def _replicate_sweep(self, encoded: bytes) -> None:
+        """A sweep that did not commit is retried by the next one."""
+        await self._replicator.replicate(encoded)
 
     def leadership_lost(self) -> None:
         """Nothing is queued on the request side; in-flight entries settle via Raft."""
@@ -68,10 +96,15 @@ class ReplicatedFlowService(RequestService):
         return self._state_machine.managed_index
 
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
+        """From memory, else from the reply row (which outlives a restart)."""
         stored = self._state_machine.retry.lookup(key, self.clock_ms())
-        if stored is None:
+        if stored is not None:
+            return StoredReply(om_pb2.OMResponse.FromString(stored[0]), stored[1])
+        row = reply_row(self._state_machine.view, key, self.clock_ms(),
+                        self._config.retry.expiry_ms)
+        if row is None:
             return None
-        return StoredReply(om_pb2.OMResponse.FromString(stored[0]), stored[1])
+        return StoredReply(om_pb2.OMResponse.FromString(row.response), row.fingerprint)
 
     def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
         """The retry cache is filled by apply, on every node."""
@@ -109,11 +142,5 @@ class ReplicatedFlowService(RequestService):
         self.metrics.batches.replicated(1, len(encoded), trace.replicate_ns / 1e9,
                                         result.apply_ns / 1e9)
         trace.settled_ns = time.perf_counter_ns()
-        if result.status is ReplicateStatus.COMMITTED:
-            response = om_pb2.OMResponse.FromString(result.response)
-        elif result.status is ReplicateStatus.QUEUE_FULL:
-            response = error_response(request, om_pb2.SERVER_BUSY,
-                                      "the replication queue is full; retry shortly")
-        else:
-            response = not_leader_response(request, self.node_id, self._replicator.role())
-        self._end_write(write, response, None)
+        self._end_write(write, entry_answer(request, result, self.node_id,
+                                            self._replicator.role()), None)

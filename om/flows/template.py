@@ -40,8 +40,9 @@ status from the field checks or a handler. Each one is logged with its traceback
 counted in ``om_internal_errors_total``.
 
 Flows: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
-batches of changes) and ``om.flows.replicated_flow.ReplicatedFlowService``
-(Ozone's old flow: replicate the request, execute it in every node's apply).
+batches of changes; over the old flow's state machine, both flows per write type)
+and ``om.flows.replicated_flow.ReplicatedFlowService`` (Ozone's old flow: replicate
+the request, execute it in every node's apply).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from om.schema.read_view import ReadView, SnapshotViews
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
+SWEEP_TICK_S = 1.0  # how often the retry-cache sweeper looks at this node's role
 
 
 def wall_clock_ms() -> int:
@@ -126,6 +128,18 @@ def not_leader_response(request: om_pb2.OMRequest, node_id: str,
     response.leader_node_id = role.leader_id
     response.leader_address = role.leader_address
     return response
+
+
+def entry_answer(request: om_pb2.OMRequest, result: ReplicateResult, node_id: str,
+                 role: Role) -> om_pb2.OMResponse:
+    """The answer to an old-flow write from its entry's result: the response its apply
+    here produced when it committed, else why it did not."""
+    if result.status is ReplicateStatus.COMMITTED:
+        return om_pb2.OMResponse.FromString(result.response)
+    if result.status is ReplicateStatus.QUEUE_FULL:
+        return error_response(request, om_pb2.SERVER_BUSY,
+                              "the replication queue is full; retry shortly")
+    return not_leader_response(request, node_id, role)
 
 
 def audit_request(audit: AuditSink, request: om_pb2.OMRequest, peer: str, status: str,
@@ -261,7 +275,29 @@ class RequestService(abc.ABC):
         """Called once per admitted write as it ends, whatever the outcome, with its
         reply row when it committed."""
 
+    @abc.abstractmethod
+    def sweep_expired(self) -> int:
+        """Replicates deletes of expired retry-cache rows, while this node is the ready
+        leader and not prepared; returns how many rows."""
+
     # -- the template -------------------------------------------------------------------
+
+    async def sweep_forever(self, interval_s: float) -> None:
+        """Sweeps every ``interval_s`` while this node leads, and at once when it
+        becomes the leader: with leaderships shorter than the interval (a storm of
+        faults), sweeps on each node's own period alone went missing for minutes and
+        expired rows outlived the auditor's grace (the soak found it)."""
+        assert interval_s > 0
+        was_ready = False
+        last_s = 0.0
+        while True:
+            await asyncio.sleep(min(interval_s, SWEEP_TICK_S))
+            ready = self._replicator.role().ready
+            now_s = time.monotonic()
+            if ready and (not was_ready or now_s - last_s >= interval_s):
+                self.sweep_expired()
+                last_s = now_s
+            was_ready = ready
 
     @property
     def linearizable_reads(self) -> int:

@@ -276,15 +276,17 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
     om_pb2.CancelDelegationToken: lambda body: (),
     om_pb2.PrepareStatus: lambda body: (),
     om_pb2.FinalizeUpgradeProgress: lambda body: (),
+    om_pb2.FlowStatus: lambda body: (),
 }
 
 
 # Requests about no object, that only an administrator may send: the user
 # certificates (om/executor/user_certificates.py); prepare, cancel and finalize
-# (om/executor/upgrade.py: Ozone lets only OM administrators run them).
+# (om/executor/upgrade.py: Ozone lets only OM administrators run them); the flow
+# switch (om/executor/flow_switch.py).
 ADMIN_ONLY = frozenset({om_pb2.AddUserCertificate, om_pb2.RevokeUserCertificates,
                         om_pb2.ListUserCertificates, om_pb2.Prepare, om_pb2.CancelPrepare,
-                        om_pb2.FinalizeUpgrade})
+                        om_pb2.FinalizeUpgrade, om_pb2.SetFlows})
 
 
 def needs_of(request: om_pb2.OMRequest) -> tuple[Need, ...]:

@@ -23,8 +23,8 @@
   so a user's rows, the cap on them and the purge of expired ones have one writer.
 * Create/DeleteSnapshot: volume read + bucket write, as a bucket property change: the
   create is a barrier for the bucket's writes (no write of it shares the create's batch).
-* Prepare, CancelPrepare, FinalizeUpgrade: one write lock shared by the three
-  (``UPGRADE``), so the marker and layout rows have one writer at a time.
+* Prepare, CancelPrepare, FinalizeUpgrade, SetFlows: one write lock shared by the
+  four (``UPGRADE``), so the marker, layout and flow rows have one writer at a time.
 * Reads take no locks: they see applied state only.
 """
 
@@ -194,6 +194,7 @@ _PLANNERS = {
     om_pb2.Prepare: _upgrade_plan,
     om_pb2.CancelPrepare: _upgrade_plan,
     om_pb2.FinalizeUpgrade: _upgrade_plan,
+    om_pb2.SetFlows: _upgrade_plan,
 }
 
 

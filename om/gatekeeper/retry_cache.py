@@ -68,12 +68,8 @@ class RetryCache:
                 self.hits += 1
                 return StoredReply(om_pb2.OMResponse.FromString(response_bytes), fingerprint)
             del self._recent[key]
-        raw = view.get(om_pb2.CLIENT_REQUEST_REPLY, tables.reply_key(*key))
-        if raw is None:
-            return None
-        row = om_pb2.ClientRequestReply.FromString(raw)
-        assert (row.client_id, row.call_id) == key
-        if now_ms - row.timestamp_ms > self.config.expiry_ms:
+        row = reply_row(view, key, now_ms, self.config.expiry_ms)
+        if row is None:
             return None
         self._remember(key, row.response, row.timestamp_ms, row.fingerprint)
         self.hits += 1
@@ -109,6 +105,19 @@ class RetryCache:
         """Sizes and hit count, for metrics."""
         return {"in_flight": len(self._in_flight), "recent": len(self._recent),
                 "hits": self.hits}
+
+
+def reply_row(view: ReadView, key: RetryKey, now_ms: int,
+              expiry_ms: int) -> om_pb2.ClientRequestReply | None:
+    """The unexpired clientRequestReplyTable row of ``key``, whichever flow wrote it."""
+    raw = view.get(om_pb2.CLIENT_REQUEST_REPLY, tables.reply_key(*key))
+    if raw is None:
+        return None
+    row = om_pb2.ClientRequestReply.FromString(raw)
+    assert (row.client_id, row.call_id) == key
+    if now_ms - row.timestamp_ms > expiry_ms:
+        return None
+    return row
 
 
 def expired_row_deletes(view: ReadView, now_ms: int, expiry_ms: int,

@@ -85,16 +85,17 @@ cost nothing at run time.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from om.executor import multipart, names, snapshots, upgrade, user_certificates
+from om.executor import flow_switch, multipart, names, snapshots, upgrade, user_certificates
 from om.executor.context import Limits
 from om.executor.errors import OMError
 from om.executor.fs import FSO, LAYOUTS, OBS
 from om.executor.handlers import purge_keys
 from om.executor.handlers.delete_open_keys import OPEN_TABLES
 from om.executor.quota import UNLIMITED
+from om.executor.registry import KINDS
 from om.executor.tokens import SECRET_BYTES
 from om.protocol import acls, om_pb2
 from om.protocol.token_format import TOKEN_MAX_BYTES, TokenFormatError, identifier_of
@@ -436,6 +437,16 @@ def drain_timeout(value: int, limits: Limits) -> Refusal | None:
     return None
 
 
+def flow_types(value: Sequence[int], limits: Limits) -> Refusal | None:
+    """A SetFlows selection: write types only, SetFlows not among them (it always runs
+    the leader flow; om/executor/flow_switch.py)."""
+    wrong = {t for t in value if t not in KINDS or not KINDS[t].write or t == om_pb2.SetFlows}
+    if wrong:
+        return om_pb2.INVALID_REQUEST, (f"not a write type that can switch flows: "
+                                        f"{flow_switch.type_names(frozenset(wrong))}")
+    return None
+
+
 def token(value: om_pb2.TokenProto, limits: Limits) -> Refusal | None:
     """A delegation token's shape (its signature and dates are the handler's)."""
     if value.ByteSize() > TOKEN_MAX_BYTES:
@@ -541,6 +552,9 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.CancelPrepare: {},
     om_pb2.FinalizeUpgrade: {"upgrade_client_id": client_id},
     om_pb2.FinalizeUpgradeProgress: {"upgrade_client_id": client_id},
+    # the flow switch (administrators only): which types may switch is the handler's
+    om_pb2.SetFlows: {"leader_types": flow_types},
+    om_pb2.FlowStatus: {},
 }
 
 

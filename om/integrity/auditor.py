@@ -50,7 +50,7 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from om.executor import upgrade
+from om.executor import flow_switch, upgrade
 from om.executor.fs import is_fso
 from om.executor.quota import replicated_size
 from om.integrity import fs_audit, merkle
@@ -379,6 +379,11 @@ def _check_transaction_info(view: ReadView, key: bytes, value: bytes,
         layout = _parse(om_pb2.LayoutVersion, value)
         if layout is None or layout.version > upgrade.SOFTWARE_LAYOUT_VERSION:
             return {ROW_MALFORMED: _malformed("LayoutVersion", layout)}
+        return {}
+    if key == tables.FLOWS_KEY:
+        flows = _parse(om_pb2.FlowSelection, value)
+        if flows is None or not flow_switch.valid_selection(flows):
+            return {ROW_MALFORMED: _malformed("FlowSelection", flows)}
         return {}
     info = _parse(om_pb2.TransactionInfo, value)
     if info is None or key != tables.TRANSACTION_INFO_KEY:

@@ -177,7 +177,7 @@ class Node:
                                   config.node_id)
         audit: AuditSink = self.audit or NoAudit()
         self.state_machine: StateMachine | ReplicatedStateMachine
-        if config.execution == "replicated":
+        if config.execution in ("replicated", "switchable"):
             self.state_machine = ReplicatedStateMachine(
                 self.store, settings.limits,
                 MemoryRetryCache(settings.retry.expiry_ms, settings.retry.memory_entries),
@@ -218,7 +218,12 @@ class Node:
         self.replicator = self.integrity.attach(
             self.replicator, self.raft.transfer_leadership if self.raft is not None else None)
         self.leader: LeaderService | ReplicatedFlowService
-        if isinstance(self.state_machine, ReplicatedStateMachine):
+        if config.execution == "switchable":   # both flows, per type (docs/FLOW_SWITCH.md)
+            assert isinstance(self.state_machine, ReplicatedStateMachine)
+            self.leader = LeaderService(config.node_id, self.state_machine.view,
+                                        self.state_machine, self.replicator, settings,
+                                        self.tracer, metrics=self.metrics, audit=audit)
+        elif isinstance(self.state_machine, ReplicatedStateMachine):
             self.leader = ReplicatedFlowService(config.node_id, self.state_machine,
                                                 self.replicator, settings, self.tracer,
                                                 metrics=self.metrics, audit=audit)
@@ -305,6 +310,11 @@ class Node:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None
             return _answered(refusal)
+        if request.cmd_type == om_pb2.SetFlows and self.config.execution != "switchable":
+            return _answered(error_response(
+                request, om_pb2.NOT_SUPPORTED_OPERATION, f"this OM runs execution = "
+                f"\"{self.config.execution}\": the flow switch needs execution = "
+                "\"switchable\" on every OM (a rolling restart; docs/FLOW_SWITCH.md)"))
         if request.cmd_type in TOKEN_TYPES and not self.tokens_enabled:
             return _answered(error_response(
                 request, om_pb2.NOT_SUPPORTED_OPERATION, "delegation tokens need a secure "

@@ -326,6 +326,12 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     """a replicated write: revokes a user's certificates"""
     ListUserCertificates: _Type.ValueType  # 2010
     """a read"""
+    SetFlows: _Type.ValueType  # 2011
+    """Not Ozone's: the flow switch (docs/FLOW_SWITCH.md; om admin om flow set|status).
+    a replicated write: which types run the leader flow
+    """
+    FlowStatus: _Type.ValueType  # 2012
+    """a read, of any node's applied state"""
 
 class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
 
@@ -426,6 +432,12 @@ RevokeUserCertificates: Type.ValueType  # 2009
 """a replicated write: revokes a user's certificates"""
 ListUserCertificates: Type.ValueType  # 2010
 """a read"""
+SetFlows: Type.ValueType  # 2011
+"""Not Ozone's: the flow switch (docs/FLOW_SWITCH.md; om admin om flow set|status).
+a replicated write: which types run the leader flow
+"""
+FlowStatus: Type.ValueType  # 2012
+"""a read, of any node's applied state"""
 Global___Type: _TypeAlias = Type  # noqa: Y015
 
 class _SnapshotStatus:
@@ -2591,6 +2603,45 @@ class RevokeUserCertificatesRequest(_message.Message):
 Global___RevokeUserCertificatesRequest: _TypeAlias = RevokeUserCertificatesRequest  # noqa: Y015
 
 @_typing.final
+class SetFlowsRequest(_message.Message):
+    """The write types that run the leader flow from this request on; the others run the
+    old flow. Every type: leader execution everywhere; none: the old flow everywhere.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def leader_types(self) -> _containers.RepeatedScalarFieldContainer[Global___Type.ValueType]: ...
+    def __init__(
+        self,
+        *,
+        leader_types: _abc.Iterable[Global___Type.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_types", b"leader_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetFlowsRequest: _TypeAlias = SetFlowsRequest  # noqa: Y015
+
+@_typing.final
+class FlowStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlowStatusRequest: _TypeAlias = FlowStatusRequest  # noqa: Y015
+
+@_typing.final
 class ListUserCertificatesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -3497,6 +3548,8 @@ class OMRequest(_message.Message):
     ADD_USER_CERTIFICATE_FIELD_NUMBER: _builtins.int
     REVOKE_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
     LIST_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
+    SET_FLOWS_FIELD_NUMBER: _builtins.int
+    FLOW_STATUS_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     client_id: _builtins.str
     """a UUID per client instance"""
@@ -3647,6 +3700,10 @@ class OMRequest(_message.Message):
     def revoke_user_certificates(self) -> Global___RevokeUserCertificatesRequest: ...
     @_builtins.property
     def list_user_certificates(self) -> Global___ListUserCertificatesRequest: ...
+    @_builtins.property
+    def set_flows(self) -> Global___SetFlowsRequest: ...
+    @_builtins.property
+    def flow_status(self) -> Global___FlowStatusRequest: ...
     def __init__(
         self,
         *,
@@ -3718,12 +3775,14 @@ class OMRequest(_message.Message):
         add_user_certificate: Global___AddUserCertificateRequest | None = ...,
         revoke_user_certificates: Global___RevokeUserCertificatesRequest | None = ...,
         list_user_certificates: Global___ListUserCertificatesRequest | None = ...,
+        set_flows: Global___SetFlowsRequest | None = ...,
+        flow_status: Global___FlowStatusRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -4808,6 +4867,82 @@ class LayoutVersion(_message.Message):
 Global___LayoutVersion: _TypeAlias = LayoutVersion  # noqa: Y015
 
 @_typing.final
+class FlowSelection(_message.Message):
+    """The value of transactionInfoTable["#FLOWS"] (om/executor/flow_switch.py): the write
+    types that run the leader flow, sorted; absent: none (every write runs the old flow).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def leader_types(self) -> _containers.RepeatedScalarFieldContainer[Global___Type.ValueType]: ...
+    def __init__(
+        self,
+        *,
+        leader_types: _abc.Iterable[Global___Type.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_types", b"leader_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlowSelection: _TypeAlias = FlowSelection  # noqa: Y015
+
+@_typing.final
+class SetFlowsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_TYPES_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def leader_types(self) -> _containers.RepeatedScalarFieldContainer[Global___Type.ValueType]:
+        """after this request"""
+
+    @_builtins.property
+    def before(self) -> _containers.RepeatedScalarFieldContainer[Global___Type.ValueType]: ...
+    def __init__(
+        self,
+        *,
+        leader_types: _abc.Iterable[Global___Type.ValueType] | None = ...,
+        before: _abc.Iterable[Global___Type.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before", b"before", "leader_types", b"leader_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetFlowsResponse: _TypeAlias = SetFlowsResponse  # noqa: Y015
+
+@_typing.final
+class FlowStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_TYPES_FIELD_NUMBER: _builtins.int
+    APPLIED_INDEX_FIELD_NUMBER: _builtins.int
+    applied_index: _builtins.int
+    """this node's applied log position"""
+    @_builtins.property
+    def leader_types(self) -> _containers.RepeatedScalarFieldContainer[Global___Type.ValueType]:
+        """this node's applied #FLOWS row"""
+
+    def __init__(
+        self,
+        *,
+        leader_types: _abc.Iterable[Global___Type.ValueType] | None = ...,
+        applied_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "leader_types", b"leader_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlowStatusResponse: _TypeAlias = FlowStatusResponse  # noqa: Y015
+
+@_typing.final
 class FinalizeUpgradeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -5435,6 +5570,8 @@ class OMResponse(_message.Message):
     ADD_USER_CERTIFICATE_FIELD_NUMBER: _builtins.int
     REVOKE_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
     LIST_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
+    SET_FLOWS_FIELD_NUMBER: _builtins.int
+    FLOW_STATUS_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     status: Global___Status.ValueType
     message: _builtins.str
@@ -5562,6 +5699,10 @@ class OMResponse(_message.Message):
     def revoke_user_certificates(self) -> Global___RevokeUserCertificatesResponse: ...
     @_builtins.property
     def list_user_certificates(self) -> Global___ListUserCertificatesResponse: ...
+    @_builtins.property
+    def set_flows(self) -> Global___SetFlowsResponse: ...
+    @_builtins.property
+    def flow_status(self) -> Global___FlowStatusResponse: ...
     def __init__(
         self,
         *,
@@ -5630,12 +5771,14 @@ class OMResponse(_message.Message):
         add_user_certificate: Global___AddUserCertificateResponse | None = ...,
         revoke_user_certificates: Global___RevokeUserCertificatesResponse | None = ...,
         list_user_certificates: Global___ListUserCertificatesResponse | None = ...,
+        set_flows: Global___SetFlowsResponse | None = ...,
+        flow_status: Global___FlowStatusResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

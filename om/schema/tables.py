@@ -8,7 +8,8 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 * openKeyTable         ``/<volume>/<bucket>/<key>/<client session id>``
 * deletedTable         ``/<volume>/<bucket>/<key>/<object id>``
 * transactionInfoTable ``#TRANSACTIONINFO``; ``#PREPARED`` while the cluster is prepared
-  and ``#LAYOUTVERSION`` (the metadata layout version) once set (om/executor/upgrade.py):
+  and ``#LAYOUTVERSION`` (the metadata layout version) once set (om/executor/upgrade.py);
+  ``#FLOWS`` (the write types that run the leader flow, om/executor/flow_switch.py):
   written by replicated writes like any row, never by apply itself
 * clientRequestReplyTable  ``<client id>#<call id>``
 * clientRequestExpiryTable ``<8-byte big-endian ms><client id>#<call id>``: an index
@@ -76,7 +77,8 @@ TABLE_NAMES: dict[TableId, str] = {
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
 PREPARED_KEY = b"#PREPARED"
 LAYOUT_VERSION_KEY = b"#LAYOUTVERSION"
-UPGRADE_KEYS = frozenset({PREPARED_KEY, LAYOUT_VERSION_KEY})
+FLOWS_KEY = b"#FLOWS"
+UPGRADE_KEYS = frozenset({PREPARED_KEY, LAYOUT_VERSION_KEY, FLOWS_KEY})
 _MS = struct.Struct(">Q")
 _KEY_ID = struct.Struct(">I")
 _TOKEN = struct.Struct(">QQ")

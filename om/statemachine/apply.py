@@ -180,7 +180,7 @@ class StateMachine:
                 store.batch_delete(write, op.table, op.key)
             else:
                 store.batch_put(write, op.table, op.key, op.value)
-        for delta in self._merged_deltas(batch):
+        for delta in merged_deltas(batch):
             raw = store.get(delta.table, delta.key)
             updated = None if raw is None else add_usage(raw, delta)
             if updated is not None:
@@ -198,18 +198,19 @@ class StateMachine:
             store.batch_delete(write, op.table, op.key)
         return snapshots_changed, prepared
 
-    @staticmethod
-    def _merged_deltas(batch: om_pb2.PersistDbBatch) -> list[om_pb2.QuotaDelta]:
-        """Deltas summed per (table, key, object id), in first-seen order."""
-        merged: dict[tuple[int, bytes, int], om_pb2.QuotaDelta] = {}
-        for delta in batch.quota_deltas:
-            assert delta.table in (om_pb2.VOLUME, om_pb2.BUCKET)
-            slot = (delta.table, delta.key, delta.object_id)
-            if slot in merged:
-                merged[slot].bytes_delta += delta.bytes_delta
-                merged[slot].namespace_delta += delta.namespace_delta
-            else:
-                merged[slot] = om_pb2.QuotaDelta()
-                merged[slot].CopyFrom(delta)
-        return list(merged.values())
+
+
+def merged_deltas(batch: om_pb2.PersistDbBatch) -> list[om_pb2.QuotaDelta]:
+    """Deltas summed per (table, key, object id), in first-seen order."""
+    merged: dict[tuple[int, bytes, int], om_pb2.QuotaDelta] = {}
+    for delta in batch.quota_deltas:
+        assert delta.table in (om_pb2.VOLUME, om_pb2.BUCKET)
+        slot = (delta.table, delta.key, delta.object_id)
+        if slot in merged:
+            merged[slot].bytes_delta += delta.bytes_delta
+            merged[slot].namespace_delta += delta.namespace_delta
+        else:
+            merged[slot] = om_pb2.QuotaDelta()
+            merged[slot].CopyFrom(delta)
+    return list(merged.values())
 

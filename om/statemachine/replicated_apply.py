@@ -8,11 +8,14 @@ serially, against the write cache (``write_cache.py``); the double buffer
 (``double_buffer.py``) flushes the cached changes to RocksDB in background
 batches, tracking the flushed position, as ``OzoneManagerDoubleBuffer`` does.
 
-The retry cache is in memory on every node and filled at apply, as Ratis's is:
-it survives a failover but not a restart (the weakness the leader flow's
-replicated retry cache removes). Intended differences from the leader flow's
-tables: clientRequestReplyTable and clientRequestExpiryTable stay empty, and
-transactionInfoTable counts different log positions.
+The retry cache is filled at apply on every node, as Ratis's is, in memory and
+also in clientRequestReplyTable and its expiry index, the rows the leader flow
+writes (docs/FLOW_SWITCH.md step 1): so a retry finds its answer after a
+restart too, and whichever flow takes a retry of a request the other accepted
+finds it. Unlike the leader flow, a failed request's answer is stored as well
+(Ratis caches every applied entry's reply). Intended differences from the
+leader flow's tables: those failed requests' reply rows, and transactionInfoTable
+counts different log positions.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations
 from om.executor.registry import dispatch
 from om.protocol import om_pb2
+from om.schema import tables
 from om.schema.fingerprint import fingerprint
 from om.schema.ids import RetryKey
+from om.schema.read_view import ReadView
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, add_usage, writes_prepared_marker
+from om.statemachine.apply import ApplyResult, add_usage, merged_deltas, writes_prepared_marker
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, Row, WriteCache
@@ -63,6 +68,25 @@ class MemoryRetryCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def reply_rows(view: ReadView, reply: om_pb2.ClientRequestReply
+               ) -> list[tuple[Row, bytes | None]]:
+    """The reply row and its expiry-index row (``om/gatekeeper/retry_cache.py``), as the
+    leader flow's apply writes them, so that whichever flow takes a retry finds the
+    answer; a reply row already there for the key loses its old index row first (no
+    orphan for the auditor)."""
+    key = tables.reply_key(reply.client_id, reply.call_id)
+    rows: list[tuple[Row, bytes | None]] = []
+    raw = view.get(om_pb2.CLIENT_REQUEST_REPLY, key)
+    if raw is not None:
+        old = om_pb2.ClientRequestReply.FromString(raw)
+        rows.append(((om_pb2.CLIENT_REQUEST_EXPIRY,
+                      tables.expiry_key(old.timestamp_ms, old.client_id, old.call_id)), None))
+    rows.append(((om_pb2.CLIENT_REQUEST_REPLY, key), reply.SerializeToString(deterministic=True)))
+    rows.append(((om_pb2.CLIENT_REQUEST_EXPIRY,
+                  tables.expiry_key(reply.timestamp_ms, reply.client_id, reply.call_id)), b""))
+    return rows
 
 
 class ReplicatedStateMachine:
@@ -102,11 +126,11 @@ class ReplicatedStateMachine:
             snapshots_changed = prepared = False
             if not stale:
                 if isinstance(message, om_pb2.PersistDbBatch):
-                    assert not message.ops, "only a leader's empty barrier batch is expected"
+                    writes, prepared = self._apply_batch(position, message)
                 else:
                     writes, response, prepared = self._execute(position, message)
-                    snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
-                                            for (table, _), _ in writes)
+                snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
+                                        for (table, _), _ in writes)
                 self.term = message.term
                 self.managed_index = max(self.managed_index, message.managed_index)
                 self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
@@ -138,9 +162,42 @@ class ReplicatedStateMachine:
             if updated is not None:
                 writes.append(((change.table, change.key), updated))
                 self.cache.put(change.table, change.key, updated, position)
+        request_fingerprint = fingerprint(request)
         self.retry.remember((request.client_id, request.call_id), response,
-                            message.timestamp_ms, fingerprint(request))
+                            message.timestamp_ms, request_fingerprint)
+        reply = om_pb2.ClientRequestReply(client_id=request.client_id, call_id=request.call_id,
+                                          response=response, fingerprint=request_fingerprint,
+                                          timestamp_ms=message.timestamp_ms)
+        for row, value in reply_rows(self.view, reply):
+            writes.append((row, value))
+            self.cache.put(row[0], row[1], value, position)
         return writes, response, writes_prepared_marker(recorder.ops)
+
+    def _apply_batch(self, position: int, batch: om_pb2.PersistDbBatch
+                     ) -> tuple[list[tuple[Row, bytes | None]], bool]:
+        """A leader-flow batch (docs/FLOW_SWITCH.md step 2): the rows given, quota deltas
+        added to what the cache shows, reply and expiry rows, expired rows deleted, as
+        ``om.statemachine.apply.StateMachine`` writes them, but as one transaction of the
+        double buffer at ``position``; whether it put the prepared marker. Barrier,
+        read-round and verify entries are batches without rows."""
+        writes: list[tuple[Row, bytes | None]] = []
+        for op in batch.ops:
+            assert op.table in tables.TABLE_NAMES
+            writes.append(((op.table, op.key), None if op.delete else op.value))
+        for delta in merged_deltas(batch):   # read before the batch's own rows, as there
+            raw = self.view.get(delta.table, delta.key)
+            updated = None if raw is None else add_usage(raw, delta)
+            if updated is not None:
+                writes.append(((delta.table, delta.key), updated))
+        for reply in batch.replies:
+            writes.extend(reply_rows(self.view, reply))
+        for op in batch.retry_expiry:
+            assert op.delete
+            assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
+            writes.append(((op.table, op.key), None))
+        for (table, key), value in writes:
+            self.cache.put(table, key, value, position)
+        return writes, writes_prepared_marker(list(batch.ops))
 
     def _info(self) -> om_pb2.TransactionInfo:
         return om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
