@@ -38,6 +38,7 @@ from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import gc_policy
 from om.node import membership as node_membership
 from om.node import transfer as node_transfer
+from om.node.catchup import CheckpointClient, CheckpointServer
 from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
@@ -49,6 +50,7 @@ from om.schema.read_view import ReadView
 from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
+from om.statemachine.checkpoint_shelf import CheckpointShelf
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
@@ -195,13 +197,18 @@ class Node:
         self.raft: RaftReplicator | RaftProcessReplicator | None = None
         self.membership_ledger = node_membership.Ledger()
         self.replicator: Replicator
+        self.checkpoints: CheckpointServer | None = None
         if len(config.nodes) == 1:
             self.replicator = LocalReplicator(config.node_id, config.node.address,
                                               self.state_machine.applied_index, self.apply_entry)
         else:
-            snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync,
-                                    config.unsafe_snapshot_delay_s, self._leads,
-                                    self.snapshot_checkpoints)
+            shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
+                                    config.node_id, config.raft.fsync)
+            self.checkpoints = CheckpointServer(config, shelf)
+            snapshots = Snapshotter(
+                self.state_machine, config.node_data_dir, config.raft.fsync,
+                config.unsafe_snapshot_delay_s, self._leads, self.snapshot_checkpoints,
+                shelf, CheckpointClient(config))
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(
@@ -303,6 +310,11 @@ class Node:
             refusal = self.integrity.refusal(request, self.replicator.role())
             assert refusal is not None
             return _answered(refusal)
+        if request.cmd_type == om_pb2.FetchCheckpointFile:
+            if self.checkpoints is None:
+                return _answered(error_response(request, om_pb2.NOT_SUPPORTED_OPERATION,
+                                                "a one-node ring keeps no checkpoints"))
+            return self._guarded(request, self.checkpoints.answer(request))
         if request.cmd_type in TOKEN_TYPES and not self.tokens_enabled:
             return _answered(error_response(
                 request, om_pb2.NOT_SUPPORTED_OPERATION, "delegation tokens need a secure "

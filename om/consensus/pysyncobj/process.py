@@ -309,14 +309,17 @@ class RaftProcessReplicator:
         self._send(("snapshot_written", error))
 
     async def _install_snapshot(self, file_name: str) -> None:
-        raft_data: object = None
-        error = ""
         try:
             raft_data = await asyncio.to_thread(self._snapshots.deserialize, file_name)
-        except Exception as failure:
-            logger.exception("installing a snapshot failed")
-            error = f"{type(failure).__name__}: {failure}"
-        self._send(("snapshot_installed", raft_data, error))
+        except Exception:
+            # pysyncobj would take a failed install for done (it logs and acknowledges
+            # the snapshot): this node stops instead, and its restart resumes the
+            # install (a checkpoint download keeps what it staged)
+            logger.critical("installing a snapshot failed: stopping this node (a restart "
+                            "resumes the catch-up)", exc_info=True)
+            self._on_child_exit()
+            return
+        self._send(("snapshot_installed", raft_data, ""))
 
     def child_gone(self) -> None:
         """The channel closed: the Raft process is gone, so is this node (unless closing)."""
