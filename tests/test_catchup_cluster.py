@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from om.client import OMClient
+from om.client import OMClient, OMClientError
+from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
 from om.node.catchup import mac_key, sign
@@ -89,25 +90,43 @@ def wait_caught_up(cluster: om_cluster.Cluster, victim: str, target: int) -> flo
 
 def test_a_wiped_follower_downloads_the_checkpoint_with_no_election_nor_raft_restart(
         tmp_path: Path) -> None:
-    cluster = harness.start(tmp_path / "cluster", COMPACTING)
+    """The download is paced (rate_bytes_per_s) to last a few seconds: meanwhile the
+    follower's Raft process takes the entries the leader commits (the leader's match
+    index for it passes the snapshot's position while its store is not yet there),
+    and the node answers requests with LEADER_NOT_READY; then it applies them."""
+    cluster = harness.start(tmp_path / "cluster", COMPACTING + "rate_bytes_per_s = 60000\n")
     try:
         fill_and_compact(cluster)
         leader = harness.leader_id(cluster)
-        victim = next(n.id for n in cluster.nodes if n.id != leader)
+        victim = next(n for n in cluster.nodes if n.id != leader)
         before = terms(cluster)
         target = cluster.wait_for_leader().applied_index
-        wipe(cluster, victim)
-        process = cluster.start_node(victim)
+        wipe(cluster, victim.id)
+        process = cluster.start_node(victim.id)
         child = None
         while child is None and process.poll() is None:
             child = raft_child(process.pid)
             time.sleep(0.02)
-        took = wait_caught_up(cluster, victim, target)
-        print(f"wiped follower caught up in {took:.2f} s (load average "
-              f"{os.getloadavg()[0]:.2f})")
+        load = harness.WriteLoad(cluster, threads=1)
+        load.start()
+        raft_ahead, refused = False, ""
+        started = time.monotonic()
+        while time.monotonic() - started < CATCH_UP_S and not (raft_ahead and refused):
+            infos = {i.node_id: i for i in cluster.node_infos()}
+            if 0 <= infos[victim.id].applied_index < target and infos[victim.id].role != \
+                    "UNREACHABLE" and infos[leader].match_index.get(victim.id, 0) > target:
+                raft_ahead = True
+                refused = refused or local_read_refusal(cluster, victim.address)
+            time.sleep(0.05)
+        took = wait_caught_up(cluster, victim.id, target)
+        load.stop()
+        print(f"wiped follower caught up in {took:.2f} s after the download began, paced "
+              f"to 60 kB/s (load average {os.getloadavg()[0]:.2f})")
+        assert raft_ahead, "Raft took no entry while the store was installed"
+        assert "catching up" in refused
         assert raft_child(process.pid) == child, "the Raft process was restarted"
         assert terms(cluster) == before == {min(before)}, "an election happened"
-        log = cluster.log_tail(victim, 400)
+        log = cluster.log_tail(victim.id, 400)
         found = DOWNLOADED.search(log)
         assert found, "caught up from the log, not from checkpoint files"
         assert int(found.group(1)) > 0
@@ -116,6 +135,17 @@ def test_a_wiped_follower_downloads_the_checkpoint_with_no_election_nor_raft_res
     finally:
         digests = harness.digests_after_stop(cluster)
     assert len({str(d) for d in digests.values()}) == 1
+
+
+def local_read_refusal(cluster: om_cluster.Cluster, address: str) -> str:
+    """The message of a read the node at ``address`` refuses as not ready ("": none)."""
+    with OMClient([address], policy=RetryPolicy(deadline_s=0.5, attempt_timeout_s=0.5),
+                  tls=cluster.client_tls(), read_mode="local") as om:
+        try:
+            response = om.call_raw(build.info_volume("vol"))
+        except OMClientError:
+            return ""
+    return response.message if response.status == om_pb2.LEADER_NOT_READY else ""
 
 
 def test_a_catch_up_stopped_half_way_resumes_from_the_files_staged(tmp_path: Path) -> None:

@@ -326,6 +326,10 @@ class Node:
             request.secret_key_candidate = secrets.token_bytes(tokens.SECRET_BYTES)
         elif request.secret_key_candidate:
             request.ClearField("secret_key_candidate")
+        if isinstance(self.raft, RaftProcessReplicator) and self.raft.catching_up:
+            return _answered(error_response(
+                request, om_pb2.LEADER_NOT_READY, f"OM:{self.config.node_id} is installing "
+                "a checkpoint of the leader's store (catching up): ask another OM"))
         return self.leader.submit(request, peer)
 
     def _guarded(self, request: om_pb2.OMRequest,

@@ -191,6 +191,16 @@ class Snapshotter:
 
     def deserialize(self, file_name: str) -> Any:
         """Installs the snapshot's data when it is ahead; returns pysyncobj's data."""
+        raft_data, install = self.prepare_install(file_name)
+        if install is not None:
+            install()
+        return raft_data
+
+    def prepare_install(self, file_name: str) -> tuple[Any, Callable[[], None] | None]:
+        """pysyncobj's data at once (the dump is small), and the work that installs the
+        snapshot's store when it is ahead of this one (None: nothing to install), which
+        the caller may run later: entries after the snapshot's position must then wait
+        for it (``process.py`` queues them)."""
         if self._durable:  # a received snapshot was written and renamed unsynced
             fsync_path(Path(file_name))
             fsync_path(Path(file_name).parent)
@@ -198,16 +208,17 @@ class Snapshotter:
             positions = json.loads(_read(archive, "manifest.json"))
             raft_data = pickle.loads(_read(archive, "raft.pickle"))
             if positions["applied_index"] <= self._state_machine.applied_index:
-                return raft_data
+                return raft_data, None
             if "checkpoint.json" not in archive.getnames():   # an older release's dump
-                self._install_archive(archive, positions)
-                return raft_data
+                return raft_data, lambda: self._install_archive(file_name, positions)
             manifest = Manifest.from_json(json.loads(_read(archive, "checkpoint.json")))
         assert manifest.applied_index == positions["applied_index"]
+        return raft_data, lambda: self._install_checkpoint(manifest)
+
+    def _install_checkpoint(self, manifest: Manifest) -> None:
         staged, directory = self._stage(manifest)
         self._install(directory, staged.applied_index)
         shutil.rmtree(directory, ignore_errors=True)
-        return raft_data
 
     def _stage(self, manifest: Manifest) -> tuple[Manifest, Path]:
         """Downloads ``manifest``'s checkpoint, or a newer one when its source no longer
@@ -246,13 +257,14 @@ class Snapshotter:
                        stats.files_resumed, stats.files_linked, stats.refetched)
         return staging
 
-    def _install_archive(self, archive: tarfile.TarFile, manifest: dict[str, int]) -> None:
+    def _install_archive(self, file_name: str, manifest: dict[str, int]) -> None:
         """Installs a dump of an older release, which holds the whole checkpoint."""
         incoming = self._work_dir / "snapshot-incoming"
         shutil.rmtree(incoming, ignore_errors=True)
-        members = [m for m in archive.getmembers()
-                   if m.name.split("/", 1)[0] in ("db", CARRIED)]
-        archive.extractall(incoming, members=members, filter="data")
+        with tarfile.open(file_name, "r") as archive:
+            members = [m for m in archive.getmembers()
+                       if m.name.split("/", 1)[0] in ("db", CARRIED)]
+            archive.extractall(incoming, members=members, filter="data")
         if self._durable:
             fsync_tree(incoming)
         self._install(incoming, manifest["applied_index"])
