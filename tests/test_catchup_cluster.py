@@ -172,6 +172,40 @@ def test_a_catch_up_stopped_half_way_resumes_from_the_files_staged(tmp_path: Pat
     assert len({str(d) for d in digests.values()}) == 1
 
 
+def test_a_node_stopped_mid_download_stops_at_once_and_resumes(tmp_path: Path) -> None:
+    """``om cluster stop`` during a (paced) download does not wait for it: the node
+    stops within seconds, keeps what it staged, and its restart resumes from there."""
+    cluster = harness.start(tmp_path / "cluster", COMPACTING + "rate_bytes_per_s = 60000\n")
+    try:
+        fill_and_compact(cluster)
+        leader = harness.leader_id(cluster)
+        victim = next(n.id for n in cluster.nodes if n.id != leader)
+        target = cluster.wait_for_leader().applied_index
+        wipe(cluster, victim)
+        cluster.start_node(victim)
+        staged = cluster.config.data_dir / victim / "catchup-staging"
+        deadline = time.monotonic() + CATCH_UP_S
+        while not any(p.is_file() for p in staged.rglob("*")):
+            assert time.monotonic() < deadline, "the download did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        stopping = time.monotonic()
+        cluster.stop_node(victim)
+        assert time.monotonic() - stopping < 5.0, "the stop waited for the download"
+        assert applied(cluster, victim) == -1
+        assert "stopped before the snapshot's store was installed" in \
+            cluster.log_tail(victim, 400)
+        cluster.start_node(victim)
+        wait_caught_up(cluster, victim, target)
+        resumed = [int(m.group(2)) for m in DOWNLOADED.finditer(cluster.log_tail(victim, 400))]
+        assert resumed, "the restarted node did not download"
+        assert resumed[0] > 0, "the restarted node fetched everything again"
+        harness.wait_converged(cluster)
+    finally:
+        digests = harness.digests_after_stop(cluster)
+    assert len({str(d) for d in digests.values()}) == 1
+
+
 def test_fetch_checkpoint_file_refuses_bad_input_and_callers_without_the_secret(
         tmp_path: Path) -> None:
     cluster = harness.start(tmp_path / "cluster", COMPACTING)

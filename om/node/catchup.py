@@ -32,6 +32,7 @@ import logging
 import socket
 import ssl
 import struct
+import threading
 import time
 
 from om.config import ServerConfig
@@ -149,6 +150,10 @@ class CatchupCut(Exception):
     node were killed."""
 
 
+class CatchupStopped(Exception):
+    """The node is stopping: the download ends at the next chunk (a restart resumes)."""
+
+
 class CheckpointClient:
     """The follower's end: fetches checkpoint files from the node that keeps them."""
 
@@ -172,6 +177,12 @@ class CheckpointClient:
         self._decoder = FrameDecoder(config.limits.max_frame_bytes)
         self._next_call = 1
         self._paced_until = 0.0
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Ends a download in progress at its next chunk (the node is stopping: it must
+        not wait for the download; what is staged stays for the restart)."""
+        self._stopping.set()
 
     # -- the CheckpointSource port -------------------------------------------------------
 
@@ -186,6 +197,8 @@ class CheckpointClient:
 
         def read(path: str, offset: int, length: int) -> bytes:
             nonlocal fetched
+            if self._stopping.is_set():
+                raise CatchupStopped(f"the node is stopping: {fetched} bytes fetched")
             if cut_after and fetched >= cut_after:
                 raise CatchupCut(f"unsafe_cut_at_fraction: stopped after {fetched} bytes")
             answer = self._call(address, manifest.checkpoint_id, path, offset, length,
@@ -240,7 +253,7 @@ class CheckpointClient:
                 response = self._round_trip(address, request)
             except OSError as error:
                 self.close()
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self._stopping.is_set():
                     raise TimeoutError(f"OM at {address} did not serve checkpoint "
                                        f"{checkpoint_id or '(newest)'}: {error}") from None
                 time.sleep(RETRY_DELAY_S)
@@ -249,6 +262,8 @@ class CheckpointClient:
                 return response.fetch_checkpoint_file
             if response.status == om_pb2.INVALID_SNAPSHOT_ERROR:
                 raise CheckpointGone(response.message)
+            if self._stopping.is_set():
+                raise CatchupStopped("the node is stopping")
             if response.status != om_pb2.SERVER_BUSY or time.monotonic() >= deadline:
                 raise OSError(f"OM at {address} refused a checkpoint chunk: "
                               f"{om_pb2.Status.Name(response.status)}: {response.message}")

@@ -198,6 +198,7 @@ class Node:
         self.membership_ledger = node_membership.Ledger()
         self.replicator: Replicator
         self.checkpoints: CheckpointServer | None = None
+        self.checkpoint_client: CheckpointClient | None = None
         if len(config.nodes) == 1:
             self.replicator = LocalReplicator(config.node_id, config.node.address,
                                               self.state_machine.applied_index, self.apply_entry)
@@ -205,10 +206,11 @@ class Node:
             shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
                                     config.node_id, config.raft.fsync)
             self.checkpoints = CheckpointServer(config, shelf)
+            self.checkpoint_client = CheckpointClient(config)
             snapshots = Snapshotter(
                 self.state_machine, config.node_data_dir, config.raft.fsync,
                 config.unsafe_snapshot_delay_s, self._leads, self.snapshot_checkpoints,
-                shelf, CheckpointClient(config))
+                shelf, self.checkpoint_client)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(
@@ -491,6 +493,8 @@ class Node:
         self.closing = True
         await self.leader.close()
         await self.integrity.close()
+        if self.checkpoint_client is not None:
+            self.checkpoint_client.stop()
         if self.raft is not None:
             await self.raft.close()
         if isinstance(self.state_machine, ReplicatedStateMachine):

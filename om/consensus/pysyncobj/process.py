@@ -373,6 +373,10 @@ class RaftProcessReplicator:
         self._send(("catching_up", False))
 
     def _install_failed(self) -> None:
+        if self._closing:     # stopped mid-install: the restart resumes it
+            logger.warning("stopped before the snapshot's store was installed: the restart "
+                           "resumes the catch-up", exc_info=True)
+            return
         logger.critical("installing a snapshot failed: stopping this node (a restart "
                         "resumes the catch-up)", exc_info=True)
         self._on_child_exit()
