@@ -151,16 +151,7 @@ def local_read_refusal(cluster: om_cluster.Cluster, address: str) -> str:
 def test_a_catch_up_stopped_half_way_resumes_from_the_files_staged(tmp_path: Path) -> None:
     cluster = harness.start(tmp_path / "cluster", COMPACTING + "unsafe_cut_at_fraction = 0.5\n")
     try:
-        fill_and_compact(cluster)
-        leader = harness.leader_id(cluster)
-        victim = next(n.id for n in cluster.nodes if n.id != leader)
-        target = cluster.wait_for_leader().applied_index
-        wipe(cluster, victim)
-        first = cluster.start_node(victim)
-        assert first.wait(timeout=60) != 0, "the cut download did not stop the node"
-        staged = cluster.config.data_dir / victim / "catchup-staging"
-        assert any(p.is_file() for p in staged.rglob("*")), "nothing was staged"
-        assert "installing a snapshot failed: stopping" in cluster.log_tail(victim, 400)
+        victim, target = cut_half_way(cluster)
         cluster.start_node(victim)
         wait_caught_up(cluster, victim, target)
         resumed = [int(m.group(2)) for m in DOWNLOADED.finditer(cluster.log_tail(victim, 400))]
@@ -170,6 +161,53 @@ def test_a_catch_up_stopped_half_way_resumes_from_the_files_staged(tmp_path: Pat
     finally:
         digests = harness.digests_after_stop(cluster)
     assert len({str(d) for d in digests.values()}) == 1
+
+
+def test_a_catch_up_whose_checkpoint_was_dropped_installs_the_newest(tmp_path: Path) -> None:
+    """The node that kept the checkpoint the dump names dropped it (``kept = 1``, and it
+    compacted again) before the cut catch-up's restart: the follower installs the
+    newest checkpoint instead, ahead of the position Raft gave it, and the entries
+    up to it are skipped as applied."""
+    cluster = harness.start(tmp_path / "cluster", COMPACTING.replace("kept = 10", "kept = 1")
+                            + "unsafe_cut_at_fraction = 0.5\nlease_s = 0.5\n")
+    try:
+        victim, target = cut_half_way(cluster)
+        named = next((cluster.config.data_dir / victim / "catchup-staging").iterdir()).name
+        held = [cluster.config.data_dir / n.id / "checkpoints" / named for n in cluster.nodes]
+        deadline = time.monotonic() + CATCH_UP_S
+        with harness.client(cluster) as om:
+            for i in range(10_000):           # writes, so that every node compacts again
+                if not any(path.exists() for path in held):
+                    break
+                assert time.monotonic() < deadline, "the checkpoint was never dropped"
+                om.put_key("vol", "bkt", f"later{i:05d}", 10)
+                time.sleep(0.02)
+        target = cluster.wait_for_leader().applied_index
+        cluster.start_node(victim)
+        wait_caught_up(cluster, victim, target)
+        log = cluster.log_tail(victim, 400)
+        assert f"checkpoint {named} is not kept" in log
+        assert "fetching the newest one" in log
+        harness.wait_converged(cluster)
+    finally:
+        digests = harness.digests_after_stop(cluster)
+    assert len({str(d) for d in digests.values()}) == 1
+
+
+def cut_half_way(cluster: om_cluster.Cluster) -> tuple[str, int]:
+    """Wipes a follower and starts it with the cut knob on: its download stops half-way
+    and the node with it. The follower's id and the position it must reach."""
+    fill_and_compact(cluster)
+    leader = harness.leader_id(cluster)
+    victim = next(n.id for n in cluster.nodes if n.id != leader)
+    target = cluster.wait_for_leader().applied_index
+    wipe(cluster, victim)
+    first = cluster.start_node(victim)
+    assert first.wait(timeout=60) != 0, "the cut download did not stop the node"
+    staged = cluster.config.data_dir / victim / "catchup-staging"
+    assert any(p.is_file() for p in staged.rglob("*")), "nothing was staged"
+    assert "installing a snapshot failed: stopping" in cluster.log_tail(victim, 400)
+    return victim, target
 
 
 def test_a_node_stopped_mid_download_stops_at_once_and_resumes(tmp_path: Path) -> None:

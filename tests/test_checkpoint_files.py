@@ -200,6 +200,18 @@ def test_a_store_checkpoint_downloads_and_opens(shelf: CheckpointShelf, tmp_path
     store.close()
 
 
+@pytest.mark.parametrize(("lease_s", "first_kept"), [(60.0, True), (0.0, False)])
+def test_a_checkpoint_being_read_outlives_kept_for_its_lease(
+        tmp_path: Path, lease_s: float, first_kept: bool) -> None:
+    shelf = CheckpointShelf(tmp_path / "checkpoints", 1, "om1", durable=False, lease_s=lease_s)
+    first = sealed(shelf, 10)
+    shelf.read(first.checkpoint_id, "db/CURRENT", 0, CHUNK, CHUNK)
+    second, third = sealed(shelf, 20), sealed(shelf, 30)
+    assert (shelf.root / first.checkpoint_id).exists() == first_kept
+    assert not (shelf.root / second.checkpoint_id).exists()
+    assert shelf.manifest() == third
+
+
 @pytest.mark.parametrize("bad", ["../a", "a/../../b", "/a", "a//b", "a\\b", "", "."])
 def test_a_manifest_with_an_unsafe_path_is_refused(shelf: CheckpointShelf, bad: str) -> None:
     assert not safe_relative(bad)

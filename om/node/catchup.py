@@ -163,7 +163,9 @@ class CheckpointClient:
         self.chunk_bytes = settings.chunk_bytes
         self._rate = settings.rate_bytes_per_s
         self._deadline_s = settings.deadline_s
-        self._cut_at = settings.unsafe_cut_at_fraction
+        # the knob cuts a node's first download only: one that had never staged any
+        self._cut_at = 0.0 if (config.node_data_dir / STAGING).exists() \
+            else settings.unsafe_cut_at_fraction
         self._key = mac_key(config.raft.secret) if config.raft.secret else b""
         self._addresses = {n.id: n.address for n in config.nodes}
         self._context: ssl.SSLContext | None = None
@@ -190,9 +192,7 @@ class CheckpointClient:
         """Reads chunks of ``manifest``'s files from its source node."""
         address = self._address(manifest.source)
         deadline = time.monotonic() + self._deadline_s
-        staged = self._config.node_data_dir / STAGING / manifest.checkpoint_id
-        resumed = staged.is_dir() and any(staged.iterdir())   # the knob cuts once
-        cut_after = int(manifest.total_bytes * self._cut_at) if not resumed else 0
+        cut_after = int(manifest.total_bytes * self._cut_at)
         fetched = 0
 
         def read(path: str, offset: int, length: int) -> bytes:

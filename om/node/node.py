@@ -204,7 +204,7 @@ class Node:
                                               self.state_machine.applied_index, self.apply_entry)
         else:
             shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
-                                    config.node_id, config.raft.fsync)
+                                    config.node_id, config.raft.fsync, config.catchup.lease_s)
             self.checkpoints = CheckpointServer(config, shelf)
             self.checkpoint_client = CheckpointClient(config)
             snapshots = Snapshotter(

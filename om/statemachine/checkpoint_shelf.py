@@ -5,7 +5,9 @@ the writer keeps ``<root>/<id>/`` with ``db/`` (a RocksDB checkpoint: SST, MANIF
 OPTIONS, CURRENT files, hard links to the store's) and ``om-snapshots/`` (the OM
 snapshot checkpoints it carries), and ``manifest.json`` beside them, written last:
 a directory without one is a checkpoint a kill cut short, removed at start. Only the
-``kept`` newest stay; a follower that asks for an older one is told it is gone
+``kept`` newest stay, and an older one while a follower read it within the last
+``lease_s`` (a download in progress is not pulled from under it: it would start
+over); a follower that asks for one dropped is told it is gone
 (``CheckpointGone``) and fetches the newest instead.
 
 Every file is listed with its size and sha256; SST files never change, so a hash is
@@ -23,6 +25,7 @@ import re
 import secrets
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,8 +114,11 @@ def new_id(applied_index: int) -> str:
 class CheckpointShelf:
     """The checkpoints this node keeps: made by ``snapshot.py``, read by followers."""
 
-    def __init__(self, root: Path, kept: int, node_id: str, durable: bool) -> None:
+    def __init__(self, root: Path, kept: int, node_id: str, durable: bool,
+                 lease_s: float = 30.0) -> None:
         assert kept >= 1
+        assert lease_s >= 0
+        self._lease_s = lease_s
         self.root = root
         self._kept = kept
         self._node_id = node_id
@@ -120,6 +126,7 @@ class CheckpointShelf:
         self._lock = threading.Lock()
         self._hashes: dict[tuple[int, int, int, int], str] = {}
         self._manifests: dict[str, Manifest] = {}
+        self._read_at: dict[str, float] = {}     # checkpoint id -> when last read
         root.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -180,8 +187,13 @@ class CheckpointShelf:
         return FileEntry(path.relative_to(directory).as_posix(), stat.st_size, digest)
 
     def _prune(self) -> None:
+        now = time.monotonic()
         for checkpoint_id in sorted(self._manifests)[:-self._kept]:
+            read_at = self._read_at.get(checkpoint_id)
+            if read_at is not None and now - read_at < self._lease_s:
+                continue
             del self._manifests[checkpoint_id]
+            self._read_at.pop(checkpoint_id, None)
             shutil.rmtree(self.root / checkpoint_id, ignore_errors=True)
 
     def manifest(self, checkpoint_id: str = "") -> Manifest:
@@ -210,6 +222,8 @@ class CheckpointShelf:
         if offset > entry.size:
             raise BadChunkRequest(f"offset {offset} is past the end of {path} "
                                   f"({entry.size} bytes)")
+        with self._lock:
+            self._read_at[checkpoint_id] = time.monotonic()
         try:
             with open(self.root / checkpoint_id / path, "rb") as source:
                 source.seek(offset)

@@ -130,6 +130,7 @@ class CheckpointSource(Protocol):
 
 CARRIED = "om-snapshots"
 STAGING = "catchup-staging"
+NEWEST_TRIES_MAX = 4     # checkpoints dropped while fetched before the install fails
 
 
 class Snapshotter:
@@ -224,16 +225,19 @@ class Snapshotter:
         """Downloads ``manifest``'s checkpoint, or a newer one when its source no longer
         keeps it; the manifest staged and its directory."""
         assert self._source is not None, "a node that installs checkpoints needs a source"
-        try:
-            return manifest, self._download(manifest)
-        except CheckpointGone as gone:
-            newer = self._source.newest(manifest.source)
-            if newer.applied_index < manifest.applied_index:
-                raise CheckpointGone(f"{gone}; the newest one kept is at position "
-                                     f"{newer.applied_index}, behind") from None
-            logger.warning("%s: fetching the newest one, %s at position %d", gone,
-                           newer.checkpoint_id, newer.applied_index)
-            return newer, self._download(newer)
+        wanted = manifest
+        for _ in range(NEWEST_TRIES_MAX):
+            try:
+                return wanted, self._download(wanted)
+            except CheckpointGone as gone:
+                newer = self._source.newest(wanted.source)
+                if newer.applied_index < manifest.applied_index:
+                    raise CheckpointGone(f"{gone}; the newest one kept is at position "
+                                         f"{newer.applied_index}, behind") from None
+                logger.warning("%s: fetching the newest one, %s at position %d", gone,
+                               newer.checkpoint_id, newer.applied_index)
+                wanted = newer
+        raise CheckpointGone(f"{NEWEST_TRIES_MAX} checkpoints were dropped while fetched")
 
     def _download(self, manifest: Manifest) -> Path:
         """Stages ``manifest``'s files in ``work_dir/catchup-staging/<id>`` (what an
