@@ -208,9 +208,9 @@ class Node:
             self.checkpoints = CheckpointServer(config, shelf)
             self.checkpoint_client = CheckpointClient(config)
             snapshots = Snapshotter(
-                self.state_machine, config.node_data_dir, config.raft.fsync,
-                config.unsafe_snapshot_delay_s, self._leads, self.snapshot_checkpoints,
-                shelf, self.checkpoint_client)
+                self.state_machine, config.node_data_dir, config.raft.fsync, shelf=shelf,
+                source=self.checkpoint_client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
+                unsafe_delay_if=self._leads, carried=self.snapshot_checkpoints)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(

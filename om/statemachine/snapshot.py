@@ -136,16 +136,15 @@ NEWEST_TRIES_MAX = 4     # checkpoints dropped while fetched before the install 
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
-    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool,
+    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool, *,
+                 shelf: CheckpointShelf, source: CheckpointSource,
                  unsafe_delay_s: float = 0.0,
                  unsafe_delay_if: Callable[[], bool] = lambda: True,
-                 carried: CarriedCheckpoints | None = None,
-                 shelf: CheckpointShelf | None = None,
-                 source: CheckpointSource | None = None) -> None:
-        """``carried``: the OM snapshot checkpoints each snapshot carries and each
-        install brings (none: ``NoCheckpoints``); ``shelf``: where this node keeps the
-        checkpoints its snapshots name (default: ``work_dir/checkpoints``, two kept);
-        ``source``: where it fetches the ones a leader's snapshot names."""
+                 carried: CarriedCheckpoints | None = None) -> None:
+        """``shelf``: where this node keeps the checkpoints its snapshots name;
+        ``source``: where it fetches the ones a leader's snapshot names; ``carried``:
+        the OM snapshot checkpoints each snapshot carries and each install brings
+        (none: ``NoCheckpoints``)."""
         assert unsafe_delay_s >= 0
         self._state_machine = state_machine
         self._work_dir = work_dir
@@ -153,8 +152,7 @@ class Snapshotter:
         self._unsafe_delay_s = unsafe_delay_s
         self._unsafe_delay_if = unsafe_delay_if
         self._carried = carried if carried is not None else NoCheckpoints()
-        self._shelf = shelf if shelf is not None else CheckpointShelf(
-            work_dir / "checkpoints", 2, "", durable)
+        self._shelf = shelf
         self._source = source
         self.installed = 0
         self.last_download: DownloadStats | None = None
@@ -224,7 +222,6 @@ class Snapshotter:
     def _stage(self, manifest: Manifest) -> tuple[Manifest, Path]:
         """Downloads ``manifest``'s checkpoint, or a newer one when its source no longer
         keeps it; the manifest staged and its directory."""
-        assert self._source is not None, "a node that installs checkpoints needs a source"
         wanted = manifest
         for _ in range(NEWEST_TRIES_MAX):
             try:
@@ -242,7 +239,6 @@ class Snapshotter:
     def _download(self, manifest: Manifest) -> Path:
         """Stages ``manifest``'s files in ``work_dir/catchup-staging/<id>`` (what an
         earlier attempt staged there is kept; other checkpoints' staging goes)."""
-        assert self._source is not None
         root = self._work_dir / STAGING
         root.mkdir(exist_ok=True)
         for other in root.iterdir():
