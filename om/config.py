@@ -273,6 +273,9 @@ class Catchup:
     kept: int = 2
     # a checkpoint past ``kept`` stays while a follower read it within this long
     lease_s: float = 30.0
+    # a source that does not answer this long is taken for dead: another node's
+    # checkpoint is fetched instead
+    source_timeout_s: float = 10.0
     serving_max: int = 4
     # Test-only: the first download of a node that never staged one stops (the node
     # fails stop, as if killed) once this fraction of the checkpoint's bytes is staged,
@@ -469,10 +472,12 @@ class ServerConfig:
         catchup = self.catchup
         if (not 4096 <= catchup.chunk_bytes <= self.limits.max_frame_bytes // 2
                 or catchup.rate_bytes_per_s < 0 or catchup.deadline_s <= 0
+                or catchup.source_timeout_s <= 0
                 or catchup.kept < 1 or catchup.serving_max < 1 or catchup.lease_s < 0
                 or not 0 <= catchup.unsafe_cut_at_fraction < 1):
             raise ConfigError("[catchup] chunk_bytes must be in [4096, max_frame_bytes / 2], "
-                              "rate_bytes_per_s >= 0 (0: no limit), deadline_s > 0, kept and "
+                              "rate_bytes_per_s >= 0 (0: no limit), deadline_s and "
+                              "source_timeout_s > 0, kept and "
                               "serving_max >= 1, lease_s >= 0, unsafe_cut_at_fraction in "
                               "[0, 1)")
         auditor = self.auditor

@@ -194,6 +194,40 @@ def test_a_catch_up_whose_checkpoint_was_dropped_installs_the_newest(tmp_path: P
     assert len({str(d) for d in digests.values()}) == 1
 
 
+def test_a_catch_up_whose_source_dies_fetches_another_nodes_checkpoint(
+        tmp_path: Path) -> None:
+    """The node serving the checkpoint is killed mid-download: after
+    ``source_timeout_s`` the follower installs the newest checkpoint another node keeps
+    at the position Raft gave it or later (the survivor takes one once it compacts)."""
+    cluster = harness.start(tmp_path / "cluster", COMPACTING + "rate_bytes_per_s = 60000\n"
+                            "source_timeout_s = 2.0\n")
+    try:
+        fill_and_compact(cluster)
+        leader = harness.leader_id(cluster)
+        victim = next(n.id for n in cluster.nodes if n.id != leader)
+        target = cluster.wait_for_leader().applied_index
+        wipe(cluster, victim)
+        cluster.start_node(victim)
+        staged = cluster.config.data_dir / victim / "catchup-staging"
+        deadline = time.monotonic() + CATCH_UP_S
+        while not any(p.is_file() for p in staged.rglob("*")):
+            assert time.monotonic() < deadline, "the download did not start"
+            time.sleep(0.05)
+        named = next(staged.iterdir()).name
+        source = next(n.id for n in cluster.nodes
+                      if (cluster.config.data_dir / n.id / "checkpoints" / named).exists())
+        cluster.kill_node(source)
+        wait_caught_up(cluster, victim, target)
+        log = cluster.log_tail(victim, 400)
+        assert f"checkpoint {named} is not served" in log
+        assert "fetching the newest one" in log
+        cluster.start_node(source)
+        harness.wait_converged(cluster)
+    finally:
+        digests = harness.digests_after_stop(cluster)
+    assert len({str(d) for d in digests.values()}) == 1
+
+
 def cut_half_way(cluster: om_cluster.Cluster) -> tuple[str, int]:
     """Wipes a follower and starts it with the cut knob on: its download stops half-way
     and the node with it. The follower's id and the position it must reach."""

@@ -14,7 +14,10 @@ outside Raft, as Ozone's followers download the leader's checkpoint:
 * ``CheckpointClient`` is the follower's ``CheckpointSource``: a blocking
   connection (TLS with the [tls] client certificate when the port needs it) on the
   snapshot worker thread, paced to ``rate_bytes_per_s``, retrying connection
-  failures and SERVER_BUSY until ``deadline_s``.
+  failures and SERVER_BUSY for ``source_timeout_s``, then (the source died)
+  turning to the newest checkpoint another node keeps at the position Raft
+  gave, or later (asked again until one has: nodes take one at each compaction),
+  all within ``deadline_s``.
 
 Every refusal is a status with a message and no data: PERMISSION_DENIED (no or a
 wrong mac, an old one), INVALID_SNAPSHOT_ERROR (a checkpoint not kept here),
@@ -53,6 +56,8 @@ logger = logging.getLogger(__name__)
 CLOCK_SKEW_MS = 60_000
 ATTEMPT_TIMEOUT_S = 10.0
 RETRY_DELAY_S = 0.2
+NEWEST_ASK_S = 1.0          # how long one node may take to name its newest checkpoint
+NEWEST_POLL_S = 1.0
 _KEY_LABEL = b"om catch-up from checkpoint files v1"
 
 
@@ -163,6 +168,7 @@ class CheckpointClient:
         self.chunk_bytes = settings.chunk_bytes
         self._rate = settings.rate_bytes_per_s
         self._deadline_s = settings.deadline_s
+        self._source_timeout_s = settings.source_timeout_s
         # the knob cuts a node's first download only: one that had never staged any
         self._cut_at = 0.0 if (config.node_data_dir / STAGING).exists() \
             else settings.unsafe_cut_at_fraction
@@ -201,31 +207,41 @@ class CheckpointClient:
                 raise CatchupStopped(f"the node is stopping: {fetched} bytes fetched")
             if cut_after and fetched >= cut_after:
                 raise CatchupCut(f"unsafe_cut_at_fraction: stopped after {fetched} bytes")
-            answer = self._call(address, manifest.checkpoint_id, path, offset, length,
-                                deadline)
+            try:
+                answer = self._call(address, manifest.checkpoint_id, path, offset, length,
+                                    min(deadline, time.monotonic() + self._source_timeout_s))
+            except TimeoutError as silent:   # the source died: another node's, then
+                raise CheckpointGone(f"checkpoint {manifest.checkpoint_id} is not served: "
+                                     f"{silent}") from None
             self._pace(len(answer.data))
             fetched += len(answer.data)
             return answer.data
 
         return read
 
-    def newest(self, source: str) -> Manifest:
-        """The newest checkpoint ``source`` keeps, else the newest any other node keeps."""
+    def newest(self, source: str, at_least: int) -> Manifest:
+        """The newest checkpoint at position ``at_least`` or later that ``source`` keeps,
+        else another node; asked again every NEWEST_POLL_S (a node takes one at its
+        next compaction) until ``deadline_s``."""
         deadline = time.monotonic() + self._deadline_s
-        order = [source, *sorted(n for n in self._addresses if n not in (
-            source, self._config.node_id))]
-        problems = []
-        for node_id in order:
-            if node_id not in self._addresses:
-                continue
-            try:
-                answer = self._call(self._addresses[node_id], "", "", 0, 0,
-                                    min(deadline, time.monotonic() + ATTEMPT_TIMEOUT_S))
-            except (CheckpointGone, OSError, TimeoutError) as problem:
-                problems.append(f"OM:{node_id}: {problem}")
-                continue
-            return Manifest.from_json(json.loads(answer.data))
-        raise CheckpointGone("no node keeps a checkpoint: " + "; ".join(problems))
+        order = [n for n in (source, *sorted(self._addresses))
+                 if n in self._addresses and n != self._config.node_id]
+        problems: dict[str, str] = {}
+        while not self._stopping.is_set() and time.monotonic() < deadline:
+            for node_id in dict.fromkeys(order):
+                try:
+                    answer = self._call(self._addresses[node_id], "", "", 0, 0,
+                                        min(deadline, time.monotonic() + NEWEST_ASK_S))
+                    found = Manifest.from_json(json.loads(answer.data))
+                except (CheckpointGone, OSError, ValueError) as problem:
+                    problems[node_id] = str(problem)
+                    continue
+                if found.applied_index >= at_least:
+                    return found
+                problems[node_id] = f"its newest is at position {found.applied_index}"
+            time.sleep(NEWEST_POLL_S)
+        raise CheckpointGone(f"no node keeps a checkpoint at position {at_least} or later: "
+                             + "; ".join(f"OM:{n}: {p}" for n, p in problems.items()))
 
     def _address(self, node_id: str) -> str:
         address = self._addresses.get(node_id)

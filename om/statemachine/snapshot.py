@@ -122,9 +122,9 @@ class CheckpointSource(Protocol):
         CheckpointGone once it no longer does)."""
         ...
 
-    def newest(self, source: str) -> Manifest:
-        """The newest checkpoint ``source`` keeps, else any other node (CheckpointGone
-        when none answers with one)."""
+    def newest(self, source: str, at_least: int) -> Manifest:
+        """The newest checkpoint at position ``at_least`` or later that ``source`` keeps,
+        else another node (CheckpointGone when none has one in time)."""
         ...
 
 
@@ -227,10 +227,8 @@ class Snapshotter:
             try:
                 return wanted, self._download(wanted)
             except CheckpointGone as gone:
-                newer = self._source.newest(wanted.source)
-                if newer.applied_index < manifest.applied_index:
-                    raise CheckpointGone(f"{gone}; the newest one kept is at position "
-                                         f"{newer.applied_index}, behind") from None
+                newer = self._source.newest(wanted.source, manifest.applied_index)
+                assert newer.applied_index >= manifest.applied_index
                 logger.warning("%s: fetching the newest one, %s at position %d", gone,
                                newer.checkpoint_id, newer.applied_index)
                 wanted = newer
