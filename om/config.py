@@ -261,6 +261,32 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Catchup:
+    """Catch-up from checkpoint files (om/node/catchup.py): a follower behind the
+    leader's compacted log downloads the files of the checkpoint the leader's Raft
+    snapshot names, ``chunk_bytes`` per request, at most ``rate_bytes_per_s`` (0: no
+    limit), giving up after ``deadline_s`` (the node then stops; a restart resumes from
+    the files it staged). A node keeps its ``kept`` newest checkpoints to serve (and an
+    older one a follower read within ``lease_s``) and serves at most ``serving_max``
+    chunks at once (more: SERVER_BUSY)."""
+
+    chunk_bytes: int = 1 << 20
+    rate_bytes_per_s: int = 256 << 20
+    deadline_s: float = 120.0
+    kept: int = 2
+    # a checkpoint past ``kept`` stays while a follower read it within this long
+    lease_s: float = 30.0
+    # a source that does not answer this long is taken for dead: another node's
+    # checkpoint is fetched instead
+    source_timeout_s: float = 10.0
+    serving_max: int = 4
+    # Test-only: the first download of a node that never staged one stops (the node
+    # fails stop, as if killed) once this fraction of the checkpoint's bytes is staged,
+    # so a test can prove that the restarted node resumes (tests/test_catchup_cluster.py).
+    unsafe_cut_at_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
 class Upgrade:
     """Layout versions (om/executor/upgrade.py, docs/OPERATIONS.md *Upgrade*).
 
@@ -347,6 +373,7 @@ class ServerConfig:
     purge: Purge = field(default_factory=Purge)
     fso: Fso = field(default_factory=Fso)
     snapshot: Snapshot = field(default_factory=Snapshot)
+    catchup: Catchup = field(default_factory=Catchup)
     upgrade: Upgrade = field(default_factory=Upgrade)
     tls: Tls = field(default_factory=Tls)
     tokens: Tokens = field(default_factory=Tokens)
@@ -448,6 +475,17 @@ class ServerConfig:
                 or not 0 <= snapshot.headroom_fraction_min < 1):
             raise ConfigError("[snapshot] per_bucket_max and open_max must be >= 1, "
                               "headroom_bytes_min >= 0, headroom_fraction_min in [0, 1)")
+        catchup = self.catchup
+        if (not 4096 <= catchup.chunk_bytes <= self.limits.max_frame_bytes // 2
+                or catchup.rate_bytes_per_s < 0 or catchup.deadline_s <= 0
+                or catchup.source_timeout_s <= 0
+                or catchup.kept < 1 or catchup.serving_max < 1 or catchup.lease_s < 0
+                or not 0 <= catchup.unsafe_cut_at_fraction < 1):
+            raise ConfigError("[catchup] chunk_bytes must be in [4096, max_frame_bytes / 2], "
+                              "rate_bytes_per_s >= 0 (0: no limit), deadline_s and "
+                              "source_timeout_s > 0, kept and "
+                              "serving_max >= 1, lease_s >= 0, unsafe_cut_at_fraction in "
+                              "[0, 1)")
         auditor = self.auditor
         if auditor.periodic_interval_s < 0 or auditor.rows_per_s <= 0:
             raise ConfigError("[auditor] periodic_interval_s must be >= 0 (0: off) and "
@@ -533,7 +571,7 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
                           ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens),
                           ("purge", Purge), ("fso", Fso), ("snapshot", Snapshot),
-                          ("upgrade", Upgrade)):
+                          ("catchup", Catchup), ("upgrade", Upgrade)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

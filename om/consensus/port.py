@@ -15,6 +15,7 @@ is why clients retry with the same call id.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -108,6 +109,16 @@ class SnapshotHooks(Protocol):
     def serialize(self, tmp_file: str, raft_data: object) -> None: ...
 
     def deserialize(self, file_name: str) -> object: ...
+
+
+class DeferredInstallHooks(SnapshotHooks, Protocol):
+    """Snapshot hooks whose install can run after the Raft library has its data
+    (the Raft process keeps ticking while its parent installs: ``process.py``)."""
+
+    def prepare_install(self, file_name: str) -> tuple[object, Callable[[], None] | None]:
+        """The Raft data at once, and the (slow) install of the snapshot's state when
+        it is ahead of this node's, to run later (None: nothing to install)."""
+        ...
 
 
 class BarrierEntry(Protocol):

@@ -38,6 +38,7 @@ from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import gc_policy
 from om.node import membership as node_membership
 from om.node import transfer as node_transfer
+from om.node.catchup import CheckpointClient, CheckpointServer
 from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
 from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
@@ -49,6 +50,7 @@ from om.schema.read_view import ReadView
 from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
+from om.statemachine.checkpoint_shelf import CheckpointShelf
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
@@ -197,13 +199,20 @@ class Node:
         self.raft: RaftReplicator | RaftProcessReplicator | None = None
         self.membership_ledger = node_membership.Ledger()
         self.replicator: Replicator
+        self.checkpoints: CheckpointServer | None = None
+        self.checkpoint_client: CheckpointClient | None = None
         if len(config.nodes) == 1:
             self.replicator = LocalReplicator(config.node_id, config.node.address,
                                               self.state_machine.applied_index, self.apply_entry)
         else:
-            snapshots = Snapshotter(self.state_machine, config.node_data_dir, config.raft.fsync,
-                                    config.unsafe_snapshot_delay_s, self._leads,
-                                    self.snapshot_checkpoints)
+            shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
+                                    config.node_id, config.raft.fsync, config.catchup.lease_s)
+            self.checkpoints = CheckpointServer(config, shelf)
+            self.checkpoint_client = CheckpointClient(config)
+            snapshots = Snapshotter(
+                self.state_machine, config.node_data_dir, config.raft.fsync, shelf=shelf,
+                source=self.checkpoint_client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
+                unsafe_delay_if=self._leads, carried=self.snapshot_checkpoints)
             raft_dir = config.node_data_dir / "raft"
             if config.raft.separate_process:
                 self.raft = RaftProcessReplicator(
@@ -315,6 +324,11 @@ class Node:
                 request, om_pb2.NOT_SUPPORTED_OPERATION, f"this OM runs execution = "
                 f"\"{self.config.execution}\": the flow switch needs execution = "
                 "\"switchable\" on every OM (a rolling restart; docs/FLOW_SWITCH.md)"))
+        if request.cmd_type == om_pb2.FetchCheckpointFile:
+            if self.checkpoints is None:
+                return _answered(error_response(request, om_pb2.NOT_SUPPORTED_OPERATION,
+                                                "a one-node ring keeps no checkpoints"))
+            return self._guarded(request, self.checkpoints.answer(request))
         if request.cmd_type in TOKEN_TYPES and not self.tokens_enabled:
             return _answered(error_response(
                 request, om_pb2.NOT_SUPPORTED_OPERATION, "delegation tokens need a secure "
@@ -326,6 +340,10 @@ class Node:
             request.secret_key_candidate = secrets.token_bytes(tokens.SECRET_BYTES)
         elif request.secret_key_candidate:
             request.ClearField("secret_key_candidate")
+        if isinstance(self.raft, RaftProcessReplicator) and self.raft.catching_up:
+            return _answered(error_response(
+                request, om_pb2.LEADER_NOT_READY, f"OM:{self.config.node_id} is installing "
+                "a checkpoint of the leader's store (catching up): ask another OM"))
         return self.leader.submit(request, peer)
 
     def _guarded(self, request: om_pb2.OMRequest,
@@ -489,6 +507,8 @@ class Node:
         self.closing = True
         await self.leader.close()
         await self.integrity.close()
+        if self.checkpoint_client is not None:
+            self.checkpoint_client.stop()
         if self.raft is not None:
             await self.raft.close()
         if isinstance(self.state_machine, ReplicatedStateMachine):

@@ -332,6 +332,11 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     """
     FlowStatus: _Type.ValueType  # 2012
     """a read, of any node's applied state"""
+    FetchCheckpointFile: _Type.ValueType  # 2013
+    """Not Ozone's request (Ozone's followers download the leader's checkpoint over
+    HTTP, outside Ratis): one chunk of a Raft snapshot's checkpoint file, for a
+    follower catching up (om/node/catchup.py). Nodes only: the cluster secret signs it.
+    """
 
 class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
 
@@ -438,6 +443,11 @@ a replicated write: which types run the leader flow
 """
 FlowStatus: Type.ValueType  # 2012
 """a read, of any node's applied state"""
+FetchCheckpointFile: Type.ValueType  # 2013
+"""Not Ozone's request (Ozone's followers download the leader's checkpoint over
+HTTP, outside Ratis): one chunk of a Raft snapshot's checkpoint file, for a
+follower catching up (om/node/catchup.py). Nodes only: the cluster secret signs it.
+"""
 Global___Type: _TypeAlias = Type  # noqa: Y015
 
 class _SnapshotStatus:
@@ -2970,11 +2980,57 @@ class TransferLeadershipRequest(_message.Message):
 Global___TransferLeadershipRequest: _TypeAlias = TransferLeadershipRequest  # noqa: Y015
 
 @_typing.final
-class ChangeMembershipRequest(_message.Message):
+class FetchCheckpointFileRequest(_message.Message):
     """Adds a Raft voter or removes one (om/node/membership.py), one change at a time;
     the leader answers once the configuration entry is committed.
+    A chunk of a file of a checkpoint this node keeps (om/node/catchup.py). An empty
+    path asks for the checkpoint's manifest (JSON: positions and files with sizes and
+    sha256), an empty checkpoint_id for this node's newest. ``mac`` is HMAC-SHA256, keyed
+    from the cluster's Raft secret, over the other fields (``catchup.signed_bytes``);
+    issued_ms must be within a minute of the server's clock. Refusals: PERMISSION_DENIED
+    (no or a wrong mac), INVALID_SNAPSHOT_ERROR (no such checkpoint kept here),
+    INVALID_REQUEST (a path not in the checkpoint, an offset past the end, a length
+    over the chunk limit), SERVER_BUSY (too many chunks in flight; retry).
     """
 
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
+    ISSUED_MS_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    MAC_FIELD_NUMBER: _builtins.int
+    checkpoint_id: _builtins.str
+    path: _builtins.str
+    offset: _builtins.int
+    length: _builtins.int
+    issued_ms: _builtins.int
+    node_id: _builtins.str
+    """the fetching node (logged)"""
+    mac: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        checkpoint_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        length: _builtins.int = ...,
+        issued_ms: _builtins.int = ...,
+        node_id: _builtins.str = ...,
+        mac: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "issued_ms", b"issued_ms", "length", b"length", "mac", b"mac", "node_id", b"node_id", "offset", b"offset", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchCheckpointFileRequest: _TypeAlias = FetchCheckpointFileRequest  # noqa: Y015
+
+@_typing.final
+class ChangeMembershipRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     class _Op:
@@ -3550,6 +3606,7 @@ class OMRequest(_message.Message):
     LIST_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
     SET_FLOWS_FIELD_NUMBER: _builtins.int
     FLOW_STATUS_FIELD_NUMBER: _builtins.int
+    FETCH_CHECKPOINT_FILE_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     client_id: _builtins.str
     """a UUID per client instance"""
@@ -3704,6 +3761,8 @@ class OMRequest(_message.Message):
     def set_flows(self) -> Global___SetFlowsRequest: ...
     @_builtins.property
     def flow_status(self) -> Global___FlowStatusRequest: ...
+    @_builtins.property
+    def fetch_checkpoint_file(self) -> Global___FetchCheckpointFileRequest: ...
     def __init__(
         self,
         *,
@@ -3777,12 +3836,13 @@ class OMRequest(_message.Message):
         list_user_certificates: Global___ListUserCertificatesRequest | None = ...,
         set_flows: Global___SetFlowsRequest | None = ...,
         flow_status: Global___FlowStatusRequest | None = ...,
+        fetch_checkpoint_file: Global___FetchCheckpointFileRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status", "fetch_checkpoint_file"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -5136,6 +5196,33 @@ class ServiceListResponse(_message.Message):
 Global___ServiceListResponse: _TypeAlias = ServiceListResponse  # noqa: Y015
 
 @_typing.final
+class FetchCheckpointFileResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    FILE_SIZE_FIELD_NUMBER: _builtins.int
+    checkpoint_id: _builtins.str
+    """the checkpoint served (the newest, when asked for it)"""
+    data: _builtins.bytes
+    """from the offset asked; short only at the file's end"""
+    file_size: _builtins.int
+    def __init__(
+        self,
+        *,
+        checkpoint_id: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        file_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "data", b"data", "file_size", b"file_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchCheckpointFileResponse: _TypeAlias = FetchCheckpointFileResponse  # noqa: Y015
+
+@_typing.final
 class TransferLeadershipResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -5572,6 +5659,7 @@ class OMResponse(_message.Message):
     LIST_USER_CERTIFICATES_FIELD_NUMBER: _builtins.int
     SET_FLOWS_FIELD_NUMBER: _builtins.int
     FLOW_STATUS_FIELD_NUMBER: _builtins.int
+    FETCH_CHECKPOINT_FILE_FIELD_NUMBER: _builtins.int
     cmd_type: Global___Type.ValueType
     status: Global___Status.ValueType
     message: _builtins.str
@@ -5703,6 +5791,8 @@ class OMResponse(_message.Message):
     def set_flows(self) -> Global___SetFlowsResponse: ...
     @_builtins.property
     def flow_status(self) -> Global___FlowStatusResponse: ...
+    @_builtins.property
+    def fetch_checkpoint_file(self) -> Global___FetchCheckpointFileResponse: ...
     def __init__(
         self,
         *,
@@ -5773,12 +5863,13 @@ class OMResponse(_message.Message):
         list_user_certificates: Global___ListUserCertificatesResponse | None = ...,
         set_flows: Global___SetFlowsResponse | None = ...,
         flow_status: Global___FlowStatusResponse | None = ...,
+        fetch_checkpoint_file: Global___FetchCheckpointFileResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status", "fetch_checkpoint_file"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -2,33 +2,41 @@
 
 pysyncobj's default snapshot pickles the SyncObj's Python attributes: it would
 not contain the RocksDB data, and a follower catching up by snapshot would
-silently diverge. Here the dump file is an uncompressed tar of:
+silently diverge. Here the dump file is a small uncompressed tar of:
 
-* ``db/``: a RocksDB checkpoint, taken under apply's lock together with the
-  positions of the manifest, so it is exactly the applied state at those
-  positions (retry cache, managed index and applied position included). The
-  server writes snapshots on a worker thread while Raft keeps running and
-  apply continues: the checkpoint may hold entries past the position pysyncobj
-  compacts to, which a node installing it skips as already applied;
 * ``manifest.json``: the applied position, managed index and term;
-* ``raft.pickle``: pysyncobj's own data (last entries, cluster members);
-* ``om-snapshots/<id>/``: the node's OM snapshot checkpoints, hard-linked under
-  apply's lock beside the store's checkpoint (so they match its snapshotInfoTable),
-  so that a follower catching up by snapshot serves the OM snapshots taken before
-  it too, as Ozone's checkpoint download carries snapshot data. A checkpoint shares
-  most SST files with the store's: tar stores a file met twice as a link to the
-  first, so each costs only the files that differ.
+* ``checkpoint.json``: the checkpoint's ``Manifest`` (``checkpoint_shelf.py``): its
+  id, the node that keeps it, its files with sizes and sha256;
+* ``raft.pickle``: pysyncobj's own data (last entries, cluster members).
 
-pysyncobj ships the dump file in chunks to followers that fell behind
-compaction. When durable, the dump is fsynced before pysyncobj renames it into
-place (the Raft journal syncs the rename before it compacts), and an installed
-checkpoint's files and directories are fsynced before the node acknowledges
-the snapshot, so a power loss can never leave a compacted journal beside a
-snapshot or database that is not on disk.
+The checkpoint itself stays on the writer's shelf: ``db/``, a RocksDB checkpoint
+taken under apply's lock together with the positions of the manifest, so it is
+exactly the applied state at those positions (retry cache, managed index and
+applied position included), and ``om-snapshots/<id>/``, the node's OM snapshot
+checkpoints, hard-linked under apply's lock beside it (so they match its
+snapshotInfoTable), so that a follower catching up serves the OM snapshots taken
+before it too, as Ozone's checkpoint download carries snapshot data. The server
+writes snapshots on a worker thread while Raft keeps running and apply continues:
+the checkpoint may hold entries past the position pysyncobj compacts to, which a
+node installing it skips as already applied.
+
+pysyncobj ships the dump (a few KiB) to followers that fell behind compaction, as
+it shipped the whole store before; the follower downloads the checkpoint's files
+outside Raft, as Ozone's followers download the leader's checkpoint
+(``CheckpointSource``: om/node/catchup.py), into a staging directory that
+outlives the process, so a download cut short resumes (``checkpoint_download.py``).
+When the writer no longer keeps that checkpoint, the follower installs the newest
+one it keeps: its store is then ahead of Raft's position, and apply skips what it
+holds. When durable, the dump and the checkpoint are fsynced before pysyncobj
+renames the dump into place (the Raft journal syncs the rename before it
+compacts), and a downloaded checkpoint's files and directories are fsynced before
+the node acknowledges the snapshot, so a power loss can never leave a compacted
+journal beside a snapshot or database that is not on disk.
 
 ``deserialize`` installs the data only when the snapshot is ahead of the local
-store (a wiped or lagging node); on an ordinary restart the store
-is already ahead, is kept, and the journal replay skips what it has applied.
+store (a wiped or lagging node); on an ordinary restart the store is already
+ahead, is kept, and the journal replay skips what it has applied. A dump of an
+older release (the whole checkpoint in the tar, under ``db/``) still installs.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from om.disk.durable_files import fsync_path
+from om.statemachine.checkpoint_download import DownloadStats, ReadChunk, download
+from om.statemachine.checkpoint_shelf import CheckpointGone, CheckpointShelf, Manifest
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -102,18 +112,39 @@ class NoCheckpoints:
         pass
 
 
+class CheckpointSource(Protocol):
+    """Where a follower fetches a checkpoint's files (om/node/catchup.py)."""
+
+    chunk_bytes: int
+
+    def reader(self, manifest: Manifest) -> ReadChunk:
+        """Reads chunks of ``manifest``'s files from the node that keeps it (raises
+        CheckpointGone once it no longer does)."""
+        ...
+
+    def newest(self, source: str, at_least: int) -> Manifest:
+        """The newest checkpoint at position ``at_least`` or later that ``source`` keeps,
+        else another node (CheckpointGone when none has one in time)."""
+        ...
+
+
 CARRIED = "om-snapshots"
+STAGING = "catchup-staging"
+NEWEST_TRIES_MAX = 4     # checkpoints dropped while fetched before the install fails
 
 
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
-    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool,
+    def __init__(self, state_machine: SnapshotSource, work_dir: Path, durable: bool, *,
+                 shelf: CheckpointShelf, source: CheckpointSource,
                  unsafe_delay_s: float = 0.0,
                  unsafe_delay_if: Callable[[], bool] = lambda: True,
                  carried: CarriedCheckpoints | None = None) -> None:
-        """``carried``: the OM snapshot checkpoints each snapshot carries and each
-        install brings (none: ``NoCheckpoints``)."""
+        """``shelf``: where this node keeps the checkpoints its snapshots name;
+        ``source``: where it fetches the ones a leader's snapshot names; ``carried``:
+        the OM snapshot checkpoints each snapshot carries and each install brings
+        (none: ``NoCheckpoints``)."""
         assert unsafe_delay_s >= 0
         self._state_machine = state_machine
         self._work_dir = work_dir
@@ -121,61 +152,126 @@ class Snapshotter:
         self._unsafe_delay_s = unsafe_delay_s
         self._unsafe_delay_if = unsafe_delay_if
         self._carried = carried if carried is not None else NoCheckpoints()
+        self._shelf = shelf
+        self._source = source
         self.installed = 0
+        self.last_download: DownloadStats | None = None
         self.written = 0
 
     def serialize(self, tmp_file: str, raft_data: Any) -> None:
         """Writes the snapshot to ``tmp_file`` (pysyncobj renames it into place)."""
         started = time.perf_counter()
-        checkpoint = self._work_dir / "snapshot-checkpoint"
-        carried = self._work_dir / "snapshot-carried"
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        shutil.rmtree(carried, ignore_errors=True)
         machine = self._state_machine
         if self._unsafe_delay_s and self._unsafe_delay_if():
             time.sleep(self._unsafe_delay_s)   # test-only: a slow disk, or a huge store
         with machine.applying():
             machine.quiesce()
-            manifest = {"applied_index": machine.applied_index,
-                        "managed_index": machine.managed_index, "term": machine.term}
-            machine.store.checkpoint(checkpoint)
-            self._carried.link_into(carried)
-        try:
-            with tarfile.open(tmp_file, "w") as archive:
-                archive.add(checkpoint, arcname="db")
-                archive.add(carried, arcname=CARRIED)
-                _add_bytes(archive, "manifest.json", json.dumps(manifest).encode())
-                _add_bytes(archive, "raft.pickle", pickle.dumps(raft_data))
-            if self._durable:
-                fsync_tree(Path(tmp_file))
-        finally:
-            shutil.rmtree(checkpoint, ignore_errors=True)
-            shutil.rmtree(carried, ignore_errors=True)
+            positions = {"applied_index": machine.applied_index,
+                         "managed_index": machine.managed_index, "term": machine.term}
+            checkpoint_id, directory = self._shelf.begin(machine.applied_index)
+            try:
+                machine.store.checkpoint(directory / "db")
+                self._carried.link_into(directory / CARRIED)
+            except BaseException:
+                self._shelf.discard(checkpoint_id)
+                raise
+        manifest = self._shelf.seal(checkpoint_id, positions["applied_index"],
+                                    positions["managed_index"], positions["term"])
+        with tarfile.open(tmp_file, "w") as archive:
+            _add_bytes(archive, "manifest.json", json.dumps(positions).encode())
+            _add_bytes(archive, "checkpoint.json", json.dumps(manifest.to_json()).encode())
+            _add_bytes(archive, "raft.pickle", pickle.dumps(raft_data))
+        if self._durable:
+            fsync_tree(Path(tmp_file))
         self.written += 1
-        logger.info("snapshot at position %d written in %.3f s", manifest["applied_index"],
-                    time.perf_counter() - started)
+        logger.info("snapshot at position %d written in %.3f s (checkpoint %s, %d files, "
+                    "%d bytes)", positions["applied_index"], time.perf_counter() - started,
+                    checkpoint_id, len(manifest.files), manifest.total_bytes)
 
     def deserialize(self, file_name: str) -> Any:
         """Installs the snapshot's data when it is ahead; returns pysyncobj's data."""
+        raft_data, install = self.prepare_install(file_name)
+        if install is not None:
+            install()
+        return raft_data
+
+    def prepare_install(self, file_name: str) -> tuple[Any, Callable[[], None] | None]:
+        """pysyncobj's data at once (the dump is small), and the work that installs the
+        snapshot's store when it is ahead of this one (None: nothing to install), which
+        the caller may run later: entries after the snapshot's position must then wait
+        for it (``process.py`` queues them)."""
         if self._durable:  # a received snapshot was written and renamed unsynced
             fsync_path(Path(file_name))
             fsync_path(Path(file_name).parent)
         with tarfile.open(file_name, "r") as archive:
-            manifest = json.loads(_read(archive, "manifest.json"))
+            positions = json.loads(_read(archive, "manifest.json"))
             raft_data = pickle.loads(_read(archive, "raft.pickle"))
-            if manifest["applied_index"] > self._state_machine.applied_index:
-                self._install(archive, manifest)
-        return raft_data
+            if positions["applied_index"] <= self._state_machine.applied_index:
+                return raft_data, None
+            if "checkpoint.json" not in archive.getnames():   # an older release's dump
+                return raft_data, lambda: self._install_archive(file_name, positions)
+            manifest = Manifest.from_json(json.loads(_read(archive, "checkpoint.json")))
+        assert manifest.applied_index == positions["applied_index"]
+        return raft_data, lambda: self._install_checkpoint(manifest)
 
-    def _install(self, archive: tarfile.TarFile, manifest: dict[str, int]) -> None:
+    def _install_checkpoint(self, manifest: Manifest) -> None:
+        staged, directory = self._stage(manifest)
+        self._install(directory, staged.applied_index)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def _stage(self, manifest: Manifest) -> tuple[Manifest, Path]:
+        """Downloads ``manifest``'s checkpoint, or a newer one when its source no longer
+        keeps it; the manifest staged and its directory."""
+        wanted = manifest
+        for _ in range(NEWEST_TRIES_MAX):
+            try:
+                return wanted, self._download(wanted)
+            except CheckpointGone as gone:
+                newer = self._source.newest(wanted.source, manifest.applied_index)
+                assert newer.applied_index >= manifest.applied_index
+                logger.warning("%s: fetching the newest one, %s at position %d", gone,
+                               newer.checkpoint_id, newer.applied_index)
+                wanted = newer
+        raise CheckpointGone(f"{NEWEST_TRIES_MAX} checkpoints were dropped while fetched")
+
+    def _download(self, manifest: Manifest) -> Path:
+        """Stages ``manifest``'s files in ``work_dir/catchup-staging/<id>`` (what an
+        earlier attempt staged there is kept; other checkpoints' staging goes)."""
+        root = self._work_dir / STAGING
+        root.mkdir(exist_ok=True)
+        for other in root.iterdir():
+            if other.name != manifest.checkpoint_id:
+                shutil.rmtree(other, ignore_errors=True)
+        staging = root / manifest.checkpoint_id
+        started = time.perf_counter()
+        stats = download(manifest, staging, self._source.reader(manifest),
+                         self._source.chunk_bytes, self._durable)
+        self.last_download = stats
+        logger.warning("downloaded checkpoint %s from OM:%s in %.3f s: %d files, %d bytes "
+                       "fetched in %d chunks; kept from an earlier attempt: %d bytes (%d files "
+                       "whole); linked %d; refetched after a checksum mismatch %d",
+                       manifest.checkpoint_id, manifest.source, time.perf_counter() - started,
+                       stats.files, stats.bytes_fetched, stats.chunks, stats.bytes_resumed,
+                       stats.files_resumed, stats.files_linked, stats.refetched)
+        return staging
+
+    def _install_archive(self, file_name: str, manifest: dict[str, int]) -> None:
+        """Installs a dump of an older release, which holds the whole checkpoint."""
         incoming = self._work_dir / "snapshot-incoming"
         shutil.rmtree(incoming, ignore_errors=True)
-        members = [m for m in archive.getmembers()
-                   if m.name.split("/", 1)[0] in ("db", CARRIED)]
-        archive.extractall(incoming, members=members, filter="data")
-        (incoming / CARRIED).mkdir(exist_ok=True)   # a snapshot of an older release
+        with tarfile.open(file_name, "r") as archive:
+            members = [m for m in archive.getmembers()
+                       if m.name.split("/", 1)[0] in ("db", CARRIED)]
+            archive.extractall(incoming, members=members, filter="data")
         if self._durable:
             fsync_tree(incoming)
+        self._install(incoming, manifest["applied_index"])
+        shutil.rmtree(incoming, ignore_errors=True)
+
+    def _install(self, incoming: Path, applied_index: int) -> None:
+        """Swaps the store for ``incoming/db`` at one position, under apply's lock, and
+        hands over the OM snapshot checkpoints in ``incoming/om-snapshots``."""
+        (incoming / CARRIED).mkdir(exist_ok=True)   # a snapshot of an older release
         machine = self._state_machine
         with machine.applying():
             machine.quiesce()
@@ -185,10 +281,9 @@ class Snapshotter:
             self._carried.installed(incoming / CARRIED)
         if self._durable:
             fsync_path(machine.store.path.parent)  # the rename of the database directory
-        shutil.rmtree(incoming, ignore_errors=True)
-        assert machine.applied_index == manifest["applied_index"]
+        assert machine.applied_index == applied_index
         self.installed += 1
-        logger.warning("installed a snapshot at position %d", manifest["applied_index"])
+        logger.warning("installed a snapshot at position %d", applied_index)
 
 
 def fsync_tree(path: Path) -> None:

@@ -11,9 +11,11 @@ Writing one never blocks Raft: ``serialize`` only asks the parent to write it
 to a file of its own and returns, pysyncobj polls ``serialize_checker`` on
 every tick (its ``serializeChecker`` hook), and when the parent answers, the
 checker renames the file into place and says SUCCESS, after which pysyncobj
-compacts the journal. Installing a received snapshot still waits for the
-parent: only this follower pauses, and pre-vote keeps its late timer from
-disturbing the others.
+compacts the journal. Installing a received snapshot waits for the parent only
+until it has read the dump (a small manifest: Raft's data and the checkpoint it
+names); the parent then fetches and installs the store while this process keeps
+ticking (answering heartbeats, taking entries, voting on its log), and says
+``catching_up`` until it is done: meanwhile this node does not campaign.
 
 Fate sharing: the child exits when the channel closes (the parent died), and
 stops ticking, so that its peers elect another leader, while the parent has
@@ -144,6 +146,8 @@ class Child:
                 self._closing = True
             elif kind == "transfer_leadership":
                 self.raft.om_transfer_requested = True
+            elif kind == "catching_up":
+                self.raft.om_catching_up = message[1]
             elif kind == "compact":
                 self.raft.om_compact_now()
             elif kind == "transfer_to":
@@ -276,7 +280,8 @@ class Child:
         self._snapshot_state = SERIALIZER_STATE.SUCCESS
 
     def deserialize(self, file_name: str) -> object:
-        """pysyncobj's deserializer hook: the parent installs the snapshot.
+        """pysyncobj's deserializer hook: the parent reads the dump and answers with
+        Raft's data, then installs the snapshot's store without this process waiting.
 
         A snapshot this node was still writing is older than the one installed
         now: its answer must neither replace the installed file nor compact the

@@ -15,12 +15,15 @@ pending entry fails with LEADER_CHANGED.
 
 The channel's messages (``om.protocol.channel`` frames them): parent to child,
 ``submit(request id, entry)``, ``keepalive()``, ``snapshot_written(error)``,
-``snapshot_installed(raft data | error)``, ``close()``; child to parent, in the
-order the child produced them, ``apply(position, entry)`` for every committed
-entry, ``result(request id, reason, position)`` for every submitted one,
-``state(...)`` when its role, term, leader or commit index changed,
+``snapshot_installed(raft data | error)``, ``catching_up(bool)``, ``close()``;
+child to parent, in the order the child produced them, ``apply(position,
+entry)`` for every committed entry, ``result(request id, reason, position)``
+for every submitted one, ``state(...)`` when its role, term, leader or commit index changed,
 ``snapshot_write(tmp file, raft data)`` and ``snapshot_install(file)``
-(answered before the child goes on).
+(answered before the child goes on, as soon as the dump is read: the store's
+install follows, the child ticking meanwhile, and the entries it commits
+meanwhile are held, within HELD_ENTRIES_MAX / HELD_BYTES_MAX, and applied after
+the install, in order).
 
 Fate sharing: the node fails stop (``on_child_exit``) if the child dies; the
 child exits when this process dies (the channel closes) and stops ticking if
@@ -35,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -47,11 +50,11 @@ from om.consensus.port import (
     Applied,
     ApplyEntry,
     BarrierEntry,
+    DeferredInstallHooks,
     LeaderChanges,
     ReplicateResult,
     ReplicateStatus,
     Role,
-    SnapshotHooks,
 )
 from om.consensus.pysyncobj.replicator import ENTRY_BYTES_MAX, status_of
 from om.observe.histogram import Snapshot
@@ -60,6 +63,8 @@ from om.protocol.channel import FrameReader, Message, encode
 logger = logging.getLogger(__name__)
 KEEPALIVE_S = 0.1
 RECENT_APPLIED_MAX = 4096
+HELD_ENTRIES_MAX = 200_000      # entries held while a snapshot's store is installed
+HELD_BYTES_MAX = 512 << 20
 CLOSE_TIMEOUT_S = 15.0
 
 
@@ -87,7 +92,8 @@ class RaftProcessReplicator:
     """Commits entries through a Raft child process; resolves after the local apply."""
 
     def __init__(self, node: NodeAddress, nodes: tuple[NodeAddress, ...], data_dir: Path,
-                 settings: Raft, apply_entry: ApplyEntry, snapshots: SnapshotHooks,
+                 settings: Raft, apply_entry: ApplyEntry,
+                 snapshots: DeferredInstallHooks,
                  barrier: BarrierEntry, entry_bytes_max: int,
                  on_child_exit: Callable[[], None], commit_timeout_s: float = 30.0) -> None:
         self._loop = asyncio.get_running_loop()
@@ -115,6 +121,9 @@ class RaftProcessReplicator:
         self._membership_changes: dict[int, asyncio.Future[tuple[str, str]]] = {}
         self._members: list[str] = []
         self._closing = False
+        # while a snapshot's store is installed: the entries committed after it, held
+        self._held: deque[tuple[int, bytes]] | None = None
+        self._held_bytes = 0
         self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
         if not settings.fsync:
@@ -271,6 +280,9 @@ class RaftProcessReplicator:
             self._answer_snapshot_install(message[1])
 
     def _apply(self, position: int, entry: bytes) -> None:
+        if self._held is not None:
+            self._hold(position, entry)
+            return
         started = time.perf_counter_ns()
         applied = self._apply_entry(position, entry)
         if self._requests:  # only a leader's own entries are awaited
@@ -283,6 +295,26 @@ class RaftProcessReplicator:
 
     def _answer_snapshot_install(self, file_name: str) -> None:
         self._start_snapshot_task(self._install_snapshot(file_name))
+
+    @property
+    def catching_up(self) -> bool:
+        """Whether a snapshot's store is being installed (fetched) here: the Raft
+        process goes on, the entries it commits meanwhile wait (``_held``)."""
+        return self._held is not None
+
+    def _hold(self, position: int, entry: bytes) -> None:
+        """Keeps an entry committed while the store is installed, for after it. Past
+        HELD_ENTRIES_MAX or HELD_BYTES_MAX the node stops (fail-stop): its journal
+        holds them, and the restart resumes the install, then replays them."""
+        assert self._held is not None
+        self._held.append((position, entry))
+        self._held_bytes += len(entry)
+        if len(self._held) > HELD_ENTRIES_MAX or self._held_bytes > HELD_BYTES_MAX:
+            logger.critical("%d entries (%d bytes) committed while the store is installed: "
+                            "over the limit; stopping this node (a restart resumes the "
+                            "catch-up)", len(self._held), self._held_bytes)
+            self._held = None
+            self._on_child_exit()
 
     def _start_snapshot_task(self, work: Coroutine[Any, Any, None]) -> None:
         """Runs snapshot work off the event loop, which keeps serving reads and
@@ -309,14 +341,45 @@ class RaftProcessReplicator:
         self._send(("snapshot_written", error))
 
     async def _install_snapshot(self, file_name: str) -> None:
-        raft_data: object = None
-        error = ""
+        """Answers the Raft process with its data as soon as the (small) dump is read,
+        then installs the snapshot's store, if ahead, while Raft goes on: the entries
+        committed meanwhile are held and applied after it, in order, so the store
+        moves from the snapshot's position on. A failure stops this node: pysyncobj
+        would take a failed install for done, and the restart resumes it (a
+        checkpoint download keeps what it staged)."""
         try:
-            raft_data = await asyncio.to_thread(self._snapshots.deserialize, file_name)
-        except Exception as failure:
-            logger.exception("installing a snapshot failed")
-            error = f"{type(failure).__name__}: {failure}"
-        self._send(("snapshot_installed", raft_data, error))
+            raft_data, install = await asyncio.to_thread(self._snapshots.prepare_install,
+                                                         file_name)
+        except Exception:
+            self._install_failed()
+            return
+        if install is None:
+            self._send(("snapshot_installed", raft_data, ""))
+            return
+        assert self._held is None, "installs run one at a time (_start_snapshot_task)"
+        self._held, self._held_bytes = deque(), 0
+        self._send(("snapshot_installed", raft_data, ""))
+        self._send(("catching_up", True))
+        try:
+            await asyncio.to_thread(install)
+        except Exception:
+            self._install_failed()
+            return
+        held, self._held = self._held, None
+        if held is None:     # over the limit: the node is stopping
+            return
+        for position, entry in held:
+            self._apply(position, entry)
+        self._send(("catching_up", False))
+
+    def _install_failed(self) -> None:
+        if self._closing:     # stopped mid-install: the restart resumes it
+            logger.warning("stopped before the snapshot's store was installed: the restart "
+                           "resumes the catch-up", exc_info=True)
+            return
+        logger.critical("installing a snapshot failed: stopping this node (a restart "
+                        "resumes the catch-up)", exc_info=True)
+        self._on_child_exit()
 
     def child_gone(self) -> None:
         """The channel closed: the Raft process is gone, so is this node (unless closing)."""

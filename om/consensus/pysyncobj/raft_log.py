@@ -127,6 +127,9 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         self._probing: dict[Any, int] = {}  # follower -> next index its last reset asked
         self.om_answering_prev: int | None = None
         self.om_transfer_requested = False  # set anywhere; acted on by the next tick
+        # the node's store is being installed from a snapshot (child.py): it follows and
+        # votes on its log as ever, but does not campaign
+        self.om_catching_up = False
         self.om_transfers = Transfers(self, self._append)
         self.om_membership = MembershipChanges(self)
         self._dialled = {str(n.id): n for n in others if isinstance(n, DialNode)}
@@ -247,6 +250,9 @@ class RaftLog(SyncObj):  # type: ignore[misc]
                 or self._SyncObj__raftElectionDeadline >= now
                 or self._SyncObj__transferInProgress
                 or not self._SyncObj__connectedToAnyone()):
+            return
+        if self.om_catching_up:       # a leader whose store is not there could not serve
+            self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
             return
         if self._pre_vote_won_term == self.raftCurrentTerm:
             self._pre_vote_won_term = -1
