@@ -202,17 +202,7 @@ def test_a_catch_up_whose_source_dies_fetches_another_nodes_checkpoint(
     cluster = harness.start(tmp_path / "cluster", COMPACTING + "rate_bytes_per_s = 60000\n"
                             "source_timeout_s = 2.0\n")
     try:
-        fill_and_compact(cluster)
-        leader = harness.leader_id(cluster)
-        victim = next(n.id for n in cluster.nodes if n.id != leader)
-        target = cluster.wait_for_leader().applied_index
-        wipe(cluster, victim)
-        cluster.start_node(victim)
-        staged = cluster.config.data_dir / victim / "catchup-staging"
-        deadline = time.monotonic() + CATCH_UP_S
-        while not any(p.is_file() for p in staged.rglob("*")):
-            assert time.monotonic() < deadline, "the download did not start"
-            time.sleep(0.05)
+        victim, target, staged = downloading(cluster)
         named = next(staged.iterdir()).name
         source = next(n.id for n in cluster.nodes
                       if (cluster.config.data_dir / n.id / "checkpoints" / named).exists())
@@ -226,6 +216,23 @@ def test_a_catch_up_whose_source_dies_fetches_another_nodes_checkpoint(
     finally:
         digests = harness.digests_after_stop(cluster)
     assert len({str(d) for d in digests.values()}) == 1
+
+
+def downloading(cluster: om_cluster.Cluster) -> tuple[str, int, Path]:
+    """Wipes a follower, starts it, and returns once its (paced) download has staged a
+    file: the follower's id, the position it must reach, its staging directory."""
+    fill_and_compact(cluster)
+    leader = harness.leader_id(cluster)
+    victim = next(n.id for n in cluster.nodes if n.id != leader)
+    target = cluster.wait_for_leader().applied_index
+    wipe(cluster, victim)
+    cluster.start_node(victim)
+    staged = cluster.config.data_dir / victim / "catchup-staging"
+    deadline = time.monotonic() + CATCH_UP_S
+    while not any(p.is_file() for p in staged.rglob("*")):
+        assert time.monotonic() < deadline, "the download did not start"
+        time.sleep(0.05)
+    return victim, target, staged
 
 
 def cut_half_way(cluster: om_cluster.Cluster) -> tuple[str, int]:
@@ -249,17 +256,7 @@ def test_a_node_stopped_mid_download_stops_at_once_and_resumes(tmp_path: Path) -
     stops within seconds, keeps what it staged, and its restart resumes from there."""
     cluster = harness.start(tmp_path / "cluster", COMPACTING + "rate_bytes_per_s = 60000\n")
     try:
-        fill_and_compact(cluster)
-        leader = harness.leader_id(cluster)
-        victim = next(n.id for n in cluster.nodes if n.id != leader)
-        target = cluster.wait_for_leader().applied_index
-        wipe(cluster, victim)
-        cluster.start_node(victim)
-        staged = cluster.config.data_dir / victim / "catchup-staging"
-        deadline = time.monotonic() + CATCH_UP_S
-        while not any(p.is_file() for p in staged.rglob("*")):
-            assert time.monotonic() < deadline, "the download did not start"
-            time.sleep(0.05)
+        victim, target, _ = downloading(cluster)
         time.sleep(0.5)
         stopping = time.monotonic()
         cluster.stop_node(victim)

@@ -238,12 +238,10 @@ async def test_an_old_flow_write_waits_for_an_unapplied_leader_flow_write(
     await node.close()
 
 
-async def test_an_unapplied_old_flow_write_holds_its_quota_against_the_leader_flow(
-        tmp_path: Path) -> None:
-    """Each of two 120-byte writes fits a 200-byte bucket, both do not. The old flow's
-    CommitKey charges the bucket only when it applies; without its reservation on the
-    leader, a multipart part committed by the leader flow meanwhile would fit too
-    and the bucket end at 240 of 200 bytes."""
+async def _two_writes_over_a_quota(tmp_path: Path) -> tuple[Switchable, str, int, int]:
+    """A switchable node whose bucket holds 200 bytes, multipart commits on the leader
+    flow and CommitKey on the old one, an upload's part and a key opened, and
+    replication held: (node, upload id, the part's session, the key's session)."""
     node = await _switchable(tmp_path / "db")
     await node.ok(build.set_bucket_property(V, B, quota_in_bytes=200))
     await node.flows(om_pb2.CommitMultiPartUpload)
@@ -253,6 +251,16 @@ async def test_an_unapplied_old_flow_write_holds_its_quota_against_the_leader_fl
             ).create_key.client_session_id
     session = await node.open_key("k1")
     node.replicator.gate.clear()
+    return node, upload, part, session
+
+
+async def test_an_unapplied_old_flow_write_holds_its_quota_against_the_leader_flow(
+        tmp_path: Path) -> None:
+    """Each of two 120-byte writes fits a 200-byte bucket, both do not. The old flow's
+    CommitKey charges the bucket only when it applies; without its reservation on the
+    leader, a multipart part committed by the leader flow meanwhile would fit too
+    and the bucket end at 240 of 200 bytes."""
+    node, upload, part, session = await _two_writes_over_a_quota(tmp_path)
     commit = node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))     # old flow
     await asyncio.sleep(0.05)
     assert node.service.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
@@ -272,15 +280,7 @@ async def test_an_unapplied_leader_flow_write_holds_its_quota_against_the_old_fl
     """The other way round: the leader flow's part is reserved, not applied; the old
     flow's CommitKey, tried on the leader against every reservation, is refused before
     it is replicated (its apply alone would have let it in: 240 of 200 bytes)."""
-    node = await _switchable(tmp_path / "db")
-    await node.ok(build.set_bucket_property(V, B, quota_in_bytes=200))
-    await node.flows(om_pb2.CommitMultiPartUpload)
-    upload = (await node.ok(build.initiate_multipart_upload(V, B, "big"))
-              ).initiate_multipart_upload.upload_id
-    part = (await node.ok(build.create_key(V, B, "big", KEY_SIZE, upload_id=upload))
-            ).create_key.client_session_id
-    session = await node.open_key("k1")
-    node.replicator.gate.clear()
+    node, upload, part, session = await _two_writes_over_a_quota(tmp_path)
     committed = node.send(build.commit_multipart_upload(V, B, "big", upload, 1, part,
                                                         KEY_SIZE))
     await asyncio.sleep(0.05)

@@ -243,13 +243,7 @@ def run_finalize(args: argparse.Namespace) -> int:
 
 
 def run_finalization_status(args: argparse.Namespace) -> int:
-    setup = _setup(args, "finalizationstatus")
-    if setup is None:
-        return 2
-    addresses, tls = setup
-    answers = _each_node(addresses, tls, build.finalize_upgrade_progress, args)
-    print("\n".join(_node_lines(answers, _layout)))
-    return 0 if all(a is not None and a.status == om_pb2.OK for a in answers.values()) else 1
+    return _status_of_each(args, "finalizationstatus", build.finalize_upgrade_progress, _layout)
 
 
 def flow_types(text: str) -> list[int]:
@@ -303,12 +297,18 @@ def run_flow_set(args: argparse.Namespace) -> int:
 
 
 def run_flow_status(args: argparse.Namespace) -> int:
-    setup = _setup(args, "flow status")
+    return _status_of_each(args, "flow status", build.flow_status, _flows)
+
+
+def _status_of_each(args: argparse.Namespace, command: str, request: Any,
+                    line: Callable[[om_pb2.OMResponse], list[str]]) -> int:
+    """Asks every OM with ``request`` and prints one ``line`` each; 0 when all answered OK."""
+    setup = _setup(args, command)
     if setup is None:
         return 2
     addresses, tls = setup
-    answers = _each_node(addresses, tls, build.flow_status, args)
-    print("\n".join(_node_lines(answers, _flows)))
+    answers = _each_node(addresses, tls, request, args)
+    print("\n".join(_node_lines(answers, line)))
     return 0 if all(a is not None and a.status == om_pb2.OK for a in answers.values()) else 1
 
 
