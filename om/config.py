@@ -264,7 +264,8 @@ class Snapshot:
 class Catchup:
     """Catch-up from checkpoint files (om/node/catchup.py): a follower behind the
     leader's compacted log downloads the files of the checkpoint the leader's Raft
-    snapshot names, ``chunk_bytes`` per request, at most ``rate_bytes_per_s`` (0: no
+    snapshot names, ``chunk_bytes`` per request (at most half ``[limits]
+    max_frame_bytes``: ``ServerConfig.catchup_chunk_bytes``), at most ``rate_bytes_per_s`` (0: no
     limit), giving up after ``deadline_s`` (the node then stops; a restart resumes from
     the files it staged). A node keeps its ``kept`` newest checkpoints to serve (and an
     older one a follower read within ``lease_s``) and serves at most ``serving_max``
@@ -413,6 +414,12 @@ class ServerConfig:
         available = cores if cores is not None else len(os.sched_getaffinity(0))
         return max(1, min(WORKERS_MAX, available // 8))
 
+    @property
+    def catchup_chunk_bytes(self) -> int:
+        """The bytes a catch-up request asks for: ``[catchup] chunk_bytes``, but never
+        more than half a frame (a node with a smaller frame limit needs no other setting)."""
+        return min(self.catchup.chunk_bytes, self.limits.max_frame_bytes // 2)
+
     def validate(self) -> ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""
         if self.purge.interval_s <= 0 or self.purge.rows_max < 1:
@@ -476,12 +483,12 @@ class ServerConfig:
             raise ConfigError("[snapshot] per_bucket_max and open_max must be >= 1, "
                               "headroom_bytes_min >= 0, headroom_fraction_min in [0, 1)")
         catchup = self.catchup
-        if (not 4096 <= catchup.chunk_bytes <= self.limits.max_frame_bytes // 2
+        if (catchup.chunk_bytes < 4096
                 or catchup.rate_bytes_per_s < 0 or catchup.deadline_s <= 0
                 or catchup.source_timeout_s <= 0
                 or catchup.kept < 1 or catchup.serving_max < 1 or catchup.lease_s < 0
                 or not 0 <= catchup.unsafe_cut_at_fraction < 1):
-            raise ConfigError("[catchup] chunk_bytes must be in [4096, max_frame_bytes / 2], "
+            raise ConfigError("[catchup] chunk_bytes must be >= 4096, "
                               "rate_bytes_per_s >= 0 (0: no limit), deadline_s and "
                               "source_timeout_s > 0, kept and "
                               "serving_max >= 1, lease_s >= 0, unsafe_cut_at_fraction in "

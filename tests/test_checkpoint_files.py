@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from om.config import Catchup, ConfigError, Limits, ServerConfig
 from om.protocol import om_pb2
 from om.statemachine.checkpoint_download import DownloadFailed, download
 from om.statemachine.checkpoint_shelf import (
@@ -228,3 +229,13 @@ def flip(path: Path, offset: int) -> None:
         byte = file.read(1)
         file.seek(offset)
         file.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_a_smaller_frame_limit_bounds_the_chunk_without_another_setting() -> None:
+    """A node whose frames are 8 KiB asks for and serves 4 KiB chunks with the default
+    ``[catchup] chunk_bytes`` (it was refused at start: verify's small-frame test)."""
+    config = ServerConfig(limits=Limits(max_frame_bytes=8192)).validate()
+    assert config.catchup_chunk_bytes == 4096
+    assert ServerConfig().validate().catchup_chunk_bytes == Catchup().chunk_bytes
+    with pytest.raises(ConfigError, match="chunk_bytes"):
+        ServerConfig(catchup=Catchup(chunk_bytes=1000)).validate()

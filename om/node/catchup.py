@@ -85,7 +85,7 @@ class CheckpointServer:
     def __init__(self, config: ServerConfig, shelf: CheckpointShelf) -> None:
         self._key = mac_key(config.raft.secret) if config.raft.secret else None
         self._shelf = shelf
-        self._chunk_max = config.catchup.chunk_bytes
+        self._chunk_max = config.catchup_chunk_bytes
         self._serving_max = config.catchup.serving_max
         self._serving = 0
         self.chunks_served = 0
@@ -165,7 +165,7 @@ class CheckpointClient:
     def __init__(self, config: ServerConfig) -> None:
         self._config = config
         settings = config.catchup
-        self.chunk_bytes = settings.chunk_bytes
+        self.chunk_bytes = config.catchup_chunk_bytes
         self._rate = settings.rate_bytes_per_s
         self._deadline_s = settings.deadline_s
         self._source_timeout_s = settings.source_timeout_s
