@@ -153,11 +153,7 @@ def test_a_catch_up_stopped_half_way_resumes_from_the_files_staged(tmp_path: Pat
     try:
         victim, target = cut_half_way(cluster)
         cluster.start_node(victim)
-        wait_caught_up(cluster, victim, target)
-        resumed = [int(m.group(2)) for m in DOWNLOADED.finditer(cluster.log_tail(victim, 400))]
-        assert resumed, "the restarted node did not download"
-        assert resumed[0] > 0, "the restarted node fetched everything again"
-        harness.wait_converged(cluster)
+        resumes_and_converges(cluster, victim, target)
     finally:
         digests = harness.digests_after_stop(cluster)
     assert len({str(d) for d in digests.values()}) == 1
@@ -235,6 +231,16 @@ def downloading(cluster: om_cluster.Cluster) -> tuple[str, int, Path]:
     return victim, target, staged
 
 
+def resumes_and_converges(cluster: om_cluster.Cluster, victim: str, target: int) -> None:
+    """The restarted ``victim`` catches up to ``target`` by resuming its download (its
+    first download after the restart starts past byte 0), and the cluster converges."""
+    wait_caught_up(cluster, victim, target)
+    resumed = [int(m.group(2)) for m in DOWNLOADED.finditer(cluster.log_tail(victim, 400))]
+    assert resumed, "the restarted node did not download"
+    assert resumed[0] > 0, "the restarted node fetched everything again"
+    harness.wait_converged(cluster)
+
+
 def cut_half_way(cluster: om_cluster.Cluster) -> tuple[str, int]:
     """Wipes a follower and starts it with the cut knob on: its download stops half-way
     and the node with it. The follower's id and the position it must reach."""
@@ -265,11 +271,7 @@ def test_a_node_stopped_mid_download_stops_at_once_and_resumes(tmp_path: Path) -
         assert "stopped before the snapshot's store was installed" in \
             cluster.log_tail(victim, 400)
         cluster.start_node(victim)
-        wait_caught_up(cluster, victim, target)
-        resumed = [int(m.group(2)) for m in DOWNLOADED.finditer(cluster.log_tail(victim, 400))]
-        assert resumed, "the restarted node did not download"
-        assert resumed[0] > 0, "the restarted node fetched everything again"
-        harness.wait_converged(cluster)
+        resumes_and_converges(cluster, victim, target)
     finally:
         digests = harness.digests_after_stop(cluster)
     assert len({str(d) for d in digests.values()}) == 1
