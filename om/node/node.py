@@ -463,6 +463,7 @@ class Node:
         """This node's state gauges, by ``StateGauge.key`` (read at every scrape)."""
         role = self.replicator.role()
         service = self.leader
+        memtables, block_cache = self.store.memory.usage()
         values: dict[str, float] = {
             "leader": float(role.is_leader), "ready": float(role.ready), "term": role.term,
             "commit_index": role.commit_index,
@@ -473,8 +474,7 @@ class Node:
             "snapshot_checkpoints_taken": self.snapshot_checkpoints.taken,
             "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
             "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
-            **dict(zip(("store_memtable_bytes", "store_block_cache_bytes"),
-                       self.store.memory.usage(), strict=True)),
+            "store_memtable_bytes": memtables, "store_block_cache_bytes": block_cache,
             **gc_policy.metrics()}
         if isinstance(service, LeaderService):
             values.update(purge_pending_directories=service.purger.pending(),
