@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import uvloop
 
+from om.cluster import lifecycle as om_cluster
 from tests.processes import REPO, BenchRun, om_command
 
 
 def pytest_asyncio_loop_factories(
         config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], object]]:
     return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_cluster_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The clusters the suite starts are remembered in a cache of its own
+    ($XDG_CACHE_HOME, which every ``om`` subprocess inherits), never in the user's:
+    a tool discovering a certificate then meets only this session's clusters."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    before, file_before = os.environ.get("XDG_CACHE_HOME"), om_cluster.LAST_CLUSTER_FILE
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    om_cluster.LAST_CLUSTER_FILE = cache / "om" / "last-cluster"
+    yield
+    om_cluster.LAST_CLUSTER_FILE = file_before
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
 
 
 @pytest.fixture(scope="session")

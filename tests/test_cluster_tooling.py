@@ -80,11 +80,11 @@ def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Pat
         loaded = om("freon", "omkg", "--dir", str(directory), "-n", "20", "-t", "4")
         assert loaded.returncode == 0, loaded.stderr
         assert "Failures: 0" in loaded.stdout, loaded.stdout
-        # no certificate to find (no last cluster in this HOME): refused
+        # no certificate to find (no cluster remembered in this cache): refused
         plain = subprocess.run(om_command("sh", "--om", cluster.addresses[0], "--timeout", "3",
                                           "volume", "info", "/tlsvol"),
                                capture_output=True, text=True, cwd=REPO, timeout=60,
-                               env={**os.environ, "HOME": str(tmp_path)})
+                               env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
         assert plain.returncode != 0, plain.stdout
         assert "speaks TLS and this client connected in plain TCP" in plain.stderr
         healthy = om("cluster", "status", "--dir", str(directory))

@@ -294,9 +294,9 @@ def test_the_shell(longlived: om_cluster.Cluster, tmp_path: Path) -> None:
     created = shell("--token", str(token_file), "--ca", str(tls / "ca.pem"),
                     "volume", "create", "/shellvol")
     assert created.returncode == 0, created.stderr
-    info = shell("volume", "info", "/shellvol",
-                 env={"OM_TOKEN_FILE": str(token_file)})
-    assert info.returncode == 2          # no --ca and no cluster to find it in
+    info = shell("volume", "info", "/shellvol",        # no --ca, no cluster to find it in
+                 env={"OM_TOKEN_FILE": str(token_file), "XDG_CACHE_HOME": str(tmp_path)})
+    assert info.returncode == 2, info.stderr
     assert "a delegation token travels over TLS only" in info.stderr
     info = shell("--ca", str(tls / "ca.pem"), "volume", "info", "/shellvol",
                  env={"OM_TOKEN_FILE": str(token_file)})

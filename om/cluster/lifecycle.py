@@ -36,8 +36,10 @@ from om.security.tls import ClientTls
 from om.statemachine.store import Store
 
 DEFAULT_DIR = Path("om-cluster")
-# The clusters started here, the last one first, one directory a line.
-LAST_CLUSTER_FILE = Path.home() / ".cache" / "om" / "last-cluster"
+# The clusters started here, the last one first, one directory a line; under
+# $XDG_CACHE_HOME when set (the test suite sets it, so it never touches the user's).
+LAST_CLUSTER_FILE = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                     / "om" / "last-cluster")
 KNOWN_CLUSTERS_MAX = 32
 RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
