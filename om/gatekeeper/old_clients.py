@@ -127,7 +127,7 @@ def _acl_bucket(field: str) -> BucketOf:
 
 
 # The pre-process validators: the type, and the bucket a request of it names.
-PRE_PROCESS: dict[int, BucketOf] = {
+PRE_PROCESS: dict[om_pb2.Type.ValueType, BucketOf] = {
     om_pb2.CreateKey: _body_bucket("create_key"),
     om_pb2.CommitKey: _body_bucket("commit_key"),
     om_pb2.DeleteKey: _body_bucket("delete_key"),
@@ -165,7 +165,7 @@ def _listed(field: str, entries: str, text: str) -> Refuses:
 
 
 # The post-process validators: the type, and the refusal's text for an answer of it.
-POST_PROCESS: dict[int, Refuses] = {
+POST_PROCESS: dict[om_pb2.Type.ValueType, Refuses] = {
     om_pb2.LookupKey: _one_key("lookup_key", _LOOKUP_KEY_REFUSED),
     om_pb2.LookupFile: _one_key("lookup_file", _LOOKUP_FILE_REFUSED),
     om_pb2.GetFileStatus: _one_key("get_file_status", _FILE_STATUS_REFUSED),
