@@ -56,6 +56,7 @@ from hypothesis import strategies as st
 from om.executor.registry import KINDS
 from om.node.integrity import INTEGRITY_TYPES
 from om.protocol import acls, om_pb2
+from om.protocol.client_version import CURRENT_VERSION
 from om.protocol.framing import FrameDecoder, encode_frame
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
@@ -261,7 +262,7 @@ def body_field(cmd: Any) -> str:
             om_pb2.ChangeMembership: "change_membership"}[cmd]
 
 
-ENVELOPE_EXTRAS = ("trace_id", "local_read", "token", "secret_key_candidate")
+ENVELOPE_EXTRAS = ("trace_id", "local_read", "token", "secret_key_candidate", "client_version")
 
 
 @st.composite
@@ -270,9 +271,11 @@ def requests(draw: st.DrawFn, cmd_types: st.SearchStrategy[int],
     """A well-formed request of one of ``cmd_types`` (a create mostly of a fresh name),
     then broken: none (40 %), one (50 %) or two of its fields (the user, the client id,
     a field of its body: nested messages whole) get hostile values; now and then it
-    carries another body or none, or odd envelope extras."""
+    carries another body or none, or odd envelope extras (a client_version among them:
+    an older client's requests, or a newer one's)."""
     cmd: Any = draw(cmd_types)
-    request = om_pb2.OMRequest(cmd_type=cmd, client_id="fuzz-client", user=draw(users))
+    request = om_pb2.OMRequest(cmd_type=cmd, client_id="fuzz-client", user=draw(users),
+                               client_version=CURRENT_VERSION)
     own = [body_field(cmd)] if cmd in KINDS or cmd in NODE_TYPES else []
     body = draw(weighted((90, st.sampled_from(own or BODY_FIELDS)),
                          (10, st.sampled_from([*BODY_FIELDS, ""]))))
@@ -353,6 +356,7 @@ class Target:
 
     def ok(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         request.client_id = request.client_id or "fuzz-setup"
+        request.client_version = CURRENT_VERSION
         request.call_id = self.next_call()
         response = self.wire.call(request)
         assert response.status == om_pb2.OK, response

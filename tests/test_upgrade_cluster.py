@@ -10,6 +10,10 @@ whose leader is killed as it is sent ends prepared on every node (the client's r
 a finalize whose leader is killed as it is sent (a follower down too, so it may not
 commit) converges: after the restart one finalize answers and every node reports
 the software's layout. At the end every replica holds the same bytes.
+
+On the same clusters, client versions (om/gatekeeper/old_clients.py): om's client
+stamps its version on what it sends, and a request sent with the version cleared is an
+older client's, refused CreateKey; one from a newer client (2**31) is served.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.cluster import lifecycle as om_cluster
 from om.executor import upgrade
+from om.gatekeeper.old_clients import MODIFY_REFUSED
 from om.protocol import om_pb2
+from om.protocol.client_version import CURRENT_VERSION
+from om.protocol.framing import FrameDecoder, encode_frame
 from tests import cluster_harness as harness
 
 V, B = "vol", "bkt"
@@ -211,3 +218,40 @@ def test_prepare_restart_leader_change_cancel_and_finalize(
             (om_pb2.ALREADY_FINALIZED, upgrade.SOFTWARE_LAYOUT_VERSION)}
         upload = om.initiate_multipart_upload(V, B, "mpu")
         om.abort_multipart_upload(V, B, "mpu", upload)
+
+
+def _send_to_leader(cluster: om_cluster.Cluster, request: om_pb2.OMRequest
+                    ) -> om_pb2.OMResponse:
+    """One hand-made frame to the leader, as is: no client stamps it."""
+    leader = harness.leader_id(cluster)
+    address = next(n for n in cluster.nodes if n.id == leader)
+    with harness.raw_connection(cluster, address, timeout_s=20) as conn:
+        conn.sendall(encode_frame(request.SerializeToString()))
+        decoder = FrameDecoder()
+        while True:
+            data = conn.recv(65536)
+            assert data, "the leader closed the connection"
+            frames = decoder.feed(data)
+            if frames:
+                return om_pb2.OMResponse.FromString(frames[0])
+
+
+def test_the_client_stamps_its_version_and_an_unstamped_create_key_is_refused(
+        cluster: om_cluster.Cluster) -> None:
+    with harness.client(cluster) as om:
+        om.create_volume("clientver")
+        om.create_bucket("clientver", B)
+        unstamped = build.create_key("clientver", B, "old", 5)
+        unstamped.client_id, unstamped.call_id = "a-client-before-versions", 1
+        unstamped.ClearField("client_version")
+        refused = _send_to_leader(cluster, unstamped)
+        assert (om_pb2.Status.Name(refused.status), refused.message) == (
+            "NOT_SUPPORTED_OPERATION", MODIFY_REFUSED), refused
+        newer = build.create_key("clientver", B, "newer", 5)
+        newer.client_id, newer.call_id, newer.client_version = "a-newer-client", 1, 2**31
+        served = _send_to_leader(cluster, newer)
+        assert om_pb2.Status.Name(served.status) == "OK", served
+        cleared = build.create_key("clientver", B, "current", 5)
+        cleared.ClearField("client_version")
+        assert om.call(cleared).create_key.client_session_id, "the client stamped it"
+        assert cleared.client_version == CURRENT_VERSION

@@ -57,7 +57,7 @@ class OMClient(ClientIdentity):
     def call_raw(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Sends ``request`` and returns the final answer, whatever its status.
 
-        The request gets this client's id, the user and, unless already set, a
+        The request gets this client's id and version, the user and, unless already set, a
         new call id; every retry reuses them.
         """
         self.stamp(request)

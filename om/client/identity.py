@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
+from om.protocol.client_version import CURRENT_VERSION
 from om.security.tls import ClientTls
 from om.security.token_client import ServerTrust
 
@@ -71,9 +72,12 @@ class ClientIdentity:
         return next(self._call_ids)
 
     def stamp(self, request: om_pb2.OMRequest) -> None:
-        """Gives ``request`` this client's id, user, read mode and, unless set, a new
-        call id; every retry reuses them (the server ignores local_read on writes)."""
+        """Gives ``request`` this client's id, protocol version (CURRENT_VERSION: the server
+        refuses an older client what it cannot understand, om/gatekeeper/old_clients.py),
+        user, read mode and, unless set, a new call id; every retry reuses them (the
+        server ignores local_read on writes)."""
         request.client_id = self.client_id
+        request.client_version = CURRENT_VERSION
         request.user = request.user or self.user
         request.local_read = request.local_read or self.local_reads
         if self.token is not None and not request.HasField("token"):

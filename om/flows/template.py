@@ -13,11 +13,16 @@ was done yet that would need undoing):
  4. reads: authorize; register for the flow's next read round (an entry proposed
     after the read arrived, committed by a quorum and applied here), so the read
     sees every write acknowledged before it was sent -> NOT_LEADER if the round
-    fails; then run the handler against what this flow's readers see
+    fails; then run the handler against what this flow's readers see; an older
+    client's answer of keys it cannot understand (om/gatekeeper/old_clients.py,
+    Ozone's post-process validators) -> NOT_SUPPORTED_OPERATION
  5. writes: retry cache: committed before? -> the stored response, if it is the same
             request (fingerprint), else INVALID_REQUEST;
             in flight? -> wait for the original (the same request) or refuse
- 6. upgrade gate (om/executor/upgrade.py): prepared (or a Prepare draining), any
+ 6. an older client's key write (om/gatekeeper/old_clients.py, Ozone's pre-process
+    validators; a current client's costs no read) -> NOT_SUPPORTED_OPERATION, or the
+    bucket's VOLUME_NOT_FOUND / BUCKET_NOT_FOUND;
+    upgrade gate (om/executor/upgrade.py): prepared (or a Prepare draining), any
     write but Prepare and CancelPrepare -> NOT_SUPPORTED_OPERATION_WHEN_PREPARED;
     a feature newer than the finalized layout -> NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION
  7. admission: in-flight limit       -> SERVER_BUSY
@@ -69,7 +74,7 @@ from om.executor.context import (
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.flows.read_rounds import ReadRound
-from om.gatekeeper import validation
+from om.gatekeeper import old_clients, validation
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import StoredReply
@@ -392,7 +397,8 @@ class RequestService(abc.ABC):
                 self.spawn(self._answer_as_original(request, peer, answer, trace,
                                                     original.wait()))
             return
-        gate = self._upgrade_refusal(request)
+        gate = (old_clients.pre_process_refusal(request, self._view())
+                or self._upgrade_refusal(request))
         if gate is not None:
             self._end(request, peer, answer, trace,
                       error_response(request, gate.status, gate.message))
@@ -584,8 +590,8 @@ class RequestService(abc.ABC):
     def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
         """Runs an authorized read's handler against what this flow's readers see."""
         started = time.perf_counter_ns()
-        response = dispatch(request, self._view(), ChangeRecorder(),
-                            self.context(request, 0, self.clock_ms()))
+        response = old_clients.post_process(request, dispatch(
+            request, self._view(), ChangeRecorder(), self.context(request, 0, self.clock_ms())))
         if (self._preparing and response.HasField("prepare_status")
                 and response.prepare_status.status == om_pb2.NOT_PREPARED):
             response.prepare_status.status = om_pb2.PREPARE_GATE_ENABLED

@@ -72,7 +72,10 @@ token (TokenProto)    a well-formed delegation token, at most 4 KiB     INVALID_
 call_id, trace_id,    any value (``cmd_type`` and the body are the
 local_read,           shape check's, om/executor/registry.py; the
 client_session_id,    intake authenticates OMRequest.token and clears
-OMRequest.token       it before any flow, which never reads it)
+OMRequest.token,      it before any flow, which never reads it; a
+client_version        client_version newer than this server's is a
+                      newer client's, served: what an older one may do
+                      depends on state, om/gatekeeper/old_clients.py)
 ====================  ================================================  =====================
 
 The rules are tables (``ENVELOPE``, ``BODIES``) with an entry for every field
@@ -464,6 +467,7 @@ ENVELOPE: dict[str, Rule] = {
     "cmd_type": any_value, "client_id": client_id, "call_id": any_value, "user": identity,
     "trace_id": any_value, "local_read": any_value, "token": any_value,
     "secret_key_candidate": secret_key_candidate, "groups": groups,
+    "client_version": any_value,
 }
 
 _PAGING_NAMES: dict[str, Rule] = {"prefix": name_part, "start_key": name_part, "max_keys": max_keys}
