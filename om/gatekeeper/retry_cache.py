@@ -19,13 +19,13 @@ changed nothing, so its retry executes afresh, as Ratis does for failed entries.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
+from om.schema.recent_replies import RecentReplies
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class RetryCache:
     def __init__(self, config: RetryCacheConfig) -> None:
         self.config = config
         self._in_flight: set[RetryKey] = set()
-        self._recent: OrderedDict[RetryKey, tuple[bytes, int, bytes]] = OrderedDict()
+        self._recent = RecentReplies(config.memory_entries)
         self.hits = 0
 
     def committed_response(self, key: RetryKey, view: ReadView,
@@ -64,10 +64,9 @@ class RetryCache:
         if cached is not None:
             response_bytes, timestamp_ms, fingerprint = cached
             if now_ms - timestamp_ms <= self.config.expiry_ms:
-                self._recent.move_to_end(key)
                 self.hits += 1
                 return StoredReply(om_pb2.OMResponse.FromString(response_bytes), fingerprint)
-            del self._recent[key]
+            self._recent.drop(key)
         row = reply_row(view, key, now_ms, self.config.expiry_ms)
         if row is None:
             return None
@@ -91,20 +90,17 @@ class RetryCache:
 
     def _remember(self, key: RetryKey, response: bytes, timestamp_ms: int,
                   fingerprint: bytes) -> None:
-        self._recent[key] = (response, timestamp_ms, fingerprint)
-        self._recent.move_to_end(key)
-        while len(self._recent) > self.config.memory_entries:
-            self._recent.popitem(last=False)
-        assert len(self._recent) <= self.config.memory_entries
+        self._recent.put(key, (response, timestamp_ms, fingerprint))
 
     def clear_memory(self) -> None:
         """Forgets the in-memory copies (on losing leadership): the table stays."""
         self._recent.clear()
 
     def statistics(self) -> dict[str, int]:
-        """Sizes and hit count, for metrics."""
+        """Sizes (entries, and the estimated bytes of those in memory) and hit count, for
+        metrics."""
         return {"in_flight": len(self._in_flight), "recent": len(self._recent),
-                "hits": self.hits}
+                "recent_bytes": self._recent.bytes, "hits": self.hits}
 
 
 def reply_row(view: ReadView, key: RetryKey, now_ms: int,

@@ -485,6 +485,7 @@ class Node:
                           purge_expired_multipart_uploads=service.purger.uploads_aborted,
                           retry_cache_hits=service.retry_cache.hits,
                           retry_cache_entries=service.retry_cache.statistics()["recent"],
+                          retry_cache_bytes=service.retry_cache.statistics()["recent_bytes"],
                           lock_waiters=service.locks.table.statistics().waiters)
         machine = self.state_machine
         if isinstance(machine, ReplicatedStateMachine):
@@ -492,7 +493,11 @@ class Node:
             values.update(double_buffer_flushes=buffer.flushes,
                           double_buffer_transactions=buffer.transactions,
                           write_cache_rows=len(machine.cache),
-                          retry_cache_entries=len(machine.retry))
+                          # a switchable node holds both flows' caches
+                          retry_cache_entries=values.get("retry_cache_entries", 0)
+                          + len(machine.retry),
+                          retry_cache_bytes=values.get("retry_cache_bytes", 0)
+                          + machine.retry.bytes)
         return values
 
     def service_list(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:

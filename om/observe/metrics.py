@@ -103,6 +103,9 @@ NODE_STATE: tuple[StateGauge, ...] = (
                "Retries answered from the retry cache", counter=True),
     StateGauge("retry_cache_entries", "om_retry_cache_entries",
                "Replies the retry cache holds in memory"),
+    StateGauge("retry_cache_bytes", "om_retry_cache_bytes",
+               "Estimated bytes of the replies the retry caches hold in memory (both flows' "
+               "on a switchable node; [limits] retry_cache_memory_entries bounds them)"),
     StateGauge("lock_waiters", "om_lock_waiters", "Writes waiting for a lock now"),
     StateGauge("purge_pending_directories", "om_purge_pending_directories",
                "Deleted directories of file-system buckets waiting for their purge "

@@ -21,7 +21,6 @@ counts different log positions.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 from om.executor.change_recorder import ChangeRecorder
@@ -32,6 +31,7 @@ from om.schema import tables
 from om.schema.fingerprint import fingerprint
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
+from om.schema.recent_replies import RecentReplies
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, add_usage, merged_deltas, writes_prepared_marker
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
@@ -44,19 +44,14 @@ class MemoryRetryCache:
 
     def __init__(self, expiry_ms: int, entries_max: int) -> None:
         assert expiry_ms > 0
-        assert entries_max > 0
         self._expiry_ms = expiry_ms
-        self._entries_max = entries_max
-        self._entries: OrderedDict[RetryKey, tuple[bytes, int, bytes]] = OrderedDict()
+        self._entries = RecentReplies(entries_max)
         self._lock = threading.Lock()
 
     def remember(self, key: RetryKey, response: bytes, timestamp_ms: int,
                  fingerprint: bytes) -> None:
         with self._lock:
-            self._entries[key] = (response, timestamp_ms, fingerprint)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._entries_max:
-                self._entries.popitem(last=False)
+            self._entries.put(key, (response, timestamp_ms, fingerprint))
 
     def lookup(self, key: RetryKey, now_ms: int) -> tuple[bytes, bytes] | None:
         """The response and request fingerprint of an unexpired entry."""
@@ -68,6 +63,11 @@ class MemoryRetryCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes of the replies held (``om.schema.recent_replies``)."""
+        return self._entries.bytes
 
 
 def reply_rows(view: ReadView, reply: om_pb2.ClientRequestReply
