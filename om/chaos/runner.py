@@ -172,8 +172,10 @@ def _verify(cluster: om_cluster.Cluster) -> tuple[dict[str, Any], list[Violation
                                f"{done.stderr.strip()[-500:]}")]
 
 
-def _sampled_nodes(cluster: om_cluster.Cluster) -> list[tuple[str, int | None]]:
-    return [(node.id, cluster.pid(node.id)) for node in cluster.nodes]
+def _sampled_nodes(cluster: om_cluster.Cluster) -> list[tuple[str, int | None, str]]:
+    return [(node.id, cluster.pid(node.id),
+             f"http://{node.http_address}/metrics" if node.http_address else "")
+            for node in cluster.nodes]
 
 
 def _observe_fs(cluster: om_cluster.Cluster) -> FsObservation:

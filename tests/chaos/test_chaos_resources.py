@@ -19,20 +19,41 @@ from om.chaos.nemesis import RESTARTS, Nemesis
 from om.chaos.resources import MIB, Bounds, Sample
 
 LEAKER = """
-import os, sys, time
-hoard, files = [], []
-sys.stdout.write("ready\\n"); sys.stdout.flush()
-for _ in range(400):
-    hoard.append(bytearray(2 << 20))              # 2 MiB a step
-    files.append(os.open(os.devnull, os.O_RDONLY))
+import http.server, os, sys, threading, time
+LEAKS = sys.argv[1] == "leaks"
+cache, hoard, files = [], [], []
+
+class Gauges(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        held = sum(len(chunk) for chunk in cache)
+        body = (f"om_store_memtable_bytes 0\\nom_store_block_cache_bytes {held}\\n"
+                "om_retry_cache_bytes 0\\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gauges)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+sys.stdout.write(f"{server.server_address[1]}\\n"); sys.stdout.flush()
+for _ in range(300):
+    cache.append(bytearray(1 << 20))              # a cache its gauge accounts for
+    if LEAKS:
+        hoard.append(bytearray(1 << 20))          # memory no gauge accounts for
+        files.append(os.open(os.devnull, os.O_RDONLY))
     time.sleep(0.02)
 time.sleep(30)
 """
 
 
 def _series(node: str, pid: int, rss_mib: Sequence[float], step_s: float = 10.0,
-            fds: int = 40) -> list[Sample]:
-    return [Sample(i * step_s, node, pid, int(r * MIB), fds) for i, r in enumerate(rss_mib)]
+            fds: int = 40, caches_mib: Sequence[float] | None = None) -> list[Sample]:
+    caches = caches_mib or [0.0] * len(rss_mib)
+    return [Sample(i * step_s, node, pid, int(r * MIB), fds, int(c * MIB))
+            for i, (r, c) in enumerate(zip(rss_mib, caches, strict=True))]
 
 
 def test_a_flat_lifetime_has_no_growth_and_no_violation() -> None:
@@ -76,31 +97,75 @@ def test_ceilings_on_descriptors_and_memory() -> None:
     assert kinds == {"descriptors", "memory"}
 
 
-def test_a_real_leaking_process_is_seen_by_the_sampler() -> None:
-    leaker = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
+def test_caches_filling_to_their_bounds_are_not_growth_but_the_rest_is() -> None:
+    rss = [100.0 + 2 * i for i in range(30)]
+    filling = resources.check(_series("om1", 11, rss, caches_mib=[2.0 * i for i in range(30)]),
+                              Bounds())
+    assert filling == []
+    half = _series("om1", 11, rss, caches_mib=[1.0 * i for i in range(30)])
+    assert resources.growth_per_hour(half, Bounds()) == pytest.approx(360 * MIB)
+    assert {v.kind for v in resources.check(half, Bounds())} == {"memory_growth"}
+
+
+def test_samples_without_gauges_are_not_judged() -> None:
+    samples = [Sample(s.t_s, s.node, s.pid, s.rss_bytes, s.fds, None)
+               for s in _series("om1", 11, [100.0 + i for i in range(30)])]
+    assert resources.growth_per_hour(samples, Bounds()) is None
+    assert resources.summarize(samples, Bounds())["nodes"]["om1"]["judged_lifetimes"] == 0
+
+
+def _sample_for(seconds: float, processes: dict[str, tuple[int, str]]) -> list[Sample]:
+    sampler = resources.Sampler(
+        lambda: [(name, pid, url) for name, (pid, url) in processes.items()], interval_s=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=sampler.run, args=(stop,))
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join(timeout=10)
+    return sampler.snapshot()
+
+
+def test_real_processes_a_leak_is_seen_and_a_cache_filling_is_not() -> None:
+    """Two real processes, each serving its gauges over HTTP as a node does: both fill
+    a cache their gauge reports; one also leaks memory and descriptors."""
+    children = {name: subprocess.Popen([sys.executable, "-c", LEAKER, name],
+                                       stdout=subprocess.PIPE, text=True)
+                for name in ("leaks", "caches")}
     try:
-        assert leaker.stdout is not None
-        assert leaker.stdout.readline() == "ready\n"
-        sampler = resources.Sampler(lambda: [("leaky", leaker.pid)], interval_s=0.2)
-        stop = threading.Event()
-        thread = threading.Thread(target=sampler.run, args=(stop,))
-        thread.start()
-        time.sleep(4.0)
-        stop.set()
-        thread.join(timeout=10)
+        urls = {}
+        for name, child in children.items():
+            assert child.stdout is not None
+            urls[name] = f"http://127.0.0.1:{int(child.stdout.readline())}/metrics"
+        samples = _sample_for(4.0, {name: (child.pid, urls[name])
+                                    for name, child in children.items()})
     finally:
-        leaker.kill()
-        leaker.wait()
-        assert leaker.stdout is not None
-        leaker.stdout.close()
-    samples = sampler.snapshot()
-    assert len(samples) >= 10
-    assert samples[-1].rss_bytes > samples[0].rss_bytes + 100 * MIB
-    assert samples[-1].fds > samples[0].fds + 50
-    tight = Bounds(fds_max=samples[0].fds + 20, segment_min_s=1.0, warmup_s=0.2)
-    kinds = {v.kind for v in resources.check(samples, tight)}
-    assert {"memory_growth", "descriptors"} <= kinds
-    assert resources.measure(leaker.pid) is None, "a process that is gone measures as None"
+        for child in children.values():
+            child.kill()
+            child.wait()
+            assert child.stdout is not None
+            child.stdout.close()
+    by_node = {name: [s for s in samples if s.node == name] for name in children}
+    assert min(len(found) for found in by_node.values()) >= 10
+    for found in by_node.values():
+        assert found[-1].rss_bytes > found[0].rss_bytes + 100 * MIB
+        assert all(s.accounted_bytes is not None for s in found)
+        first, last = found[0].accounted_bytes, found[-1].accounted_bytes
+        assert first is not None
+        assert last is not None
+        assert last > first + 100 * MIB
+    leaks = by_node["leaks"]
+    assert leaks[-1].fds > leaks[0].fds + 50
+    # the leak grows ~50 MiB/s; a gauge read a few ms after RSS is off by a chunk or two
+    tight = Bounds(fds_max=leaks[0].fds + 20, segment_min_s=1.0, warmup_s=0.2,
+                   growth_max_bytes_per_h=10_000 * MIB)
+    assert {v.kind for v in resources.check(leaks, tight)} >= {"memory_growth", "descriptors"}
+    assert resources.check(by_node["caches"], tight) == []
+    leaked, cached = (resources.growth_per_hour(by_node[name], tight) for name in children)
+    assert leaked is not None
+    assert cached is not None
+    assert abs(cached) < leaked / 20
+    assert resources.measure(children["leaks"].pid) is None, "a process gone measures None"
 
 
 class _Recording(Nemesis):
