@@ -123,7 +123,7 @@ class LeaderService(RequestService):
         subtrees."""
         self.pipeline.start()
         self._sweeper = asyncio.get_running_loop().create_task(
-            self.sweep_forever(self.config.sweep_interval_s))
+            self.sweep_forever(self.config.sweep_interval_s, self.config.sweep_rows_max))
         self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
     async def close(self) -> None:

@@ -48,7 +48,7 @@ class ReplicatedFlowService(RequestService):
         """Starts the retry-cache sweeper (apply writes reply rows; only the leader
         deletes expired ones, through the log, so every node deletes the same)."""
         self._sweeper = asyncio.get_running_loop().create_task(
-            self.sweep_forever(self._config.sweep_interval_s))
+            self.sweep_forever(self._config.sweep_interval_s, self._config.sweep_rows_max))
 
     async def close(self) -> None:
         """Stops the sweeper, lets every admitted request finish."""

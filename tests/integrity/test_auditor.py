@@ -210,6 +210,21 @@ def test_violations_are_logged_in_full_with_counts(harness: Harness,
     assert "volume_namespace=1" in caplog.text
 
 
+def test_a_flood_of_violations_is_logged_bounded_with_every_count(
+        caplog: pytest.LogCaptureFixture) -> None:
+    many = tuple(auditor.Violation(auditor.RETRY_NOT_PURGED, f"clientRequestReplyTable c#{n}",
+                                   "old") for n in range(1000))
+    report = auditor.AuditReport((*many, auditor.Violation(auditor.VOLUME_NAMESPACE,
+                                                           "volumeTable /vol", "off")))
+    with caplog.at_level(logging.INFO, logger="om.integrity.auditor"):
+        auditor.log_report(report)
+    lines = caplog.text.splitlines()
+    assert len(lines) == auditor.LOG_PER_CATEGORY_MAX + 3
+    assert "retry_not_purged: 980 more not logged" in caplog.text
+    assert "volumeTable /vol: off" in caplog.text
+    assert "retry_not_purged=1000" in caplog.text
+
+
 # ---------------------------------------------------------- changes in flight ---
 
 class TornView:
