@@ -8,8 +8,9 @@ node's RSS and descriptors, sampled: ``om/chaos/resources.py``),
 cluster's logs under ``OUT/cluster``. After the load it heals every fault,
 waits until the replicas converge, reads the final state and the bucket
 usage, has ``om admin verify`` compare every replica's Merkle trees at one log
-position (anything but ``clean`` is a violation), stops the cluster and
-compares the replicas' tables. With the file-system workload (``fs_workers``)
+position (anything but ``clean`` is a violation), prepares the cluster (``om
+admin om prepare``: no write, nor sweep, after it), stops it and compares the
+replicas' tables. With the file-system workload (``fs_workers``)
 it also waits for the leader's purge to drain, lists the FSO bucket's whole
 tree on the leader, reads its usage and has every node audit its store
 (AuditReplica) before stopping the cluster; the ``fso`` entry of
@@ -57,6 +58,7 @@ interval_s = 0.1
 SETTLE_S = 3.0
 VERIFY = "verify"
 VERIFY_TIMEOUT_S = 180.0
+PREPARE_TIMEOUT_S = 120.0
 PURGE_WAIT_S = 180.0
 PURGE_METRIC = "om_purge_pending_directories"
 AUDIT_ANSWER_S = 300.0
@@ -170,6 +172,22 @@ def _verify(cluster: om_cluster.Cluster) -> tuple[dict[str, Any], list[Violation
         return verdict, []
     return verdict, [Violation(VERIFY, "replicas_differ", f"om admin verify: {verdict}; "
                                f"{done.stderr.strip()[-500:]}")]
+
+
+def _quiesce(cluster: om_cluster.Cluster) -> list[Violation]:
+    """Prepares the healed cluster before it stops (``om admin om prepare``, as before
+    an upgrade): every node applies every entry, and no write follows, not even the
+    leader's sweep of expired retry rows or its purge, so the stopped replicas stand
+    at one position and their digests compare. Without it, a sweep committed by the
+    leader and one follower just before the other stopped read as replicas that
+    differ (a soak found it); a violation unless every node reported prepared."""
+    done = subprocess.run(
+        [sys.executable, "-m", "om", "admin", "om", "prepare", "--dir", str(cluster.directory)],
+        capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S, check=False)
+    if done.returncode == 0:
+        return []
+    return [Violation(VERIFY, "not_prepared", f"om admin om prepare exited {done.returncode}: "
+                      f"{(done.stdout + done.stderr).strip()[-500:]}")]
 
 
 def _sampled_nodes(cluster: om_cluster.Cluster) -> list[tuple[str, int | None, str]]:
@@ -355,6 +373,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
         if fs is not None:
             fs = dataclasses.replace(fs, audits=_audits(cluster), nodes=len(cluster.addresses))
         verified, unverified = _verify(cluster)
+        unverified += _quiesce(cluster)
     finally:
         om_cluster.down(cluster)
         if links is not None:
