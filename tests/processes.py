@@ -11,6 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from om.protocol import om_pb2
+from om.protocol.framing import FrameDecoder
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +23,17 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def read_answer(conn: socket.socket) -> om_pb2.OMResponse:
+    """The first response frame ``conn`` receives."""
+    decoder = FrameDecoder()
+    while True:
+        data = conn.recv(65536)
+        assert data, "closed without an answer"
+        frames = decoder.feed(data)
+        if frames:
+            return om_pb2.OMResponse.FromString(frames[0])
 
 
 def om_command(*args: str) -> list[str]:

@@ -15,8 +15,7 @@ import pytest
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
-from om.protocol.framing import FrameDecoder
-from tests.processes import ServerProcess, free_port
+from tests.processes import ServerProcess, free_port, read_answer
 
 pytestmark = pytest.mark.integration
 
@@ -35,21 +34,11 @@ def _connect(address: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=10)
 
 
-def _read_answer(conn: socket.socket) -> om_pb2.OMResponse:
-    decoder = FrameDecoder()
-    while True:
-        data = conn.recv(65536)
-        assert data, "closed without an answer"
-        frames = decoder.feed(data)
-        if frames:
-            return om_pb2.OMResponse.FromString(frames[0])
-
-
 def test_the_connection_cap_refuses_and_recovers(capped: ServerProcess) -> None:
     time.sleep(0.2)  # the start-up probe's connection is gone
     held = [_connect(capped.address) for _ in range(20)]
     with _connect(capped.address) as refused:
-        answer = _read_answer(refused)
+        answer = read_answer(refused)
         assert answer.status == om_pb2.SERVER_BUSY
         assert "connections" in answer.message
         assert refused.recv(1) == b"", "a refused connection is closed"

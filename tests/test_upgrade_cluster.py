@@ -34,8 +34,9 @@ from om.executor import upgrade
 from om.gatekeeper.old_clients import MODIFY_REFUSED
 from om.protocol import om_pb2
 from om.protocol.client_version import CURRENT_VERSION
-from om.protocol.framing import FrameDecoder, encode_frame
+from om.protocol.framing import encode_frame
 from tests import cluster_harness as harness
+from tests.processes import read_answer
 
 V, B = "vol", "bkt"
 LAYOUT_TOML = "\n[upgrade]\ninit_layout_version = 1\n"
@@ -227,13 +228,7 @@ def _send_to_leader(cluster: om_cluster.Cluster, request: om_pb2.OMRequest
     address = next(n for n in cluster.nodes if n.id == leader)
     with harness.raw_connection(cluster, address, timeout_s=20) as conn:
         conn.sendall(encode_frame(request.SerializeToString()))
-        decoder = FrameDecoder()
-        while True:
-            data = conn.recv(65536)
-            assert data, "the leader closed the connection"
-            frames = decoder.feed(data)
-            if frames:
-                return om_pb2.OMResponse.FromString(frames[0])
+        return read_answer(conn)
 
 
 def test_the_client_stamps_its_version_and_an_unstamped_create_key_is_refused(
