@@ -477,15 +477,16 @@ class Node:
             "store_memtable_bytes": memtables, "store_block_cache_bytes": block_cache,
             **gc_policy.metrics()}
         if isinstance(service, LeaderService):
+            retry = service.retry_cache.statistics()
             values.update(purge_pending_directories=service.purger.pending(),
                           purge_steps=service.purger.steps,
                           purge_entries=service.purger.purged,
                           purge_deleted_keys=service.purger.keys_purged,
                           purge_expired_open_keys=service.purger.open_keys_deleted,
                           purge_expired_multipart_uploads=service.purger.uploads_aborted,
-                          retry_cache_hits=service.retry_cache.hits,
-                          retry_cache_entries=service.retry_cache.statistics()["recent"],
-                          retry_cache_bytes=service.retry_cache.statistics()["recent_bytes"],
+                          retry_cache_hits=retry["hits"],
+                          retry_cache_entries=retry["recent"],
+                          retry_cache_bytes=retry["recent_bytes"],
                           lock_waiters=service.locks.table.statistics().waiters)
         machine = self.state_machine
         if isinstance(machine, ReplicatedStateMachine):
