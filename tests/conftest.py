@@ -8,9 +8,20 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import uvloop
+from hypothesis import HealthCheck, settings
 
 from om.cluster import lifecycle as om_cluster
-from tests.processes import REPO, BenchRun, om_command
+from tests.processes import REPO, BenchRun, om_command, worker_free_ports
+
+# A hung test fails within its timeout, in the event loop too (tests/timeouts.py); the
+# slow tier and the tests that share a worker (tests/tiers.py).
+pytest_plugins = ["tests.timeouts", "tests.tiers"]
+
+# Tests check behaviour, not time: hypothesis's per-example deadline (200 ms) and its
+# too-slow health check measure how busy the machine is, and the suite's workers share
+# two cores with whatever else runs. A test that means a deadline sets its own.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def pytest_asyncio_loop_factories(
@@ -33,6 +44,28 @@ def own_cluster_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_ports() -> Iterator[None]:
+    """Under pytest-xdist each worker draws its clusters' ports from a share of its own
+    ($OM_FREE_PORTS, which every ``om`` subprocess inherits): workers start clusters at
+    the same moments, and two picking one base would fail both. Single ports
+    (``free_port``) come from the kernel's ephemeral range, above every share."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER"), \
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker is None or workers is None:
+        yield
+        return
+    low, high = worker_free_ports(int(worker.removeprefix("gw")), int(workers))
+    before = os.environ.get(om_cluster.FREE_PORTS_ENV)
+    os.environ[om_cluster.FREE_PORTS_ENV] = f"{low}-{high}"
+    assert om_cluster.free_port_range() == (low, high)
+    yield
+    if before is None:
+        os.environ.pop(om_cluster.FREE_PORTS_ENV, None)
+    else:
+        os.environ[om_cluster.FREE_PORTS_ENV] = before
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder
 
@@ -23,6 +24,17 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def worker_free_ports(worker: int, workers: int) -> tuple[int, int]:
+    """The share [low, high) of ``free_port_base``'s ports for pytest-xdist worker
+    ``worker`` of ``workers``: disjoint from every other worker's, so two workers starting
+    clusters at once never pick one base (``$OM_FREE_PORTS``)."""
+    assert 0 <= worker < workers
+    low, high = om_cluster.FREE_PORTS_LOW, om_cluster.EPHEMERAL_BELOW
+    share = (high - low) // workers // om_cluster.PORT_RANGE * om_cluster.PORT_RANGE
+    assert share >= om_cluster.PORT_RANGE, f"{workers} workers leave no port range each"
+    return low + worker * share, low + (worker + 1) * share
 
 
 def read_answer(conn: socket.socket) -> om_pb2.OMResponse:
