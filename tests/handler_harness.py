@@ -194,11 +194,11 @@ class Harness:
 
     def _apply(self, recorder: ChangeRecorder, managed_index: int) -> None:
         builder = BatchBuilder(bytes_max=BATCH_BYTES_MAX, writes_max=1)
-        builder.add(PendingWrite(managed_index=managed_index, recorder=recorder, reply=None))
+        builder.add(PendingWrite.of(managed_index, recorder))
         self.position += 1
-        batch = builder.seal(batch_id=self.position, timestamp_ms=self.clock.now_ms,
-                             leader_id=LEADER_ID)
-        batch.term = TERM
+        batch = om_pb2.PersistDbBatch.FromString(builder.seal(
+            batch_id=self.position, timestamp_ms=self.clock.now_ms, leader_id=LEADER_ID,
+            term=TERM))
         result = self.state_machine.apply(self.position, batch)
         assert result.applied
         assert result.managed_index == managed_index

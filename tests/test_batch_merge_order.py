@@ -33,13 +33,18 @@ AUDIT = auditor.AuditConfig(retry_expiry_ms=600_000, retry_grace_ms=1000)
 class KeySortedBuilder(batcher.BatchBuilder):
     """A broken merge: a batch's writes sorted by their first row's key, not by index."""
 
-    def seal(self, batch_id: int, timestamp_ms: int, leader_id: str) -> om_pb2.PersistDbBatch:
-        self.writes.sort(key=lambda write: write.recorder.ops[0].key if write.recorder.ops
-                         else b"")
-        sealed = super().seal(batch_id, timestamp_ms, leader_id)
+    def seal(self, batch_id: int, timestamp_ms: int, leader_id: str, term: int) -> bytes:
+        self.writes.sort(key=_first_key)
+        sealed = om_pb2.PersistDbBatch.FromString(
+            super().seal(batch_id, timestamp_ms, leader_id, term))
         if self.writes:
             sealed.managed_index = self.writes[-1].managed_index
-        return sealed
+        return sealed.SerializeToString()
+
+
+def _first_key(write: batcher.PendingWrite) -> bytes:
+    ops = om_pb2.PersistDbBatch.FromString(write.encoded).ops
+    return ops[0].key if ops else b""
 
 
 @pytest.fixture

@@ -8,14 +8,17 @@ from hypothesis import strategies as st
 
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.executor.change_recorder import ChangeRecorder
+from om.gatekeeper.retry_cache import encode_reply
 from om.protocol import om_pb2
+from om.schema import tables
 
 
 def _write(index: int, value_bytes: int = 10) -> PendingWrite:
     recorder = ChangeRecorder()
     recorder.put(om_pb2.KEY, f"/k{index}".encode(), b"v" * value_bytes)
-    reply = om_pb2.ClientRequestReply(client_id="c", call_id=index or 1)
-    return PendingWrite(index, recorder, reply if index else None)
+    recorder.quota_delta(om_pb2.BUCKET, b"/v/b", 9, value_bytes, 1)
+    reply = om_pb2.ClientRequestReply(client_id="c", call_id=index or 1, timestamp_ms=1234)
+    return PendingWrite.of(index, recorder, encode_reply(reply) if index else None)
 
 
 def _fill(builder: BatchBuilder, writes: list[PendingWrite]) -> list[PendingWrite]:
@@ -39,12 +42,38 @@ def test_a_batch_stays_under_its_caps_and_keeps_order(sizes: list[int], bytes_ma
     assert len(taken) <= writes_max
     if len(taken) > 1:
         assert sum(w.size for w in taken) <= bytes_max
-    batch = builder.seal(7, 1234, "om1")
+    batch = om_pb2.PersistDbBatch.FromString(builder.seal(7, 1234, "om1", 3))
+    assert (batch.batch_id, batch.timestamp_ms, batch.leader_id, batch.term) == (
+        7, 1234, "om1", 3)
     assert batch.managed_index == taken[-1].managed_index
     assert batch.request_count == len(taken)
-    assert [op.key for op in batch.ops] == [w.recorder.ops[0].key for w in taken]
-    assert [r.call_id for r in batch.replies] == [w.managed_index for w in taken]
-    assert all(r.timestamp_ms == 1234 for r in batch.replies)
+    assert [op.key for op in batch.ops] == [f"/k{w.managed_index}".encode() for w in taken]
+    assert [d.bytes_delta for d in batch.quota_deltas] == [sizes[w.managed_index - 1]
+                                                            for w in taken]
+    replies = [om_pb2.ClientRequestReply.FromString(r.row) for r in batch.reply_rows]
+    assert [r.call_id for r in replies] == [w.managed_index for w in taken]
+    assert all(r.timestamp_ms == 1234 for r in replies)
+
+
+def test_a_sealed_batch_is_the_batch_its_parts_describe() -> None:
+    """Concatenated parts parse as the one message a field-by-field build gives."""
+    builder = BatchBuilder(bytes_max=10_000, writes_max=10)
+    writes = [_write(1), _write(2, 30)]
+    for write in writes:
+        builder.add(write)
+    expected = om_pb2.PersistDbBatch(batch_id=1, timestamp_ms=5, managed_index=2,
+                                     leader_id="om1", request_count=2, term=4)
+    for write in writes:
+        expected.MergeFrom(om_pb2.PersistDbBatch.FromString(write.encoded))
+    assert om_pb2.PersistDbBatch.FromString(builder.seal(1, 5, "om1", 4)) == expected
+
+
+def test_a_reply_rows_keys_are_the_tables() -> None:
+    reply = om_pb2.ClientRequestReply(client_id="cl", call_id=12, timestamp_ms=99)
+    row = encode_reply(reply)
+    assert row.key == tables.reply_key("cl", 12)
+    assert row.expiry_key == tables.expiry_key(99, "cl", 12)
+    assert om_pb2.ClientRequestReply.FromString(row.row) == reply
 
 
 def test_an_oversized_write_travels_alone() -> None:
@@ -60,7 +89,7 @@ def test_system_writes_do_not_move_the_managed_index() -> None:
     builder.add(_write(5))
     builder.add(_write(0))          # an expiry sweep carries no managed index
     builder.add(_write(6))
-    assert builder.seal(1, 1, "om1").managed_index == 6
+    assert om_pb2.PersistDbBatch.FromString(builder.seal(1, 1, "om1", 1)).managed_index == 6
 
 
 def test_out_of_order_indexes_are_a_programming_error() -> None:
@@ -70,8 +99,6 @@ def test_out_of_order_indexes_are_a_programming_error() -> None:
         builder.add(_write(5))
 
 
-def test_size_is_computed_once() -> None:
+def test_size_is_the_encoded_parts() -> None:
     write = _write(1)
-    first = write.size
-    write.recorder.put(om_pb2.KEY, b"/late", b"x" * 1000)
-    assert write.size == first, "an executed write's size is final"
+    assert write.size == len(write.encoded) > 0

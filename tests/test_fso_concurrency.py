@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,8 @@ from om.gatekeeper.lock_plan import Level, Mode
 from om.integrity import fs_audit
 from om.protocol import om_pb2
 from om.schema import tables
+from om.schema.read_view import Parsed, parse_row
+from om.schema.tables import TableId
 from tests.leader_harness import LeaderUnderTest, config
 
 V, B = "vol", "fsb"
@@ -179,6 +181,10 @@ class _Rows:
 
     def get(self, table: int, key: bytes) -> bytes | None:
         return self.rows.get((table, key))
+
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        return parse_row(self, table, key, parse)
 
     def scan(self, table: int, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:

@@ -9,7 +9,7 @@ bucket the setting changes nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from om.gatekeeper.fs_locks import plan_fs, plan_fs_locks
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock, key_lock
 from om.node.node import leader_config
 from om.protocol import om_pb2
+from om.schema.read_view import Parsed, parse_row
 from om.schema.tables import TableId
 from tests.leader_harness import LeaderUnderTest, config
 
@@ -153,6 +154,10 @@ class _CountingView:
         if table in (om_pb2.DIRECTORY, om_pb2.FILE):
             self.path_reads += 1
         return self.store.get(table, key)
+
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        return parse_row(self, table, key, parse)
 
     def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:

@@ -27,10 +27,18 @@ pytestmark = pytest.mark.integration
 ROUNDS = 3
 
 
-@pytest.fixture(params=sorted(harness.FLOWS))
+# the leader flow again with several batches in flight: a read round rides on a batch
+# sealed after the read arrived, whatever batches are still replicating
+PIPELINED = "leader-4-batches"
+
+
+@pytest.fixture(params=[*sorted(harness.FLOWS), PIPELINED])
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
-    execution, workers = harness.FLOWS[request.param]
-    started = harness.start(tmp_path / "cluster", execution=execution, workers=workers)
+    pipelined = request.param == PIPELINED
+    execution, workers = harness.FLOWS["leader" if pipelined else request.param]
+    started = harness.start(
+        tmp_path / "cluster", execution=execution, workers=workers,
+        extra_toml="\n[batch]\ninflight_batches_max = 4\n" if pipelined else "")
     with harness.client(started) as om:
         om.create_volume("register")
     yield started

@@ -47,8 +47,9 @@ FROZEN_TYPE = {
     "FinalizeUpgrade": 54, "FinalizeUpgradeProgress": 55, "Prepare": 56, "PrepareStatus": 57,
     "CancelPrepare": 58,
     "PersistDb": 138,
-    "StartVerify": 2001, "GetVerifyTrees": 2002, "ReadVerifyRange": 2003, "MarkDiverged": 2004,
+    "StartVerify": 2001, "GetVerifyTrees": 2002, "MarkDiverged": 2004,
     "AuditReplica": 2005, "TransferLeadership": 2006, "ChangeMembership": 2007,
+    "ReadVerifyLeaves": 2014, "ScrubReplica": 2015,
     "AddUserCertificate": 2008, "RevokeUserCertificates": 2009, "ListUserCertificates": 2010,
 }
 FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
@@ -56,7 +57,7 @@ FROZEN_TABLE = {"VOLUME": 1, "BUCKET": 2, "KEY": 3, "OPEN_KEY": 4, "DELETED": 5,
                 "SECRET_KEY": 9, "DELEGATION_TOKEN": 10, "DIRECTORY": 11, "FILE": 12,
                 "OPEN_FILE": 13, "DELETED_DIRECTORY": 14,
                 "USER_CERTIFICATE": 15, "MULTIPART_INFO": 16,
-                "SNAPSHOT_INFO": 17}
+                "SNAPSHOT_INFO": 17, "DIGESTS": 18}
 
 
 def test_generated_module_matches_proto(tmp_path: Path) -> None:

@@ -219,6 +219,43 @@ def test_pipelined_batches_commit_in_order_and_replicas_stay_identical(tmp_path:
         om_cluster.down(cluster)
 
 
+def test_a_leader_kill_with_several_batches_in_flight_keeps_writes_exactly_once(
+        tmp_path: Path) -> None:
+    """Four batches in flight when the leader dies: every acknowledged write survives,
+    once (each key's size charged once, its object id its own), the clients' retries of
+    writes in flight (same call ids) are answered once, and the replicas agree."""
+    cluster = harness.start(tmp_path / "cluster",
+                            extra_toml="\n[batch]\ninflight_batches_max = 4\n")
+    try:
+        with harness.client(cluster) as om:
+            om.create_volume("vol")
+            om.create_bucket("vol", "bkt")
+        load = harness.WriteLoad(cluster, threads=8)
+        load.start()
+        _wait_until(lambda: load.count() >= 100)
+        victim = harness.leader_id(cluster)
+        cluster.kill_node(victim)
+        before = load.count()
+        _wait_until(lambda: load.count() >= before + 100, timeout_s=45)
+        load.stop()
+        assert harness.leader_id(cluster) != victim
+        with harness.client(cluster) as om:
+            stored = harness.all_keys(om)
+            bucket = om.info_bucket("vol", "bkt")
+        missing = set(load.acknowledged) - set(stored)
+        assert not missing, f"acknowledged writes lost: {sorted(missing)[:5]}"
+        assert all(stored[k].object_id == oid for k, oid in load.acknowledged.items())
+        assert (bucket.used_namespace, bucket.used_bytes) == (len(stored), 30 * len(stored))
+        ids = [k.object_id for k in stored.values()]
+        assert len(set(ids)) == len(ids), "an object id was reused"
+        cluster.start_node(victim)
+        harness.wait_converged(cluster)
+        digests = harness.digests_after_stop(cluster)
+        assert digests["om1"] == digests["om2"] == digests["om3"]
+    finally:
+        om_cluster.down(cluster)
+
+
 def test_a_reused_call_id_with_another_body_is_refused_and_a_retry_is_answered(
         cluster: om_cluster.Cluster) -> None:
     with harness.client(cluster, client_id="reusing-client") as om:

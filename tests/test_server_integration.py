@@ -71,6 +71,7 @@ def test_client_drives_the_namespace(server: ServerProcess) -> None:
         assert (bucket.used_bytes, bucket.used_namespace) == (25 * 300, 25)
 
 
+@pytest.mark.slow
 def test_cli_mirrors_ozone_sh(server: ServerProcess) -> None:
     assert sh(server.address, "volume", "create", "/vol").returncode == 0
     created = sh(server.address, "bucket", "create", "/vol/bkt", "--quota", "1MB",

@@ -6,6 +6,12 @@ in a batch: requests in execution order, under a byte cap. A single request
 larger than the cap still travels alone, since the cap is a target and not a
 correctness limit (the frame limit bounds a request's size anyway).
 
+Each write is encoded once, when it is queued (``PendingWrite.of``): its part of
+a ``PersistDbBatch`` (ops, quota deltas, reply rows, expiry deletes) as bytes.
+Sealing writes the header fields and concatenates the parts (protobuf parses
+concatenated messages as one, repeated fields in order), so a batch is never
+copied field by field nor serialized twice, and a write's size is exact.
+
 Invariant: managed indexes inside a batch are strictly increasing, and every
 batch's indexes are above the previous batch's, because requests are executed
 and enqueued in one thread in index order. Apply persists the highest.
@@ -13,28 +19,40 @@ and enqueued in one thread in index order. Apply persists the highest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 
 from om.executor.change_recorder import ChangeRecorder
 from om.protocol import om_pb2
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class PendingWrite:
-    """An executed request waiting for its batch to commit."""
+    """An executed request waiting for its batch to commit: its part of a batch, encoded.
+
+    ``managed_index`` is 0 for a system write (an expiry sweep)."""
 
     managed_index: int
-    recorder: ChangeRecorder
-    reply: om_pb2.ClientRequestReply | None   # None for system writes (expiry sweeps)
-    expiry_ops: list[om_pb2.TableOp] = field(default_factory=list)
+    encoded: bytes
 
-    @cached_property
+    @classmethod
+    def of(cls, managed_index: int, recorder: ChangeRecorder,
+           reply: om_pb2.ReplyRow | None = None,
+           expiry_ops: list[om_pb2.TableOp] | None = None) -> PendingWrite:
+        """Encodes an executed write's changes, its reply rows and expiry deletes."""
+        part = om_pb2.PersistDbBatch(
+            ops=recorder.ops,
+            quota_deltas=[om_pb2.QuotaDelta(table=q.table, key=q.key, object_id=q.object_id,
+                                            bytes_delta=q.bytes_delta,
+                                            namespace_delta=q.namespace_delta)
+                          for q in recorder.quota],
+            reply_rows=() if reply is None else (reply,),
+            retry_expiry=expiry_ops or ())
+        return cls(managed_index, part.SerializeToString(deterministic=True))
+
+    @property
     def size(self) -> int:
-        """Approximate bytes this write adds to a batch (computed once: an
-        executed write's changes are final)."""
-        reply = 0 if self.reply is None else self.reply.ByteSize()
-        return self.recorder.encoded_size() + reply + 16 * len(self.expiry_ops)
+        """The bytes this write adds to a batch."""
+        return len(self.encoded)
 
 
 class BatchBuilder:
@@ -54,7 +72,7 @@ class BatchBuilder:
         if not self.writes:
             return True
         return (len(self.writes) < self._writes_max
-                and self._bytes + write.size <= self._bytes_max)
+                and self._bytes + len(write.encoded) <= self._bytes_max)
 
     def add(self, write: PendingWrite) -> None:
         """Adds a write that ``fits``."""
@@ -63,22 +81,13 @@ class BatchBuilder:
             assert write.managed_index > self._last_index, "batch order is index order"
             self._last_index = write.managed_index
         self.writes.append(write)
-        self._bytes += write.size
+        self._bytes += len(write.encoded)
 
-    def seal(self, batch_id: int, timestamp_ms: int, leader_id: str) -> om_pb2.PersistDbBatch:
-        """The batch carrying every added write, in order (none: a read round's)."""
-        batch = om_pb2.PersistDbBatch(batch_id=batch_id, timestamp_ms=timestamp_ms,
-                                      managed_index=self._last_index, leader_id=leader_id,
-                                      request_count=len(self.writes))
-        for write in self.writes:
-            batch.ops.extend(write.recorder.ops)
-            batch.quota_deltas.extend(
-                om_pb2.QuotaDelta(table=q.table, key=q.key, object_id=q.object_id,
-                                  bytes_delta=q.bytes_delta, namespace_delta=q.namespace_delta)
-                for q in write.recorder.quota)
-            if write.reply is not None:
-                reply = batch.replies.add()
-                reply.CopyFrom(write.reply)
-                reply.timestamp_ms = timestamp_ms
-            batch.retry_expiry.extend(write.expiry_ops)
-        return batch
+    def seal(self, batch_id: int, timestamp_ms: int, leader_id: str, term: int) -> bytes:
+        """The encoded ``PersistDbBatch`` carrying every added write, in order (none: a
+        read round's)."""
+        header = om_pb2.PersistDbBatch(batch_id=batch_id, timestamp_ms=timestamp_ms,
+                                       managed_index=self._last_index, leader_id=leader_id,
+                                       request_count=len(self.writes), term=term)
+        return b"".join([header.SerializeToString(deterministic=True),
+                         *(write.encoded for write in self.writes)])

@@ -52,7 +52,7 @@ from om.executor.fso_rows import (
 from om.executor.listing import page_size
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.retired_keys import retire
-from om.executor.rows import encode, load_bucket, load_volume
+from om.executor.rows import encode, read_bucket, read_volume
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -73,10 +73,10 @@ def target(view: ReadView, volume: str, bucket: str, path: str, ctx: ExecContext
     planned = ctx.planned.get((volume, bucket, path))
     if planned is not None:   # resolved by the lock plan on this very state
         return Target(*planned)
-    found = load_bucket(view, volume, bucket)
+    found = read_bucket(view, volume, bucket)
     require_fso(found, what)
     parts = components(path, ctx.limits.key_name_max_bytes)
-    ids = ids_of(load_volume(view, volume), found)
+    ids = ids_of(read_volume(view, volume), found)
     return Target(found, resolve(view, ids, parts))
 
 
@@ -310,9 +310,9 @@ def list_status(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecor
     """ListStatus: a directory's entries (``recursive``: its whole subtree, in tree
     order), paged: ``start_key`` is the last path of the page before."""
     body = request.list_status
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     require_fso(bucket, "ListStatus")
-    ids = ids_of(load_volume(view, body.volume), bucket)
+    ids = ids_of(read_volume(view, body.volume), bucket)
     limit = page_size(body.num_entries, ctx.limits)
     base: tuple[str, ...] = ()
     parent_id = ids.bucket_id
@@ -353,8 +353,8 @@ def list_keys(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorde
     """ListKeys on an FSO bucket: files and directories (``path/``) in tree order, from
     the directory the prefix names (a prefix's paths lie in its subtree)."""
     body = request.list_keys
-    bucket = load_bucket(view, body.volume, body.bucket)
-    ids = ids_of(load_volume(view, body.volume), bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
+    ids = ids_of(read_volume(view, body.volume), bucket)
     limit = page_size(body.max_keys, ctx.limits)
     base: tuple[str, ...] = ()
     parent_id = ids.bucket_id
@@ -407,10 +407,10 @@ def purge_directories(request: om_pb2.OMRequest, view: ReadView, recorder: Chang
     and a step is computed from applied state, so a step lost with a leadership
     change is simply computed again."""
     body = request.purge_directories
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     require_fso(bucket, "PurgeDirectories")
     assert body.rows_max > 0, "the gate bounds a purge step"
-    ids = ids_of(load_volume(view, body.volume), bucket)
+    ids = ids_of(read_volume(view, body.volume), bucket)
     scope = f"/{ids.volume_id}/{ids.bucket_id}/".encode()
     found = view.scan(om_pb2.DELETED_DIRECTORY, scope, None, body.rows_max)
     if not found:

@@ -55,7 +55,7 @@ from om.executor.fso_rows import make_directories, with_path
 from om.executor.listing import page_size
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.retired_keys import retire
-from om.executor.rows import encode, load_bucket, load_key
+from om.executor.rows import encode, load_key, read_bucket
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -95,7 +95,7 @@ def _bucket_key(bucket: om_pb2.BucketInfo) -> bytes:
 def initiate(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
              ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.initiate_multipart_upload
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     if is_fso(bucket):   # a path the complete could not place: refused now
         components(body.key, ctx.limits.key_name_max_bytes)
     assert body.replication_factor in (0, 1, DEFAULT_REPLICATION), "the gate checked it"
@@ -145,7 +145,7 @@ def commit_part(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecor
                 ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.commit_multipart_upload
     assert 1 <= body.part_number <= PART_NUMBER_MAX, "the gate checked it"
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     open_key = tables.open_key_key(body.volume, body.bucket, body.key, body.client_session_id)
     raw = view.get(om_pb2.OPEN_KEY, open_key)
@@ -214,7 +214,7 @@ def _chosen_parts(body: om_pb2.CompleteMultiPartUploadRequest,
 def complete(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
              ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.complete_multipart_upload
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     chosen = _chosen_parts(body, upload, ctx)
     listed = {part.part_number for part in chosen}
@@ -308,7 +308,7 @@ def _abort(view: ReadView, recorder: ChangeRecorder, upload: om_pb2.MultipartKey
 def abort(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
           ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.abort_multipart_upload
-    load_bucket(view, body.volume, body.bucket)
+    read_bucket(view, body.volume, body.bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     _abort(view, recorder, upload, ctx)
     return om_pb2.OMResponse(abort_multipart_upload=om_pb2.AbortMultiPartUploadResponse())
@@ -345,7 +345,7 @@ def abort_expired(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRec
 def list_parts(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
                ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.list_multipart_upload_parts
-    load_bucket(view, body.volume, body.bucket)
+    read_bucket(view, body.volume, body.bucket)
     upload = load_upload(view, body.volume, body.bucket, body.key, body.upload_id)
     limit = page_size(body.max_parts, ctx.limits)
     after = [part for part in upload.part_key_info_list
@@ -363,7 +363,7 @@ def list_parts(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecord
 def list_uploads(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
                  ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.list_multipart_uploads
-    load_bucket(view, body.volume, body.bucket)
+    read_bucket(view, body.volume, body.bucket)
     limit = page_size(body.max_uploads, ctx.limits)
     scope = tables.key_prefix(body.volume, body.bucket)
     start_after = (scope + f"{body.key_marker}/{body.upload_id_marker}".encode()

@@ -8,8 +8,33 @@ from om.schema import tables
 from om.schema.read_view import ReadView
 
 
+def read_volume(view: ReadView, volume: str) -> om_pb2.VolumeInfo:
+    """The volume's row, shared with other readers (``ReadView.parsed``: never change
+    it; ``load_volume`` gives a copy of one's own); VOLUME_NOT_FOUND when there is none."""
+    info = view.parsed(om_pb2.VOLUME, tables.volume_key(volume), om_pb2.VolumeInfo.FromString)
+    if info is None:
+        raise OMError(om_pb2.VOLUME_NOT_FOUND, f"Volume '{volume}' not found")
+    assert info.volume == volume
+    return info
+
+
+def read_bucket(view: ReadView, volume: str, bucket: str) -> om_pb2.BucketInfo:
+    """The bucket's row, shared with other readers (``ReadView.parsed``: never change
+    it; ``load_bucket`` gives a copy of one's own); VOLUME_NOT_FOUND or BUCKET_NOT_FOUND
+    when missing."""
+    info = view.parsed(om_pb2.BUCKET, tables.bucket_key(volume, bucket),
+                       om_pb2.BucketInfo.FromString)
+    if info is None:
+        read_volume(view, volume)
+        raise OMError(om_pb2.BUCKET_NOT_FOUND, f"Bucket '/{volume}/{bucket}' not found")
+    assert info.volume_name == volume
+    assert info.bucket_name == bucket
+    return info
+
+
 def load_volume(view: ReadView, volume: str) -> om_pb2.VolumeInfo:
-    """The volume's row; VOLUME_NOT_FOUND when there is none."""
+    """The volume's row, a copy the caller may change; VOLUME_NOT_FOUND when there is
+    none."""
     raw = view.get(om_pb2.VOLUME, tables.volume_key(volume))
     if raw is None:
         raise OMError(om_pb2.VOLUME_NOT_FOUND, f"Volume '{volume}' not found")
@@ -19,7 +44,8 @@ def load_volume(view: ReadView, volume: str) -> om_pb2.VolumeInfo:
 
 
 def load_bucket(view: ReadView, volume: str, bucket: str) -> om_pb2.BucketInfo:
-    """The bucket's row; VOLUME_NOT_FOUND or BUCKET_NOT_FOUND when missing."""
+    """The bucket's row, a copy the caller may change; VOLUME_NOT_FOUND or
+    BUCKET_NOT_FOUND when missing."""
     raw = view.get(om_pb2.BUCKET, tables.bucket_key(volume, bucket))
     if raw is None:
         load_volume(view, volume)

@@ -80,16 +80,17 @@ ALLOWED_WHEN_PREPARED = frozenset({om_pb2.Prepare, om_pb2.CancelPrepare})
 
 def prepared(view: ReadView) -> om_pb2.PrepareMarker | None:
     """The prepared marker, or None when the cluster is not prepared."""
-    raw = view.get(om_pb2.TRANSACTION_INFO, tables.PREPARED_KEY)
-    return None if raw is None else om_pb2.PrepareMarker.FromString(raw)
+    return view.parsed(om_pb2.TRANSACTION_INFO, tables.PREPARED_KEY,
+                       om_pb2.PrepareMarker.FromString)
 
 
 def metadata_layout_version(view: ReadView) -> int:
     """The store's MLV: its row, else the software's."""
-    raw = view.get(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY)
-    if raw is None:
+    row = view.parsed(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY,
+                      om_pb2.LayoutVersion.FromString)
+    if row is None:
         return SOFTWARE_LAYOUT_VERSION
-    version = om_pb2.LayoutVersion.FromString(raw).version
+    version = row.version
     assert version <= SOFTWARE_LAYOUT_VERSION, \
         f"the store's layout {version} is newer than this software's {SOFTWARE_LAYOUT_VERSION}"
     return version

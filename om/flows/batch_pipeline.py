@@ -4,6 +4,9 @@ Executed writes queue here in index order. One loop seals a batch whenever an
 in-flight slot is free, taking everything that queued meanwhile (under the
 byte and count caps, ``om.executor.batcher``), so batches grow exactly when
 replication is the bottleneck and a lone request never waits for a timer.
+With a batch already in flight, a free slot waits for its share of the
+replication cycle before it seals (``_gather``), so several batches in flight
+split the load evenly.
 At most ``inflight_batches_max`` batches are being replicated at once, and at
 most ``queue_max`` writes wait; past that, ``submit`` refuses (SERVER_BUSY).
 The default is one: requests keep executing while a batch replicates, and on
@@ -36,6 +39,7 @@ from om.statemachine import log_entry
 logger = logging.getLogger(__name__)
 
 Settle = Callable[[ReplicateResult, int, int], None]  # result, batch wait ns, batch id
+CYCLE_WEIGHT = 0.2   # of the newest batch in the running mean of the replication time
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,9 @@ class BatchPipeline:
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_batch_id = 1
         self._loop_task: asyncio.Task[None] | None = None
+        self._replicating = 0              # batches sealed and not yet settled
+        self._idle = asyncio.Event()       # set when the last of them settles
+        self._cycle_ns = 0.0               # recent mean replication time of a batch
 
     @property
     def batches(self) -> int:
@@ -133,6 +140,8 @@ class BatchPipeline:
                 self._wakeup.clear()
                 await self._wakeup.wait()
             await self._slots.acquire()
+            if self._replicating:
+                await self._gather()
             if not self._queue and not self._read_rounds:
                 self._slots.release()
                 continue
@@ -140,6 +149,26 @@ class BatchPipeline:
             task = asyncio.get_running_loop().create_task(self._replicate(*sealed))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _gather(self) -> None:
+        """With a batch in flight and a slot free: lets the next batch gather for its
+        share of the replication cycle (the cycle's recent mean over the slots,
+        measured from the oldest write waiting) rather than sealing the first write to
+        arrive, so batches in flight split the load instead of alternating a full batch
+        with a one-write one (each batch costs the Raft process, the journal syncs and
+        every follower's apply the same, whatever it carries). Ends at once when no
+        batch is in flight any more (a lone write never waits for a timer) or the queue
+        fills a batch."""
+        spacing_s = self._cycle_ns / self.config.inflight_batches_max / 1e9
+        while self._replicating and self._queue and len(self._queue) < self.config.writes_max:
+            waited_s = (time.perf_counter_ns() - self._queue[0].queued_ns) / 1e9
+            if waited_s >= spacing_s:
+                return
+            self._idle.clear()
+            try:
+                await asyncio.wait_for(self._idle.wait(), spacing_s - waited_s)
+            except TimeoutError:
+                return
 
     def _seal(self) -> tuple[bytes, list[_Queued], int, list[ReadRound]]:
         builder = BatchBuilder(self.config.bytes_max, self.config.writes_max)
@@ -150,11 +179,11 @@ class BatchPipeline:
             taken.append(queued)
         batch_id = self._next_batch_id
         self._next_batch_id += 1
-        batch = builder.seal(batch_id, time.time_ns() // 1_000_000, self._leader_id)
-        batch.term = self._replicator.role().term
-        assert batch.request_count == len(taken)
+        sealed = builder.seal(batch_id, time.time_ns() // 1_000_000, self._leader_id,
+                              self._replicator.role().term)
+        assert len(builder.writes) == len(taken)
         rounds, self._read_rounds = self._read_rounds, []
-        return log_entry.encode_batch(batch), taken, batch_id, rounds
+        return log_entry.encode_sealed(sealed), taken, batch_id, rounds
 
     async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,
                          rounds: list[ReadRound]) -> None:
@@ -162,17 +191,23 @@ class BatchPipeline:
         t_ns = time.time_ns()
         result = ReplicateResult(ReplicateStatus.LEADER_CHANGED)
         self._metrics.in_flight.inc()
+        self._replicating += 1
         try:
             result = await self._replicator.replicate(entry)
         except Exception:
             logger.exception("replicating batch %d failed; its writes fail retryably", batch_id)
         finally:
             self._metrics.in_flight.dec()
+            self._replicating -= 1
+            if not self._replicating:
+                self._idle.set()
             self._slots.release()
             for queued in taken:
                 queued.settle(result, sealed_ns - queued.queued_ns, batch_id)
             _resolve_all(rounds, result)
         replicate_ns = time.perf_counter_ns() - sealed_ns - result.apply_ns
+        if result.status is ReplicateStatus.COMMITTED:
+            self._cycle_ns += (replicate_ns - self._cycle_ns) * CYCLE_WEIGHT
         self._metrics.replicated(len(taken), len(entry), replicate_ns / 1e9, result.apply_ns / 1e9)
         self._tracer.emit("server_batch", {
             "t_ns": t_ns, "node": self._leader_id, "batch_id": batch_id,

@@ -55,7 +55,13 @@ from om.flows.template import (
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs
 from om.gatekeeper.lock_plan import LockRequest, plan_locks
-from om.gatekeeper.retry_cache import RetryCache, RetryCacheConfig, StoredReply, expired_row_deletes
+from om.gatekeeper.retry_cache import (
+    RetryCache,
+    RetryCacheConfig,
+    StoredReply,
+    encode_reply,
+    expired_row_deletes,
+)
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
@@ -241,13 +247,14 @@ class LeaderService(RequestService):
                 return
             assert not recorder.empty, "a successful write changes something"
             reply = om_pb2.ClientRequestReply(
-                client_id=request.client_id, call_id=request.call_id,
+                client_id=request.client_id, call_id=request.call_id, timestamp_ms=ctx.now_ms,
                 response=response.SerializeToString(), fingerprint=write.fingerprint)
+            pending = PendingWrite.of(index, recorder, encode_reply(reply))
             self.reservations.reserve(index, recorder.quota)
             settle = partial(self._settled, write, owner, index, reply, response)
             queued = True
             trace.settled_ns = time.perf_counter_ns()   # until it settles: when it queued
-            if not self.pipeline.submit(PendingWrite(index, recorder, reply), settle):
+            if not self.pipeline.submit(pending, settle):
                 settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0, 0)
         except Exception:
             if queued:
@@ -333,7 +340,6 @@ class LeaderService(RequestService):
         trace.settled_ns = now
         committed = None
         if result.status is ReplicateStatus.COMMITTED:
-            reply.timestamp_ms = self.clock_ms()
             committed = reply
         elif result.status is ReplicateStatus.QUEUE_FULL:
             response = error_response(write.request, om_pb2.SERVER_BUSY,
@@ -351,6 +357,6 @@ class LeaderService(RequestService):
         deletes = expired_row_deletes(self._store, self.clock_ms(),
                                       self.config.retry.expiry_ms, self.config.sweep_rows_max)
         if deletes:
-            self.pipeline.submit(PendingWrite(0, ChangeRecorder(), None, deletes),
+            self.pipeline.submit(PendingWrite.of(0, ChangeRecorder(), None, deletes),
                                  lambda result, wait_ns, batch_id: None)
         return len(deletes) // 2

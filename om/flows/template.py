@@ -80,8 +80,9 @@ from om.gatekeeper.managed_index import ManagedIndex
 from om.gatekeeper.retry_cache import StoredReply
 from om.observe.audit import AuditSink, NoAudit
 from om.observe.metrics import NodeMetrics
-from om.observe.tracing import TraceSink
+from om.observe.tracing import LineFormat, TraceSink
 from om.protocol import om_pb2
+from om.protocol.status_names import status_name
 from om.schema.fingerprint import fingerprint, same_request
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView, SnapshotViews
@@ -89,6 +90,10 @@ from om.schema.read_view import ReadView, SnapshotViews
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
 SWEEP_TICK_S = 1.0  # how often the retry-cache sweeper looks at this node's role
+# docs/TRACES.md, server_request: the fields after the node, in the order _emit passes them
+SERVER_REQUEST_FIELDS = (("t_ns", int), ("op", str), ("status", str), ("lock_wait_ns", int),
+                         ("execute_ns", int), ("batch_wait_ns", int), ("replicate_ns", int),
+                         ("apply_ns", int), ("reply_ns", int), ("batch_id", int))
 
 
 def wall_clock_ms() -> int:
@@ -238,6 +243,8 @@ class RequestService(abc.ABC):
         self._in_flight_max = in_flight_max
         self._retry_wait_s = retry_wait_s
         self._tracer = tracer
+        self._request_line = LineFormat("server_request", {"flow": tracer.flow, "node": node_id},
+                                        SERVER_REQUEST_FIELDS)
         self.clock_ms = clock_ms
         self._retry_cache_enabled = retry_cache_enabled
         self.managed_index = ManagedIndex(managed_index)
@@ -523,7 +530,7 @@ class RequestService(abc.ABC):
         """Counts, audits and traces one answered request, then answers it."""
         self._count(trace, response)
         if not trace.replayed:
-            audit_request(self._audit, request, peer, om_pb2.Status.Name(response.status),
+            audit_request(self._audit, request, peer, status_name(response.status),
                           response.message)
         self._emit(trace, response)
         if not answer.done():
@@ -567,7 +574,7 @@ class RequestService(abc.ABC):
 
     def _count(self, trace: Trace, response: om_pb2.OMResponse) -> None:
         requests = self.metrics.requests
-        requests.answered(trace.op, om_pb2.Status.Name(response.status),
+        requests.answered(trace.op, status_name(response.status),
                           (time.perf_counter_ns() - trace.started_ns) / 1e9)
         if trace.lock_wait_ns:
             requests.lock_wait.observe(trace.lock_wait_ns / 1e9)
@@ -608,13 +615,8 @@ class RequestService(abc.ABC):
     def _emit(self, trace: Trace, response: om_pb2.OMResponse) -> None:
         if not self._tracer.enabled:
             return
-        record: dict[str, Any] = {
-            "t_ns": trace.t_ns, "node": self.node_id, "op": trace.op,
-            "status": om_pb2.Status.Name(response.status),
-            "lock_wait_ns": trace.lock_wait_ns, "execute_ns": trace.execute_ns,
-            "batch_wait_ns": trace.batch_wait_ns, "replicate_ns": trace.replicate_ns,
-            "apply_ns": trace.apply_ns,
-            "reply_ns": (time.perf_counter_ns() - trace.settled_ns) if trace.settled_ns else 0,
-            "batch_id": trace.batch_id,
-        }
-        self._tracer.emit("server_request", record)
+        self._tracer.emit_line(self._request_line.line(
+            trace.t_ns, trace.op, status_name(response.status), trace.lock_wait_ns,
+            trace.execute_ns, trace.batch_wait_ns, trace.replicate_ns, trace.apply_ns,
+            (time.perf_counter_ns() - trace.settled_ns) if trace.settled_ns else 0,
+            trace.batch_id))

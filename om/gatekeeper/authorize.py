@@ -315,13 +315,14 @@ class _Rows:
 
     @cached_property
     def volume(self) -> om_pb2.VolumeInfo | None:
-        raw = self._view.get(om_pb2.VOLUME, tables.volume_key(self._need.volume))
-        return None if raw is None else om_pb2.VolumeInfo.FromString(raw)
+        return self._view.parsed(om_pb2.VOLUME, tables.volume_key(self._need.volume),
+                                 om_pb2.VolumeInfo.FromString)
 
     @cached_property
     def bucket(self) -> om_pb2.BucketInfo | None:
-        raw = self._view.get(om_pb2.BUCKET, tables.bucket_key(self._need.volume, self._need.bucket))
-        return None if raw is None else om_pb2.BucketInfo.FromString(raw)
+        return self._view.parsed(om_pb2.BUCKET,
+                                 tables.bucket_key(self._need.volume, self._need.bucket),
+                                 om_pb2.BucketInfo.FromString)
 
     @cached_property
     def key(self) -> om_pb2.KeyInfo | None:

@@ -106,19 +106,18 @@ def plan_fs(request: om_pb2.OMRequest, view: ReadView, key_name_max_bytes: int,
     body = getattr(request, field)
     if request.cmd_type == om_pb2.CreateKey and body.multipart_upload_id:
         return None   # a part: an open row keyed by a fresh id, no entry of the tree
-    raw = view.get(om_pb2.BUCKET, tables.bucket_key(body.volume, body.bucket))
-    if raw is None:
-        return None
-    bucket = om_pb2.BucketInfo.FromString(raw)
-    if not is_fso(bucket):
+    bucket = view.parsed(om_pb2.BUCKET, tables.bucket_key(body.volume, body.bucket),
+                         om_pb2.BucketInfo.FromString)
+    if bucket is None or not is_fso(bucket):
         return None
     if lock_plan == FSO_LOCK_BUCKET:
         return (bucket_lock(body.volume, body.bucket, Mode.WRITE),), {}
-    volume_raw = view.get(om_pb2.VOLUME, tables.volume_key(body.volume))
+    volume = view.parsed(om_pb2.VOLUME, tables.volume_key(body.volume),
+                         om_pb2.VolumeInfo.FromString)
     locks = [bucket_lock(body.volume, body.bucket, Mode.READ)]
-    if volume_raw is None:
+    if volume is None:
         return tuple(locks), {}
-    ids = ids_of(om_pb2.VolumeInfo.FromString(volume_raw), bucket)
+    ids = ids_of(volume, bucket)
     planned: dict[tuple[str, str, str], tuple[om_pb2.BucketInfo, Resolved]] = {}
     for name in names:
         path = getattr(body, name)

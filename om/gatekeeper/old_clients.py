@@ -78,7 +78,7 @@ from collections.abc import Callable
 from om.executor.errors import OMError
 from om.executor.fs import LAYOUTS
 from om.executor.registry import error_response
-from om.executor.rows import load_bucket
+from om.executor.rows import read_bucket
 from om.protocol import om_pb2
 from om.protocol.client_version import is_older
 from om.schema.read_view import ReadView
@@ -186,7 +186,7 @@ def pre_process_refusal(request: om_pb2.OMRequest, view: ReadView) -> OMError | 
     if named is None:
         return None
     try:
-        bucket = load_bucket(view, *named)
+        bucket = read_bucket(view, *named)
     except OMError as missing:
         return missing
     assert bucket.layout in LAYOUTS.values(), "om has no LEGACY layout"

@@ -116,6 +116,16 @@ def reply_row(view: ReadView, key: RetryKey, now_ms: int,
     return row
 
 
+def encode_reply(reply: om_pb2.ClientRequestReply) -> om_pb2.ReplyRow:
+    """The rows apply writes for a committed write's reply, keys and all: its
+    clientRequestReplyTable row and its clientRequestExpiryTable index row, at the
+    reply's (leader-fixed) time."""
+    return om_pb2.ReplyRow(key=tables.reply_key(reply.client_id, reply.call_id),
+                           row=reply.SerializeToString(deterministic=True),
+                           expiry_key=tables.expiry_key(reply.timestamp_ms, reply.client_id,
+                                                        reply.call_id))
+
+
 def expired_row_deletes(view: ReadView, now_ms: int, expiry_ms: int,
                         limit: int) -> list[om_pb2.TableOp]:
     """Deletes for up to ``limit`` retry-cache rows older than the expiry.

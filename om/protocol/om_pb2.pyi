@@ -305,13 +305,15 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     the leader proposes a verify entry through Raft
     """
     GetVerifyTrees: _Type.ValueType  # 2002
-    """any node: its Merkle trees at a verify position"""
-    ReadVerifyRange: _Type.ValueType  # 2003
-    """any node: rows of its checkpoint at that position"""
+    """any node: its digests (roots, levels) at a verify position"""
     MarkDiverged: _Type.ValueType  # 2004
     """a node outvoted at a position marks itself"""
     AuditReplica: _Type.ValueType  # 2005
     """any node: the report-only auditor over its store"""
+    ReadVerifyLeaves: _Type.ValueType  # 2014
+    """any node: rows of digest leaves in its checkpoint at a position"""
+    ScrubReplica: _Type.ValueType  # 2015
+    """any node: a scrub pass of its digests over its rows, now"""
     TransferLeadership: _Type.ValueType  # 2006
     """Not Ozone's request (Ozone's `ozone admin om transfer` goes through Ratis's
     admin API): the leader hands leadership to a caught-up follower.
@@ -416,13 +418,15 @@ outside the request flows.
 the leader proposes a verify entry through Raft
 """
 GetVerifyTrees: Type.ValueType  # 2002
-"""any node: its Merkle trees at a verify position"""
-ReadVerifyRange: Type.ValueType  # 2003
-"""any node: rows of its checkpoint at that position"""
+"""any node: its digests (roots, levels) at a verify position"""
 MarkDiverged: Type.ValueType  # 2004
 """a node outvoted at a position marks itself"""
 AuditReplica: Type.ValueType  # 2005
 """any node: the report-only auditor over its store"""
+ReadVerifyLeaves: Type.ValueType  # 2014
+"""any node: rows of digest leaves in its checkpoint at a position"""
+ScrubReplica: Type.ValueType  # 2015
+"""any node: a scrub pass of its digests over its rows, now"""
 TransferLeadership: Type.ValueType  # 2006
 """Not Ozone's request (Ozone's `ozone admin om transfer` goes through Ratis's
 admin API): the leader hands leadership to a caught-up follower.
@@ -589,6 +593,12 @@ class _TableEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Table.ValueType
     """multipartInfoTable: uploads in progress and their parts"""
     SNAPSHOT_INFO: _Table.ValueType  # 17
     """snapshotInfoTable: the OM snapshots of each bucket"""
+    DIGESTS: _Table.ValueType  # 18
+    """Not a data table: the replica's digests of the tables above (leaves, their
+    row index, the key and build state; om/statemachine/digests.py). Apply keeps it
+    in the same write batch as the rows; no batch op ever names it.
+    digestTable
+    """
 
 class Table(_Table, metaclass=_TableEnumTypeWrapper):
     """------------------------------------------------- replication (PersistDb) ---
@@ -633,6 +643,12 @@ MULTIPART_INFO: Table.ValueType  # 16
 """multipartInfoTable: uploads in progress and their parts"""
 SNAPSHOT_INFO: Table.ValueType  # 17
 """snapshotInfoTable: the OM snapshots of each bucket"""
+DIGESTS: Table.ValueType  # 18
+"""Not a data table: the replica's digests of the tables above (leaves, their
+row index, the key and build state; om/statemachine/digests.py). Apply keeps it
+in the same write batch as the rows; no batch op ever names it.
+digestTable
+"""
 Global___Table: _TypeAlias = Table  # noqa: Y015
 
 @_typing.final
@@ -2686,10 +2702,7 @@ class StartVerifyRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    ROWS_PER_S_FIELD_NUMBER: _builtins.int
     HALT_NODE_ID_FIELD_NUMBER: _builtins.int
-    rows_per_s: _builtins.int
-    """the trees' scan pace on every replica; 0: the default"""
     halt_node_id: _builtins.str
     """Repair: this node (marked diverged) stops right after applying the entry,
     so its database is exactly the state at the entry's position.
@@ -2697,12 +2710,11 @@ class StartVerifyRequest(_message.Message):
     def __init__(
         self,
         *,
-        rows_per_s: _builtins.int = ...,
         halt_node_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["halt_node_id", b"halt_node_id", "rows_per_s", b"rows_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["halt_node_id", b"halt_node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2713,169 +2725,165 @@ class GetVerifyTreesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POSITION_FIELD_NUMBER: _builtins.int
-    TABLES_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     """0: this node's latest verification"""
     @_builtins.property
-    def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Whose whole trees to return (one frame: fails once a tree outgrows the frame
-        limit; om admin verify asks by level instead). The roots always come.
-        """
-
-    @_builtins.property
-    def level(self) -> Global___TreeLevelQuery:
-        """a page of one tree's nodes at one level"""
+    def level(self) -> Global___DigestLevelQuery:
+        """a page of one table's digest tree at one level"""
 
     def __init__(
         self,
         *,
         position: _builtins.int = ...,
-        tables: _abc.Iterable[_builtins.str] | None = ...,
-        level: Global___TreeLevelQuery | None = ...,
+        level: Global___DigestLevelQuery | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["level", b"level"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "position", b"position", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetVerifyTreesRequest: _TypeAlias = GetVerifyTreesRequest  # noqa: Y015
 
 @_typing.final
-class TreeLevelQuery(_message.Message):
-    """The nodes of one level of a table's tree whose start lies in [start, end), a
-    page at a time: a verifier reads the top level, then one level down only
-    under the nodes that differ, so no message grows with the table.
+class DigestLevelQuery(_message.Message):
+    """The nodes of one level of a table's digest tree (om/integrity/digest_tree.py)
+    below the given nodes of the level above: every differing subtree of a level
+    in one request. A tool reads the roots, then one level down only under the
+    nodes that differ, so no message grows with the table.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
-    START_FIELD_NUMBER: _builtins.int
-    END_FIELD_NUMBER: _builtins.int
-    START_AFTER_FIELD_NUMBER: _builtins.int
-    MAX_NODES_FIELD_NUMBER: _builtins.int
+    PARENTS_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     level: _builtins.int
-    """0: leaves; at or above the root's level: the root"""
-    start: _builtins.bytes
-    end: _builtins.bytes
-    """absent: to the table's end"""
-    start_after: _builtins.bytes
-    """paging: only nodes starting after this key"""
-    max_nodes: _builtins.int
-    """0: the server's page size"""
+    """the level asked for (0: leaves), below the root's"""
+    @_builtins.property
+    def parents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """nodes of level + 1, ascending; at most 256 a request"""
+
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
         level: _builtins.int = ...,
-        start: _builtins.bytes = ...,
-        end: _builtins.bytes | None = ...,
-        start_after: _builtins.bytes | None = ...,
-        max_nodes: _builtins.int = ...,
+        parents: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "start_after", b"start_after"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "level", b"level", "max_nodes", b"max_nodes", "start", b"start", "start_after", b"start_after", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "parents", b"parents", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__end: _TypeAlias = _typing.Literal["end"]  # noqa: Y015
-    _WhichOneofArgType__end: _TypeAlias = _typing.Literal["_end", b"_end"]  # noqa: Y015
-    _WhichOneofReturnType__start_after: _TypeAlias = _typing.Literal["start_after"]  # noqa: Y015
-    _WhichOneofArgType__start_after: _TypeAlias = _typing.Literal["_start_after", b"_start_after"]  # noqa: Y015
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__end) -> _WhichOneofReturnType__end | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_after) -> _WhichOneofReturnType__start_after | None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___TreeLevelQuery: _TypeAlias = TreeLevelQuery  # noqa: Y015
+Global___DigestLevelQuery: _TypeAlias = DigestLevelQuery  # noqa: Y015
 
 @_typing.final
-class TreeLevelPage(_message.Message):
+class DigestNode(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    SUM_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """its position in its level"""
+    sum: _builtins.bytes
+    """32 bytes: its rows' digests summed modulo 2^256"""
+    rows: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        sum: _builtins.bytes = ...,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "rows", b"rows", "sum", b"sum"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DigestNode: _TypeAlias = DigestNode  # noqa: Y015
+
+@_typing.final
+class DigestLevelPage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLE_FIELD_NUMBER: _builtins.int
-    DEPTH_FIELD_NUMBER: _builtins.int
-    ROOT_FIELD_NUMBER: _builtins.int
-    ROWS_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
-    TRUNCATED_FIELD_NUMBER: _builtins.int
     table: _builtins.str
-    depth: _builtins.int
-    """the root's level"""
-    root: _builtins.bytes
-    rows: _builtins.int
-    """the table's rows"""
-    truncated: _builtins.bool
-    """more nodes follow: ask again after the last start"""
+    level: _builtins.int
     @_builtins.property
-    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MerkleNode]:
-        """in key order, with their level"""
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___DigestNode]:
+        """the non-empty children of the parents, ascending"""
 
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
-        depth: _builtins.int = ...,
-        root: _builtins.bytes = ...,
-        rows: _builtins.int = ...,
-        nodes: _abc.Iterable[Global___MerkleNode] | None = ...,
-        truncated: _builtins.bool = ...,
+        level: _builtins.int = ...,
+        nodes: _abc.Iterable[Global___DigestNode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["depth", b"depth", "nodes", b"nodes", "root", b"root", "rows", b"rows", "table", b"table", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "nodes", b"nodes", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___TreeLevelPage: _TypeAlias = TreeLevelPage  # noqa: Y015
+Global___DigestLevelPage: _TypeAlias = DigestLevelPage  # noqa: Y015
 
 @_typing.final
-class ReadVerifyRangeRequest(_message.Message):
+class ReadVerifyLeavesRequest(_message.Message):
+    """The rows of digest leaves in a verification's checkpoint, found through the
+    leaves' row index: each with its digest, and its value when asked.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     POSITION_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
-    START_FIELD_NUMBER: _builtins.int
-    END_FIELD_NUMBER: _builtins.int
-    START_AFTER_FIELD_NUMBER: _builtins.int
+    LEAVES_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    AFTER_LEAF_FIELD_NUMBER: _builtins.int
+    AFTER_KEY_FIELD_NUMBER: _builtins.int
     MAX_ROWS_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     table: _builtins.str
-    start: _builtins.bytes
-    """the range is [start, end)"""
-    end: _builtins.bytes
-    """absent: to the table's end"""
-    start_after: _builtins.bytes
-    """paging: only keys after this one"""
+    values: _builtins.bool
+    """also each row's value (administrators only)"""
+    after_leaf: _builtins.int
+    """paging: continue after this (leaf, key)"""
+    after_key: _builtins.bytes
     max_rows: _builtins.int
     """0: the server's page size"""
+    @_builtins.property
+    def leaves(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """ascending"""
+
     def __init__(
         self,
         *,
         position: _builtins.int = ...,
         table: _builtins.str = ...,
-        start: _builtins.bytes = ...,
-        end: _builtins.bytes | None = ...,
-        start_after: _builtins.bytes | None = ...,
+        leaves: _abc.Iterable[_builtins.int] | None = ...,
+        values: _builtins.bool = ...,
+        after_leaf: _builtins.int | None = ...,
+        after_key: _builtins.bytes = ...,
         max_rows: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "start_after", b"start_after"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after_leaf", b"_after_leaf", "after_leaf", b"after_leaf"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_end", b"_end", "_start_after", b"_start_after", "end", b"end", "max_rows", b"max_rows", "position", b"position", "start", b"start", "start_after", b"start_after", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after_leaf", b"_after_leaf", "after_key", b"after_key", "after_leaf", b"after_leaf", "leaves", b"leaves", "max_rows", b"max_rows", "position", b"position", "table", b"table", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__end: _TypeAlias = _typing.Literal["end"]  # noqa: Y015
-    _WhichOneofArgType__end: _TypeAlias = _typing.Literal["_end", b"_end"]  # noqa: Y015
-    _WhichOneofReturnType__start_after: _TypeAlias = _typing.Literal["start_after"]  # noqa: Y015
-    _WhichOneofArgType__start_after: _TypeAlias = _typing.Literal["_start_after", b"_start_after"]  # noqa: Y015
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__end) -> _WhichOneofReturnType__end | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_after) -> _WhichOneofReturnType__start_after | None: ...
+    _WhichOneofReturnType__after_leaf: _TypeAlias = _typing.Literal["after_leaf"]  # noqa: Y015
+    _WhichOneofArgType__after_leaf: _TypeAlias = _typing.Literal["_after_leaf", b"_after_leaf"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after_leaf) -> _WhichOneofReturnType__after_leaf | None: ...
 
-Global___ReadVerifyRangeRequest: _TypeAlias = ReadVerifyRangeRequest  # noqa: Y015
+Global___ReadVerifyLeavesRequest: _TypeAlias = ReadVerifyLeavesRequest  # noqa: Y015
 
 @_typing.final
 class MarkDivergedRequest(_message.Message):
@@ -2922,6 +2930,26 @@ class MarkDivergedRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MarkDivergedRequest: _TypeAlias = MarkDivergedRequest  # noqa: Y015
+
+@_typing.final
+class ScrubReplicaRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_PER_S_FIELD_NUMBER: _builtins.int
+    rows_per_s: _builtins.int
+    """the pass's pace; 0: [verify] scrub_rows_per_s"""
+    def __init__(
+        self,
+        *,
+        rows_per_s: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_per_s", b"rows_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScrubReplicaRequest: _TypeAlias = ScrubReplicaRequest  # noqa: Y015
 
 @_typing.final
 class AuditReplicaRequest(_message.Message):
@@ -3597,7 +3625,8 @@ class OMRequest(_message.Message):
     GET_ACL_FIELD_NUMBER: _builtins.int
     START_VERIFY_FIELD_NUMBER: _builtins.int
     GET_VERIFY_TREES_FIELD_NUMBER: _builtins.int
-    READ_VERIFY_RANGE_FIELD_NUMBER: _builtins.int
+    READ_VERIFY_LEAVES_FIELD_NUMBER: _builtins.int
+    SCRUB_REPLICA_FIELD_NUMBER: _builtins.int
     MARK_DIVERGED_FIELD_NUMBER: _builtins.int
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
@@ -3751,7 +3780,9 @@ class OMRequest(_message.Message):
     @_builtins.property
     def get_verify_trees(self) -> Global___GetVerifyTreesRequest: ...
     @_builtins.property
-    def read_verify_range(self) -> Global___ReadVerifyRangeRequest: ...
+    def read_verify_leaves(self) -> Global___ReadVerifyLeavesRequest: ...
+    @_builtins.property
+    def scrub_replica(self) -> Global___ScrubReplicaRequest: ...
     @_builtins.property
     def mark_diverged(self) -> Global___MarkDivergedRequest: ...
     @_builtins.property
@@ -3836,7 +3867,8 @@ class OMRequest(_message.Message):
         get_acl: Global___GetAclRequest | None = ...,
         start_verify: Global___StartVerifyRequest | None = ...,
         get_verify_trees: Global___GetVerifyTreesRequest | None = ...,
-        read_verify_range: Global___ReadVerifyRangeRequest | None = ...,
+        read_verify_leaves: Global___ReadVerifyLeavesRequest | None = ...,
+        scrub_replica: Global___ScrubReplicaRequest | None = ...,
         mark_diverged: Global___MarkDivergedRequest | None = ...,
         audit_replica: Global___AuditReplicaRequest | None = ...,
         transfer_leadership: Global___TransferLeadershipRequest | None = ...,
@@ -3848,11 +3880,11 @@ class OMRequest(_message.Message):
         flow_status: Global___FlowStatusRequest | None = ...,
         fetch_checkpoint_file: Global___FetchCheckpointFileRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_leaves", b"read_verify_leaves", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "scrub_replica", b"scrub_replica", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "client_version", b"client_version", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "client_id", b"client_id", "client_version", b"client_version", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "groups", b"groups", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "local_read", b"local_read", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_leaves", b"read_verify_leaves", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "scrub_replica", b"scrub_replica", "secret_key_candidate", b"secret_key_candidate", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "token", b"token", "trace_id", b"trace_id", "transfer_leadership", b"transfer_leadership", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status", "fetch_checkpoint_file"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_leaves", "scrub_replica", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status", "fetch_checkpoint_file"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -5345,43 +5377,39 @@ class GetVerifyTreesResponse(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     ROOTS_FIELD_NUMBER: _builtins.int
-    SALT_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
     LEAF_BITS_FIELD_NUMBER: _builtins.int
     FANOUT_BITS_FIELD_NUMBER: _builtins.int
-    TREES_FIELD_NUMBER: _builtins.int
     COMPUTE_S_FIELD_NUMBER: _builtins.int
     REPLICA_STATE_FIELD_NUMBER: _builtins.int
-    LEVEL_PAGE_FIELD_NUMBER: _builtins.int
     ROWS_SCANNED_FIELD_NUMBER: _builtins.int
     ROWS_TOTAL_FIELD_NUMBER: _builtins.int
+    LEVEL_PAGE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     position: _builtins.int
     term: _builtins.int
     state: Global___VerifyState.ValueType
     detail: _builtins.str
-    salt: _builtins.bytes
-    """the trees' parameters (equal on every replica)"""
+    key_id: _builtins.bytes
+    """names the digest key (equal on every replica)"""
     leaf_bits: _builtins.int
+    """the digest tree's shape (the store's)"""
     fanout_bits: _builtins.int
     compute_s: _builtins.float
-    """how long computing the trees took"""
+    """how long reading the digests at the position took"""
     replica_state: _builtins.str
     """as NodeInfo.replica_state"""
     rows_scanned: _builtins.int
-    """Progress of VERIFY_COMPUTING: rows hashed so far, and the checkpoint's rows
-    (RocksDB's estimate; 0: unknown). A tool waits as long as rows_scanned grows.
+    """While this node's digests are being built (an upgraded store): rows covered so
+    far, and the store's estimated rows.
     """
     rows_total: _builtins.int
     @_builtins.property
     def roots(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRoot]:
-        """with VERIFY_DONE"""
+        """with VERIFY_DONE: each table's digest (sum, rows)"""
 
     @_builtins.property
-    def trees(self) -> Global___TableTrees:
-        """the requested tables' whole trees"""
-
-    @_builtins.property
-    def level_page(self) -> Global___TreeLevelPage:
+    def level_page(self) -> Global___DigestLevelPage:
         """the answer to GetVerifyTreesRequest.level"""
 
     def __init__(
@@ -5393,62 +5421,69 @@ class GetVerifyTreesResponse(_message.Message):
         state: Global___VerifyState.ValueType = ...,
         detail: _builtins.str = ...,
         roots: _abc.Iterable[Global___TableRoot] | None = ...,
-        salt: _builtins.bytes = ...,
+        key_id: _builtins.bytes = ...,
         leaf_bits: _builtins.int = ...,
         fanout_bits: _builtins.int = ...,
-        trees: Global___TableTrees | None = ...,
         compute_s: _builtins.float = ...,
         replica_state: _builtins.str = ...,
-        level_page: Global___TreeLevelPage | None = ...,
         rows_scanned: _builtins.int = ...,
         rows_total: _builtins.int = ...,
+        level_page: Global___DigestLevelPage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["level_page", b"level_page", "trees", b"trees"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["level_page", b"level_page"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_s", b"compute_s", "detail", b"detail", "fanout_bits", b"fanout_bits", "leaf_bits", b"leaf_bits", "level_page", b"level_page", "node_id", b"node_id", "position", b"position", "replica_state", b"replica_state", "roots", b"roots", "rows_scanned", b"rows_scanned", "rows_total", b"rows_total", "salt", b"salt", "state", b"state", "term", b"term", "trees", b"trees"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_s", b"compute_s", "detail", b"detail", "fanout_bits", b"fanout_bits", "key_id", b"key_id", "leaf_bits", b"leaf_bits", "level_page", b"level_page", "node_id", b"node_id", "position", b"position", "replica_state", b"replica_state", "roots", b"roots", "rows_scanned", b"rows_scanned", "rows_total", b"rows_total", "state", b"state", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetVerifyTreesResponse: _TypeAlias = GetVerifyTreesResponse  # noqa: Y015
 
 @_typing.final
-class RangeRow(_message.Message):
+class LeafRow(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    LEAF_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
+    leaf: _builtins.int
     key: _builtins.bytes
+    digest: _builtins.bytes
+    """32 bytes: the row's digest"""
     value: _builtins.bytes
+    """when asked for"""
     def __init__(
         self,
         *,
+        leaf: _builtins.int = ...,
         key: _builtins.bytes = ...,
+        digest: _builtins.bytes = ...,
         value: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "key", b"key", "leaf", b"leaf", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___RangeRow: _TypeAlias = RangeRow  # noqa: Y015
+Global___LeafRow: _TypeAlias = LeafRow  # noqa: Y015
 
 @_typing.final
-class ReadVerifyRangeResponse(_message.Message):
+class ReadVerifyLeavesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ROWS_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
     truncated: _builtins.bool
-    """more rows follow: ask again after the last key"""
+    """more rows follow: ask again after the last one"""
     @_builtins.property
-    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeRow]:
-        """in key order"""
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeafRow]:
+        """by leaf, then by key"""
 
     def __init__(
         self,
         *,
-        rows: _abc.Iterable[Global___RangeRow] | None = ...,
+        rows: _abc.Iterable[Global___LeafRow] | None = ...,
         truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -5457,7 +5492,7 @@ class ReadVerifyRangeResponse(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ReadVerifyRangeResponse: _TypeAlias = ReadVerifyRangeResponse  # noqa: Y015
+Global___ReadVerifyLeavesResponse: _TypeAlias = ReadVerifyLeavesResponse  # noqa: Y015
 
 @_typing.final
 class MarkDivergedResponse(_message.Message):
@@ -5480,6 +5515,84 @@ class MarkDivergedResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MarkDivergedResponse: _TypeAlias = MarkDivergedResponse  # noqa: Y015
+
+@_typing.final
+class DigestDrift(_message.Message):
+    """A leaf whose maintained digest differs from its rows (om/integrity/scrub.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    LEAF_FIELD_NUMBER: _builtins.int
+    RECORDED_FIELD_NUMBER: _builtins.int
+    COMPUTED_FIELD_NUMBER: _builtins.int
+    INDEX_ROWS_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    leaf: _builtins.int
+    recorded: _builtins.bytes
+    """the maintained digest (sum, then rows)"""
+    computed: _builtins.bytes
+    """the digest of the leaf's rows"""
+    index_rows: _builtins.int
+    """entries of the leaf's row index"""
+    rows: _builtins.int
+    """the leaf's rows the scan found"""
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        leaf: _builtins.int = ...,
+        recorded: _builtins.bytes = ...,
+        computed: _builtins.bytes = ...,
+        index_rows: _builtins.int = ...,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["computed", b"computed", "index_rows", b"index_rows", "leaf", b"leaf", "recorded", b"recorded", "rows", b"rows", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DigestDrift: _TypeAlias = DigestDrift  # noqa: Y015
+
+@_typing.final
+class ScrubReplicaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    LEAVES_FIELD_NUMBER: _builtins.int
+    DRIFT_FIELD_NUMBER: _builtins.int
+    DURATION_S_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    position: _builtins.int
+    """the log position the pass read"""
+    rows: _builtins.int
+    leaves: _builtins.int
+    duration_s: _builtins.float
+    @_builtins.property
+    def drift(self) -> _containers.RepeatedCompositeFieldContainer[Global___DigestDrift]:
+        """found, then recomputed from the rows"""
+
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        position: _builtins.int = ...,
+        rows: _builtins.int = ...,
+        leaves: _builtins.int = ...,
+        drift: _abc.Iterable[Global___DigestDrift] | None = ...,
+        duration_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drift", b"drift", "duration_s", b"duration_s", "leaves", b"leaves", "node_id", b"node_id", "position", b"position", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScrubReplicaResponse: _TypeAlias = ScrubReplicaResponse  # noqa: Y015
 
 @_typing.final
 class AuditViolation(_message.Message):
@@ -5659,7 +5772,8 @@ class OMResponse(_message.Message):
     GET_ACL_FIELD_NUMBER: _builtins.int
     START_VERIFY_FIELD_NUMBER: _builtins.int
     GET_VERIFY_TREES_FIELD_NUMBER: _builtins.int
-    READ_VERIFY_RANGE_FIELD_NUMBER: _builtins.int
+    READ_VERIFY_LEAVES_FIELD_NUMBER: _builtins.int
+    SCRUB_REPLICA_FIELD_NUMBER: _builtins.int
     MARK_DIVERGED_FIELD_NUMBER: _builtins.int
     AUDIT_REPLICA_FIELD_NUMBER: _builtins.int
     TRANSFER_LEADERSHIP_FIELD_NUMBER: _builtins.int
@@ -5782,7 +5896,9 @@ class OMResponse(_message.Message):
     @_builtins.property
     def get_verify_trees(self) -> Global___GetVerifyTreesResponse: ...
     @_builtins.property
-    def read_verify_range(self) -> Global___ReadVerifyRangeResponse: ...
+    def read_verify_leaves(self) -> Global___ReadVerifyLeavesResponse: ...
+    @_builtins.property
+    def scrub_replica(self) -> Global___ScrubReplicaResponse: ...
     @_builtins.property
     def mark_diverged(self) -> Global___MarkDivergedResponse: ...
     @_builtins.property
@@ -5863,7 +5979,8 @@ class OMResponse(_message.Message):
         get_acl: Global___GetAclResponse | None = ...,
         start_verify: Global___StartVerifyResponse | None = ...,
         get_verify_trees: Global___GetVerifyTreesResponse | None = ...,
-        read_verify_range: Global___ReadVerifyRangeResponse | None = ...,
+        read_verify_leaves: Global___ReadVerifyLeavesResponse | None = ...,
+        scrub_replica: Global___ScrubReplicaResponse | None = ...,
         mark_diverged: Global___MarkDivergedResponse | None = ...,
         audit_replica: Global___AuditReplicaResponse | None = ...,
         transfer_leadership: Global___TransferLeadershipResponse | None = ...,
@@ -5875,11 +5992,11 @@ class OMResponse(_message.Message):
         flow_status: Global___FlowStatusResponse | None = ...,
         fetch_checkpoint_file: Global___FetchCheckpointFileResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_leaves", b"read_verify_leaves", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "scrub_replica", b"scrub_replica", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_range", b"read_verify_range", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_expired_multipart_uploads", b"abort_expired_multipart_uploads", "abort_multipart_upload", b"abort_multipart_upload", "add_acl", b"add_acl", "add_user_certificate", b"add_user_certificate", "audit_replica", b"audit_replica", "body", b"body", "call_id", b"call_id", "cancel_delegation_token", b"cancel_delegation_token", "cancel_prepare", b"cancel_prepare", "change_membership", b"change_membership", "cmd_type", b"cmd_type", "commit_key", b"commit_key", "commit_multipart_upload", b"commit_multipart_upload", "complete_multipart_upload", b"complete_multipart_upload", "create_bucket", b"create_bucket", "create_directory", b"create_directory", "create_file", b"create_file", "create_key", b"create_key", "create_snapshot", b"create_snapshot", "create_volume", b"create_volume", "delete_bucket", b"delete_bucket", "delete_key", b"delete_key", "delete_open_keys", b"delete_open_keys", "delete_snapshot", b"delete_snapshot", "delete_volume", b"delete_volume", "fetch_checkpoint_file", b"fetch_checkpoint_file", "finalize_upgrade", b"finalize_upgrade", "finalize_upgrade_progress", b"finalize_upgrade_progress", "flow_status", b"flow_status", "get_acl", b"get_acl", "get_delegation_token", b"get_delegation_token", "get_file_status", b"get_file_status", "get_snapshot_info", b"get_snapshot_info", "get_verify_trees", b"get_verify_trees", "info_bucket", b"info_bucket", "info_volume", b"info_volume", "initiate_multipart_upload", b"initiate_multipart_upload", "leader_address", b"leader_address", "leader_node_id", b"leader_node_id", "list_buckets", b"list_buckets", "list_keys", b"list_keys", "list_multipart_upload_parts", b"list_multipart_upload_parts", "list_multipart_uploads", b"list_multipart_uploads", "list_snapshot", b"list_snapshot", "list_status", b"list_status", "list_user_certificates", b"list_user_certificates", "list_volume", b"list_volume", "lookup_file", b"lookup_file", "lookup_key", b"lookup_key", "mark_diverged", b"mark_diverged", "message", b"message", "prepare", b"prepare", "prepare_status", b"prepare_status", "purge_directories", b"purge_directories", "purge_keys", b"purge_keys", "read_verify_leaves", b"read_verify_leaves", "remove_acl", b"remove_acl", "rename_key", b"rename_key", "renew_delegation_token", b"renew_delegation_token", "revoke_user_certificates", b"revoke_user_certificates", "scrub_replica", b"scrub_replica", "service_list", b"service_list", "set_acl", b"set_acl", "set_bucket_property", b"set_bucket_property", "set_flows", b"set_flows", "set_volume_property", b"set_volume_property", "snapshot_diff", b"snapshot_diff", "start_verify", b"start_verify", "status", b"status", "transfer_leadership", b"transfer_leadership"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_range", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status", "fetch_checkpoint_file"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["create_volume", "set_volume_property", "info_volume", "delete_volume", "list_volume", "create_bucket", "info_bucket", "set_bucket_property", "delete_bucket", "list_buckets", "create_key", "lookup_key", "rename_key", "delete_key", "list_keys", "commit_key", "initiate_multipart_upload", "commit_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "list_multipart_upload_parts", "service_list", "finalize_upgrade", "finalize_upgrade_progress", "prepare", "prepare_status", "cancel_prepare", "get_delegation_token", "renew_delegation_token", "cancel_delegation_token", "get_file_status", "create_directory", "create_file", "lookup_file", "list_status", "purge_directories", "purge_keys", "list_multipart_uploads", "abort_expired_multipart_uploads", "create_snapshot", "list_snapshot", "snapshot_diff", "delete_snapshot", "get_snapshot_info", "delete_open_keys", "add_acl", "remove_acl", "set_acl", "get_acl", "start_verify", "get_verify_trees", "read_verify_leaves", "scrub_replica", "mark_diverged", "audit_replica", "transfer_leadership", "change_membership", "add_user_certificate", "revoke_user_certificates", "list_user_certificates", "set_flows", "flow_status", "fetch_checkpoint_file"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -5966,7 +6083,7 @@ class ClientRequestReply(_message.Message):
     client_id: _builtins.str
     call_id: _builtins.int
     timestamp_ms: _builtins.int
-    """the batch's (replicated) time"""
+    """the leader's time when it executed the write (replicated)"""
     response: _builtins.bytes
     """a serialized OMResponse"""
     fingerprint: _builtins.bytes
@@ -5991,9 +6108,46 @@ class ClientRequestReply(_message.Message):
 Global___ClientRequestReply: _TypeAlias = ClientRequestReply  # noqa: Y015
 
 @_typing.final
+class ReplyRow(_message.Message):
+    """A write's retry-cache rows, encoded by the leader as it executed the write:
+    apply puts them as they are (no decoding, no key building on any node).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    ROW_FIELD_NUMBER: _builtins.int
+    EXPIRY_KEY_FIELD_NUMBER: _builtins.int
+    key: _builtins.bytes
+    """clientRequestReplyTable key (om.schema.tables.reply_key)"""
+    row: _builtins.bytes
+    """a serialized ClientRequestReply"""
+    expiry_key: _builtins.bytes
+    """clientRequestExpiryTable key (tables.expiry_key)"""
+    def __init__(
+        self,
+        *,
+        key: _builtins.bytes = ...,
+        row: _builtins.bytes = ...,
+        expiry_key: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expiry_key", b"expiry_key", "key", b"key", "row", b"row"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplyRow: _TypeAlias = ReplyRow  # noqa: Y015
+
+@_typing.final
 class PersistDbBatch(_message.Message):
     """One replicated log entry of the leader flow: the changes of many
     requests, applied by every node in one RocksDB write batch.
+
+    The leader encodes each write's part (its ops, quota deltas and reply rows)
+    when it executes it, and seals a batch by concatenating those parts after
+    the header fields (om/executor/batcher.py): protobuf parses concatenated
+    messages as one, repeated fields in order.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -6009,6 +6163,7 @@ class PersistDbBatch(_message.Message):
     REQUEST_COUNT_FIELD_NUMBER: _builtins.int
     TERM_FIELD_NUMBER: _builtins.int
     VERIFY_FIELD_NUMBER: _builtins.int
+    REPLY_ROWS_FIELD_NUMBER: _builtins.int
     batch_id: _builtins.int
     """leader-local sequence, for traces"""
     timestamp_ms: _builtins.int
@@ -6028,7 +6183,9 @@ class PersistDbBatch(_message.Message):
     @_builtins.property
     def quota_deltas(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuotaDelta]: ...
     @_builtins.property
-    def replies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientRequestReply]: ...
+    def replies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientRequestReply]:
+        """earlier versions' entries; now reply_rows"""
+
     @_builtins.property
     def retry_expiry(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableOp]:
         """retry-cache rows the leader expires"""
@@ -6039,6 +6196,8 @@ class PersistDbBatch(_message.Message):
         its store at this entry's position and computes its trees from there.
         """
 
+    @_builtins.property
+    def reply_rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplyRow]: ...
     def __init__(
         self,
         *,
@@ -6053,10 +6212,11 @@ class PersistDbBatch(_message.Message):
         request_count: _builtins.int = ...,
         term: _builtins.int = ...,
         verify: Global___VerifyMarker | None = ...,
+        reply_rows: _abc.Iterable[Global___ReplyRow] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["verify", b"verify"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "leader_id", b"leader_id", "managed_index", b"managed_index", "ops", b"ops", "quota_deltas", b"quota_deltas", "replies", b"replies", "request_count", b"request_count", "retry_expiry", b"retry_expiry", "term", b"term", "timestamp_ms", b"timestamp_ms", "verify", b"verify"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "leader_id", b"leader_id", "managed_index", b"managed_index", "ops", b"ops", "quota_deltas", b"quota_deltas", "replies", b"replies", "reply_rows", b"reply_rows", "request_count", b"request_count", "retry_expiry", b"retry_expiry", "term", b"term", "timestamp_ms", b"timestamp_ms", "verify", b"verify"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -6069,34 +6229,71 @@ class VerifyMarker(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VERIFY_ID_FIELD_NUMBER: _builtins.int
-    ROWS_PER_S_FIELD_NUMBER: _builtins.int
     HALT_NODE_ID_FIELD_NUMBER: _builtins.int
-    LEAF_BITS_FIELD_NUMBER: _builtins.int
-    FANOUT_BITS_FIELD_NUMBER: _builtins.int
     verify_id: _builtins.bytes
-    """random, from the proposer: with the position, the salt"""
-    rows_per_s: _builtins.int
-    """the trees' scan pace"""
+    """random, from the proposer: tells verifications apart"""
     halt_node_id: _builtins.str
     """repair: that node halts right after this entry"""
-    leaf_bits: _builtins.int
-    fanout_bits: _builtins.int
     def __init__(
         self,
         *,
         verify_id: _builtins.bytes = ...,
-        rows_per_s: _builtins.int = ...,
         halt_node_id: _builtins.str = ...,
-        leaf_bits: _builtins.int = ...,
-        fanout_bits: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fanout_bits", b"fanout_bits", "halt_node_id", b"halt_node_id", "leaf_bits", b"leaf_bits", "rows_per_s", b"rows_per_s", "verify_id", b"verify_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["halt_node_id", b"halt_node_id", "verify_id", b"verify_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyMarker: _TypeAlias = VerifyMarker  # noqa: Y015
+
+@_typing.final
+class DigestMeta(_message.Message):
+    """digestTable["#META"]: the store's digest key, tree shape and build state
+    (om/statemachine/digests.py).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    LEAF_BITS_FIELD_NUMBER: _builtins.int
+    FANOUT_BITS_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
+    BUILD_TABLE_FIELD_NUMBER: _builtins.int
+    BUILD_AFTER_FIELD_NUMBER: _builtins.int
+    key: _builtins.bytes
+    """keys leaf assignment and row digests (per cluster)"""
+    leaf_bits: _builtins.int
+    """2^leaf_bits leaves a table"""
+    fanout_bits: _builtins.int
+    """each level up groups 2^fanout_bits nodes"""
+    complete: _builtins.bool
+    """every row of every table is covered"""
+    build_table: Global___Table.ValueType
+    """While building: every table below build_table is covered, and of build_table
+    the keys up to build_after (none yet when absent).
+    """
+    build_after: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        key: _builtins.bytes = ...,
+        leaf_bits: _builtins.int = ...,
+        fanout_bits: _builtins.int = ...,
+        complete: _builtins.bool = ...,
+        build_table: Global___Table.ValueType = ...,
+        build_after: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_build_after", b"_build_after", "build_after", b"build_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_build_after", b"_build_after", "build_after", b"build_after", "build_table", b"build_table", "complete", b"complete", "fanout_bits", b"fanout_bits", "key", b"key", "leaf_bits", b"leaf_bits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__build_after: _TypeAlias = _typing.Literal["build_after"]  # noqa: Y015
+    _WhichOneofArgType__build_after: _TypeAlias = _typing.Literal["_build_after", b"_build_after"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__build_after) -> _WhichOneofReturnType__build_after | None: ...
+
+Global___DigestMeta: _TypeAlias = DigestMeta  # noqa: Y015
 
 @_typing.final
 class TransactionInfo(_message.Message):
@@ -6177,123 +6374,3 @@ class ReplicatedRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicatedRequest: _TypeAlias = ReplicatedRequest  # noqa: Y015
-
-@_typing.final
-class MerkleNode(_message.Message):
-    """------------------------------------------------- integrity (verify) ---
-    Merkle trees of a replica's tables at one log position (om/integrity/merkle.py
-    says how they are laid out). Only the leaves travel: the internal nodes are
-    recomputed from them, and the recomputed root must equal `root`.
-
-    One leaf: the rows whose keys lie in [start, the next leaf's start).
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    START_FIELD_NUMBER: _builtins.int
-    HASH_FIELD_NUMBER: _builtins.int
-    ROWS_FIELD_NUMBER: _builtins.int
-    LEVEL_FIELD_NUMBER: _builtins.int
-    start: _builtins.bytes
-    """the first key of the range (empty: the table's start)"""
-    hash: _builtins.bytes
-    """SHA-256 over the range's length-prefixed rows"""
-    rows: _builtins.int
-    """how many rows the range holds"""
-    level: _builtins.int
-    """in a TreeLevelPage (0: a leaf); unset in a MerkleTree"""
-    def __init__(
-        self,
-        *,
-        start: _builtins.bytes = ...,
-        hash: _builtins.bytes = ...,
-        rows: _builtins.int = ...,
-        level: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hash", b"hash", "level", b"level", "rows", b"rows", "start", b"start"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___MerkleNode: _TypeAlias = MerkleNode  # noqa: Y015
-
-@_typing.final
-class MerkleTree(_message.Message):
-    """The tree of one table."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    TABLE_FIELD_NUMBER: _builtins.int
-    ROOT_FIELD_NUMBER: _builtins.int
-    SALT_FIELD_NUMBER: _builtins.int
-    LEAF_BITS_FIELD_NUMBER: _builtins.int
-    FANOUT_BITS_FIELD_NUMBER: _builtins.int
-    ROWS_FIELD_NUMBER: _builtins.int
-    LEAVES_FIELD_NUMBER: _builtins.int
-    table: _builtins.str
-    """column family name, e.g. "keyTable" """
-    root: _builtins.bytes
-    salt: _builtins.bytes
-    """mixed into the boundary hash; equal across replicas"""
-    leaf_bits: _builtins.int
-    """a key starts a leaf with probability 2^-leaf_bits"""
-    fanout_bits: _builtins.int
-    """each level up is 2^fanout_bits times sparser"""
-    rows: _builtins.int
-    @_builtins.property
-    def leaves(self) -> _containers.RepeatedCompositeFieldContainer[Global___MerkleNode]:
-        """in key order; the first starts at the empty key"""
-
-    def __init__(
-        self,
-        *,
-        table: _builtins.str = ...,
-        root: _builtins.bytes = ...,
-        salt: _builtins.bytes = ...,
-        leaf_bits: _builtins.int = ...,
-        fanout_bits: _builtins.int = ...,
-        rows: _builtins.int = ...,
-        leaves: _abc.Iterable[Global___MerkleNode] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fanout_bits", b"fanout_bits", "leaf_bits", b"leaf_bits", "leaves", b"leaves", "root", b"root", "rows", b"rows", "salt", b"salt", "table", b"table"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___MerkleTree: _TypeAlias = MerkleTree  # noqa: Y015
-
-@_typing.final
-class TableTrees(_message.Message):
-    """Every table's tree, as one replica computed them at one log position; also
-    the file persisted beside the database.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    APPLIED_INDEX_FIELD_NUMBER: _builtins.int
-    TERM_FIELD_NUMBER: _builtins.int
-    TREES_FIELD_NUMBER: _builtins.int
-    applied_index: _builtins.int
-    """the log position the trees describe"""
-    term: _builtins.int
-    """the term of that position's entry"""
-    @_builtins.property
-    def trees(self) -> _containers.RepeatedCompositeFieldContainer[Global___MerkleTree]:
-        """in table name order"""
-
-    def __init__(
-        self,
-        *,
-        applied_index: _builtins.int = ...,
-        term: _builtins.int = ...,
-        trees: _abc.Iterable[Global___MerkleTree] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "term", b"term", "trees", b"trees"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___TableTrees: _TypeAlias = TableTrees  # noqa: Y015

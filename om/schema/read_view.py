@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from om.schema.tables import TableId
+
+Parsed = TypeVar("Parsed")
 
 
 class ReadView(Protocol):
@@ -20,6 +23,24 @@ class ReadView(Protocol):
         """Up to ``limit`` rows whose key starts with ``prefix``, in key order,
         beginning after ``start_after`` (exclusive) when given."""
         ...
+
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        """The row parsed by ``parse`` (always the same ``parse`` for a table), or None.
+
+        The result may be shared with every other caller until the row changes (the
+        store keeps the rows the request path reads on every write, a volume's, a
+        bucket's, the upgrade rows, parsed: ``om.statemachine.store``): never mutate
+        it; copy it to change it. Views without a cache parse each time
+        (``parse_row``)."""
+        ...
+
+
+def parse_row(view: ReadView, table: TableId, key: bytes,
+              parse: Callable[[bytes], Parsed]) -> Parsed | None:
+    """``ReadView.parsed`` for a view that keeps no parsed rows: read, then parse."""
+    raw = view.get(table, key)
+    return None if raw is None else parse(raw)
 
 
 class SnapshotViews(Protocol):

@@ -14,6 +14,8 @@ Invariants:
   ``ozone.om.unflushed.transaction.max.count``); ``add`` blocks beyond that,
   which stalls apply, as Ozone's ``acquireUnFlushedTransactions`` does.
 * A failed flush stops the process (fail-stop), as in Ozone.
+* Each flush keeps the store's digests (``om.statemachine.digests``) in the same
+  write batch: the digests describe what RocksDB holds, as in the leader flow.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from om.protocol import om_pb2
 from om.schema import tables
+from om.statemachine.digests import Digests
 from om.statemachine.store import Store
 from om.statemachine.write_cache import Row, WriteCache
 
@@ -115,16 +118,21 @@ class DoubleBuffer:
                 self._condition.notify_all()
 
     def _flush(self, ready: list[Transaction]) -> None:
-        write = self._store.new_batch()
-        for transaction in ready:
-            for (table, key), value in transaction.writes:
-                if value is None:
-                    self._store.batch_delete(write, table, key)
-                else:
-                    self._store.batch_put(write, table, key, value)
-        self._store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
-                              ready[-1].info.SerializeToString(deterministic=True))
-        self._store.write(write)
+        store = self._store
+        with Digests.attach(store).changes() as digest:
+            write = store.new_batch()
+            for transaction in ready:
+                for (table, key), value in transaction.writes:
+                    if value is None:
+                        store.batch_delete(write, table, key)
+                        digest.delete(table, key)
+                    else:
+                        store.batch_put(write, table, key, value)
+                        digest.put(table, key, value)
+            info = ready[-1].info.SerializeToString(deterministic=True)
+            store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY, info)
+            digest.put(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY, info)
+            digest.write(write)
         self._cache.evict([(row, t.position) for t in ready for row, _ in t.writes])
         self.flushes += 1
         self.transactions += len(ready)

@@ -22,12 +22,18 @@ def encode_batch(batch: om_pb2.PersistDbBatch) -> bytes:
     return PERSIST_DB + batch.SerializeToString(deterministic=True)
 
 
+def encode_sealed(payload: bytes) -> bytes:
+    """A leader-flow log entry from a batch already encoded (``BatchBuilder.seal``)."""
+    return PERSIST_DB + payload
+
+
 def encode_verify(batch: om_pb2.PersistDbBatch) -> bytes:
     """A verify entry: an empty batch carrying the verify marker."""
     assert batch.HasField("verify"), "a verify entry carries its marker"
     assert not batch.ops, "a verify entry changes no row"
     assert not batch.quota_deltas, "a verify entry changes no row"
     assert not batch.replies, "a verify entry changes no row"
+    assert not batch.reply_rows, "a verify entry changes no row"
     assert not batch.retry_expiry, "a verify entry changes no row"
     return VERIFY + batch.SerializeToString(deterministic=True)
 

@@ -189,7 +189,9 @@ class ReplicatedStateMachine:
             updated = None if raw is None else add_usage(raw, delta)
             if updated is not None:
                 writes.append(((delta.table, delta.key), updated))
-        for reply in batch.replies:
+        for row in batch.reply_rows:
+            writes.extend(reply_rows(self.view, om_pb2.ClientRequestReply.FromString(row.row)))
+        for reply in batch.replies:     # entries an earlier version wrote
             writes.extend(reply_rows(self.view, reply))
         for op in batch.retry_expiry:
             assert op.delete

@@ -15,6 +15,9 @@ or the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from om.schema.read_view import Parsed
 from om.schema.tables import TableId
 from om.statemachine.store import Store
 
@@ -71,6 +74,14 @@ class CacheView:
         if cached:
             return value
         return self._store.get(table, key)
+
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        """A row the cache holds is parsed afresh; any other is the store's parsed row."""
+        cached, value = self._cache.lookup(table, key)
+        if cached:
+            return None if value is None else parse(value)
+        return self._store.parsed(table, key, parse)
 
     def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:

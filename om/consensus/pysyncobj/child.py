@@ -52,6 +52,7 @@ PARENT_SILENCE_S = 1.5
 TICK_S = 0.05
 JOURNAL_REPORT_S = 1.0     # how often the parent hears of journal sync times
 MATCH_REPORT_S = 0.25      # how often the parent hears of the followers' match indexes
+OWN_ENTRIES_MAX = 4096     # submitted entries remembered for apply_own (see _forward_apply)
 _CANDIDATE = 1
 _LEADER = 2
 
@@ -80,6 +81,8 @@ class Child:
         self._matches: dict[str, int] = {}
         self._members: list[str] = []
         self._closing = False
+        # entries the parent submitted and that have not committed, by their bytes
+        self._own: dict[bytes, int] = {}
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
         _, node, nodes, data_dir, settings, entry_bytes_max = setup
@@ -160,8 +163,13 @@ class Child:
     def _submit(self, request_id: int, entry: bytes) -> None:
         def callback(result: Any, reason: int) -> None:
             position = result[0].position if result is not None else 0
+            if result is None:
+                self._own.pop(entry, None)   # if it commits after all: sent whole
             self._send(("result", request_id, reason, position))
 
+        self._own[entry] = request_id
+        while len(self._own) > OWN_ENTRIES_MAX:
+            del self._own[next(iter(self._own))]   # the oldest: sent whole if it commits
         self.raft.submit(entry, callback)
 
     def _report_state(self) -> None:
@@ -218,7 +226,13 @@ class Child:
     # -- what Raft hands to the parent -----------------------------------------------------
 
     def _forward_apply(self, position: int, entry: bytes) -> Forwarded:
-        self._send(("apply", position, entry))
+        """Hands a committed entry to the parent: an entry the parent submitted by the
+        id it gave it (the parent keeps its bytes until the result), any other whole."""
+        own = self._own.pop(entry, None)
+        if own is None:
+            self._send(("apply", position, entry))
+        else:
+            self._send(("apply_own", position, own))
         return Forwarded(position)
 
     def serialize(self, tmp_file: str, raft_data: object) -> None:

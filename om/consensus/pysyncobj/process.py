@@ -17,7 +17,9 @@ The channel's messages (``om.protocol.channel`` frames them): parent to child,
 ``submit(request id, entry)``, ``keepalive()``, ``snapshot_written(error)``,
 ``snapshot_installed(raft data | error)``, ``catching_up(bool)``, ``close()``;
 child to parent, in the order the child produced them, ``apply(position,
-entry)`` for every committed entry, ``result(request id, reason, position)``
+entry)`` for every committed entry (``apply_own(position, request id)`` for one
+this node submitted: its bytes stay here, not sent back), ``result(request id,
+reason, position)``
 for every submitted one, ``state(...)`` when its role, term, leader or commit index changed,
 ``snapshot_write(tmp file, raft data)`` and ``snapshot_install(file)``
 (answered before the child goes on, as soon as the dump is read: the store's
@@ -105,6 +107,9 @@ class RaftProcessReplicator:
         self._on_child_exit = on_child_exit
         self._commit_timeout_s = commit_timeout_s
         self._requests: dict[int, asyncio.Future[tuple[Any, int]]] = {}
+        # what this node submitted, until the child's result: the child names a committed
+        # entry of ours by its id ("apply_own") instead of sending its bytes back
+        self._submitted: dict[int, bytes] = {}
         self._recent: OrderedDict[int, tuple[Applied, int]] = OrderedDict()
         self._next_request = 1
         self._state: tuple[bool, int, str, int, bool] = (False, 0, "", 0, False)
@@ -169,6 +174,7 @@ class RaftProcessReplicator:
         self._next_request += 1
         future: asyncio.Future[tuple[Any, int]] = self._loop.create_future()
         self._requests[request] = future
+        self._submitted[request] = entry
         self._channel.transport.write(encode(("submit", request, entry)))
         try:
             result, reason = await asyncio.wait_for(asyncio.shield(future),
@@ -247,9 +253,12 @@ class RaftProcessReplicator:
     def received(self, message: Message) -> None:
         """Handles one message of the child, in the order it sent them."""
         kind = message[0]
-        if kind == "apply":
+        if kind == "apply_own":
+            self._apply(message[1], self._submitted[message[2]])
+        elif kind == "apply":
             self._apply(message[1], message[2])
         elif kind == "result":
+            self._submitted.pop(message[1], None)
             future = self._requests.get(message[1])
             applied = self._recent.pop(message[3], None)
             if future is not None and not future.done():

@@ -15,7 +15,7 @@ from om.executor.errors import OMError
 from om.executor.fs import is_fso
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.retired_keys import retire
-from om.executor.rows import encode, load_bucket, load_key
+from om.executor.rows import encode, load_key, read_bucket
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -41,7 +41,7 @@ def _open_key(view: ReadView, body: om_pb2.CommitKeyRequest) -> om_pb2.KeyInfo:
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.commit_key
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     if is_fso(bucket):
         return fso_keys.commit_key(request, view, recorder, ctx)
     info = _open_key(view, body)

@@ -18,7 +18,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.fs import is_fso
 from om.executor.quota import check_bucket_quota, replicated_size
-from om.executor.rows import encode, load_bucket
+from om.executor.rows import encode, read_bucket
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -37,7 +37,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.create_key
     replication = _replication(body.replication_factor)
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     if body.multipart_upload_id:
         return multipart.create_part(request, view, recorder, ctx, bucket)
     if is_fso(bucket):

@@ -15,7 +15,7 @@ from om.executor.errors import OMError
 from om.executor.fs import is_fso
 from om.executor.quota import replicated_size
 from om.executor.retired_keys import retire
-from om.executor.rows import load_bucket, require_key
+from om.executor.rows import read_bucket, require_key
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -24,7 +24,7 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.delete_key
-    bucket = load_bucket(view, body.volume, body.bucket)
+    bucket = read_bucket(view, body.volume, body.bucket)
     if is_fso(bucket):
         return fso_keys.delete_key(request, view, recorder, ctx)
     if body.recursive:

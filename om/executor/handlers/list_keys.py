@@ -8,7 +8,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.fs import is_fso
 from om.executor.listing import list_page, page_size
-from om.executor.rows import load_bucket
+from om.executor.rows import read_bucket
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -19,7 +19,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     body = request.list_keys
     if body.prefix.startswith(snapshots.SNAPSHOT_PREFIX):
         return snapshots.list_in_snapshot(request, view, recorder, ctx, execute)
-    if is_fso(load_bucket(view, body.volume, body.bucket)):
+    if is_fso(read_bucket(view, body.volume, body.bucket)):
         return fso_keys.list_keys(request, view, recorder, ctx)
     limit = page_size(body.max_keys, ctx.limits)
     values, truncated = list_page(view, om_pb2.KEY, tables.key_prefix(body.volume, body.bucket),

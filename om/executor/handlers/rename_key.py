@@ -11,7 +11,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.fs import is_fso
-from om.executor.rows import encode, load_bucket, load_key, require_key
+from om.executor.rows import encode, load_key, read_bucket, require_key
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
@@ -20,7 +20,7 @@ from om.schema.read_view import ReadView
 def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
             ctx: ExecContext) -> om_pb2.OMResponse:
     body = request.rename_key
-    if is_fso(load_bucket(view, body.volume, body.bucket)):
+    if is_fso(read_bucket(view, body.volume, body.bucket)):
         return fso_keys.rename_key(request, view, recorder, ctx)
     if load_key(view, body.volume, body.bucket, body.to_key) is not None:
         raise OMError(om_pb2.KEY_ALREADY_EXISTS,
