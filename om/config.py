@@ -105,6 +105,10 @@ class Limits:
     connections_max: int = 10_000
     connection_idle_s: float = 600.0
     connection_in_flight_max: int = 1024
+    # Frames of one connection handed to the node in one turn of the event loop; the
+    # rest wait for the next turn, so a commit notice waits behind at most this many
+    # requests, not a whole read's (om/node/connections.py).
+    frames_per_turn: int = 16
     in_flight_max: int = 10_000
     lock_timeout_s: float = 60.0
     retry_cache_expiry_s: float = 600.0
@@ -315,6 +319,34 @@ class Auditor:
 
 
 @dataclass(frozen=True)
+class Verify:
+    """Replica digests and their checks (``om.statemachine.digests``, ``om.integrity``).
+
+    * ``interval_s``: the leader proposes a verify entry this often; every node then
+      compares its digests at that position with its peers' and marks itself diverged
+      when a majority of the members disagree with it (0: only ``om admin verify``).
+    * ``scrub_rows_per_s``: the pace of the background scrub, which recomputes every
+      leaf from its rows and compares it with the digest apply keeps (0: no scrub;
+      ``om admin verify --full`` still runs a pass now).
+    * ``build_rows_per_s``: the pace at which a store written before digests (or by an
+      older release) gets them, once, in the background.
+    * ``leaf_bits`` / ``fanout_bits``: the digest tree of a *new* store: 2^leaf_bits
+      leaves a table, each level up grouping 2^fanout_bits nodes. A store keeps the
+      shape it was created with (its digest meta row).
+    * ``keep``: verifications (checkpoint and digests at a position) a node keeps."""
+
+    interval_s: float = 60.0
+    scrub_rows_per_s: int = 20_000
+    build_rows_per_s: int = 50_000
+    leaf_bits: int = 16
+    fanout_bits: int = 4
+    keep: int = 3
+
+
+DEFAULT_VERIFY = Verify()
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Everything one OM process needs."""
 
@@ -371,6 +403,7 @@ class ServerConfig:
     raft: Raft = field(default_factory=Raft)
     audit: Audit = field(default_factory=Audit)
     auditor: Auditor = field(default_factory=Auditor)
+    verify: Verify = field(default_factory=Verify)
     purge: Purge = field(default_factory=Purge)
     fso: Fso = field(default_factory=Fso)
     snapshot: Snapshot = field(default_factory=Snapshot)
@@ -500,6 +533,13 @@ class ServerConfig:
         if not 0 <= auditor.jitter_fraction < 1:
             raise ConfigError("[auditor] jitter_fraction must be in [0, 1), not "
                               f"{auditor.jitter_fraction}")
+        verify = self.verify
+        if (verify.interval_s < 0 or verify.scrub_rows_per_s < 0 or verify.build_rows_per_s <= 0
+                or not 1 <= verify.leaf_bits <= 24 or not 1 <= verify.fanout_bits <= 8
+                or verify.keep < 1):
+            raise ConfigError("[verify] interval_s and scrub_rows_per_s must be >= 0 (0: off), "
+                              "build_rows_per_s > 0, leaf_bits in 1..24, fanout_bits in 1..8, "
+                              "keep >= 1")
         return self
 
 
@@ -576,9 +616,9 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         if "nodes" in values:
             values["nodes"] = tuple(_section(NodeAddress, n, "nodes") for n in values["nodes"])
         for name, cls in (("limits", Limits), ("batch", Batch), ("raft", Raft), ("audit", Audit),
-                          ("auditor", Auditor), ("tls", Tls), ("tokens", Tokens),
-                          ("purge", Purge), ("fso", Fso), ("snapshot", Snapshot),
-                          ("catchup", Catchup), ("upgrade", Upgrade)):
+                          ("auditor", Auditor), ("verify", Verify), ("tls", Tls),
+                          ("tokens", Tokens), ("purge", Purge), ("fso", Fso),
+                          ("snapshot", Snapshot), ("catchup", Catchup), ("upgrade", Upgrade)):
             if name in values:
                 values[name] = _section(cls, values[name], name)
         for name in ("data_dir", "trace_path", "raft_secret_file"):

@@ -23,7 +23,7 @@ from om.node.catchup import mac_key, sign
 from om.protocol import om_pb2
 from tests import cluster_harness as harness
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 COMPACTING = """compaction_min_entries = 20
 compaction_min_time_s = 3.0
 

@@ -22,7 +22,8 @@ from om.cluster import membership
 from om.config import ConfigError
 from tests import cluster_harness as harness
 
-pytestmark = pytest.mark.integration
+# one ring through a story of joins, refusals and removals (40 s on two cores)
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BEFORE = 50   # keys written before om4 joins
 
 

@@ -23,9 +23,11 @@ from om.client import OMClient
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
-from om.integrity import scan
+from om.integrity.store_digests import table_root
 from om.protocol import om_pb2
+from om.schema import tables
 from om.schema.ids import object_id_for
+from om.schema.row_digests import node_bytes
 from om.statemachine.snapshot_checkpoints import SNAPSHOTS_DIR
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
@@ -66,13 +68,14 @@ def checkpoints(cluster: om_cluster.Cluster, snapshot_id: int) -> dict[str, Path
 
 
 def checkpoint_state(directory: Path) -> tuple[str, dict[str, str], int, dict[str, bytes]]:
-    """Of one node's checkpoint: its position, every table's digest, and the Merkle
-    verification's trees over it (the position they describe, every table's root)."""
+    """Of one node's checkpoint: its position, every table's digest, the applied position
+    it holds, and every table's root of the digests kept on apply."""
     store = Store(directory / "checkpoint", read_only=True)
     try:
-        forest = scan.compute_trees(store)
-        return ((directory / "position").read_text(), store.digests(), forest.applied_index,
-                forest.roots())
+        roots = {name: node_bytes(*table_root(store, table))
+                 for table, name in tables.TABLE_NAMES.items()}
+        return ((directory / "position").read_text(), store.digests(),
+                store.transaction_info().applied_index, roots)
     finally:
         store.close()
 

@@ -54,6 +54,7 @@ def run_loaded(directory: Path, separate_process: bool,
     return before, after, snapshots
 
 
+@pytest.mark.slow
 def test_slow_snapshots_never_stall_raft(tmp_path: Path) -> None:
     before, after, snapshots = run_loaded(tmp_path / "cluster", separate_process=True)
     assert snapshots == 3
@@ -67,6 +68,7 @@ def test_the_blocking_hook_of_pysyncobj_stalls_it(tmp_path: Path) -> None:
     assert max(after) > max(before)
 
 
+@pytest.mark.slow
 def test_a_wiped_follower_catches_up_by_snapshot_without_an_election(tmp_path: Path) -> None:
     """Its data directory deleted, a follower installs the leader's snapshot (the log
     before it is compacted away) while writes go on: no node changes term, and the

@@ -1,20 +1,21 @@
 """``om admin verify`` and ``om admin repair``: compare replicas, repair the minority.
 
 verify: the leader proposes a verify entry through Raft; every node
-checkpoints at its position and computes Merkle trees there; this command
-collects the roots, votes per table (a majority of the configured nodes
-wins), descends to the differing ranges and rows and prints them (node,
-table, key, kind), and marks each node in the minority diverged (it then
-refuses clients and leadership). With no majority in some table it says so
-and marks nobody.
+checkpoints at its position and reads the digests apply kept there; this
+command collects the roots, votes per table (a majority of the configured
+nodes wins), descends level by level to the differing leaves, reads their rows
+and prints them (node, table, key, kind), and marks each node in the minority
+diverged (it then refuses clients and leadership). With no majority in some
+table it says so and marks nobody. ``--full`` first has every node run a whole
+scrub pass (every leaf recomputed from its rows, drift mended), then verifies.
 
 repair: halts the diverged node at a new verify position (through Raft, so
 its database is exactly that position), then, on this host, with the node
-stopped, copies the differing ranges from the healthy peers' checkpoints at
-that position, each verified against the majority's tree, and clears the
-node's marker only once its recomputed roots equal the majority's
+stopped, copies the differing leaves from the healthy peers' checkpoints at
+that position, each verified against the majority's digests, and clears the
+node's marker only once its roots equal the majority's
 (``om.integrity.repair``). Run it again after a crash or an unrepairable
-range: it resumes at the same position.
+leaf: it resumes at the same position.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +35,17 @@ from om.cli import integrity_rpc as rpc
 from om.cli.common import add_target, client_tls, targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, ServerConfig
-from om.integrity import compare, marker, merkle, repair
-from om.integrity.compare import Comparison, ReplicaError
-from om.integrity.merkle import TreeParams
+from om.integrity import compare, marker, repair, store_digests, vote
+from om.integrity.compare import Comparison, Replica, ReplicaError
+from om.integrity.digest_tree import DigestTree
+from om.integrity.remote import RemoteReplica, roots_of
 from om.protocol import om_pb2
+from om.schema.row_digests import key_id
 from om.security.tls import ClientTls
+from om.statemachine.digests import Digests
 from om.statemachine.store import Store
 
-CRASH_ENV = "OM_REPAIR_CRASH_AFTER_RANGES"   # test hook: die after writing N ranges
+CRASH_ENV = "OM_REPAIR_CRASH_AFTER_LEAVES"   # test hook: die after writing N leaves
 CRASH_EXIT = 86
 HALT_WAIT_S = 60.0
 PROPOSE_S = 120.0
@@ -50,12 +55,17 @@ PROGRESS_EVERY_S = 5.0
 def register(actions: Any) -> None:
     """Adds ``admin verify`` and ``admin repair``."""
     verify = actions.add_parser("verify", help="compare every replica at one log position "
-                                "(Merkle trees); name differing rows; mark the minority")
+                                "(the digests apply keeps); name differing rows; mark the "
+                                "minority")
     add_target(verify)
     verify.add_argument("--json", action="store_true")
     _add_waits(verify)
+    verify.add_argument("--full", action="store_true",
+                        help="first a whole scrub pass on every node (each leaf recomputed "
+                        "from its rows, drift mended), then the verify")
     verify.add_argument("--rows-per-s", type=int, default=0,
-                        help="scan pace on every node (default 100000)")
+                        help="--full: the scrub's pace (default [verify] scrub_rows_per_s; "
+                        "0 there: unpaced)")
     verify.add_argument("--rows-max", type=int, default=compare.ROWS_MAX_DEFAULT,
                         help="differing rows to name at most")
     verify.add_argument("--no-mark", action="store_true",
@@ -69,7 +79,6 @@ def register(actions: Any) -> None:
                      "node holding the majority's rows)")
     fix.add_argument("--json", action="store_true")
     _add_waits(fix)
-    fix.add_argument("--rows-per-s", type=int, default=0)
     fix.add_argument("--start", action="store_true", help="start the node again once repaired "
                      "(a cluster of `om cluster up`, found by --dir or as the last one)")
     fix.set_defaults(run=run_repair)
@@ -77,13 +86,11 @@ def register(actions: Any) -> None:
 
 def _add_waits(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=float, default=rpc.STALL_S,
-                        help="give a node up once its tree scan has not advanced for this "
-                        f"many seconds (default {rpc.STALL_S:g}); the tool waits as long as "
-                        "the nodes advance, and prints their progress")
+                        help="give a node up once it has not read its digests at the "
+                        f"position for this many seconds (default {rpc.STALL_S:g})")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds for the leader to propose the verify entry (default "
-                        f"{PROPOSE_S:g}); when given, also a cap on the whole wait for the "
-                        "trees (before this release it was that cap alone, fixed at 120 s)")
+                        f"{PROPOSE_S:g}); when given, also a cap on the wait for the digests")
 
 
 def _propose_s(args: argparse.Namespace) -> float:
@@ -92,8 +99,8 @@ def _propose_s(args: argparse.Namespace) -> float:
 
 def _collect(args: argparse.Namespace, links: dict[str, rpc.NodeLink],
              position: int) -> dict[str, om_pb2.GetVerifyTreesResponse | str]:
-    """Every node's trees at ``position``, waiting as long as the nodes advance; each node's
-    progress goes to stderr every ``PROGRESS_EVERY_S`` while it computes."""
+    """Every node's digests at ``position``; a node still reading them is named on stderr
+    every ``PROGRESS_EVERY_S``."""
     printed: dict[str, float] = {}
 
     def show(progress: rpc.Progress) -> None:
@@ -101,9 +108,8 @@ def _collect(args: argparse.Namespace, links: dict[str, rpc.NodeLink],
                 < PROGRESS_EVERY_S:
             return
         printed[progress.address] = progress.waited_s
-        total = f" of ~{progress.rows_total}" if progress.rows_total else ""
-        print(f"  {progress.node_id or progress.address}: {progress.rows_scanned}{total} rows "
-              f"hashed after {progress.waited_s:.0f} s", file=sys.stderr, flush=True)
+        print(f"  {progress.node_id or progress.address}: {progress.state} after "
+              f"{progress.waited_s:.0f} s", file=sys.stderr, flush=True)
 
     return rpc.collect_trees(links, position, args.stall_timeout, args.timeout, show)
 
@@ -115,49 +121,81 @@ def run_verify(args: argparse.Namespace) -> int:
     try:
         addresses = targets(args)
         tls = client_tls(args, addresses)
-        started = rpc.propose_verify(addresses, tls, _propose_s(args), args.rows_per_s)
-    except (ConfigError, ReplicaError) as error:
+    except ConfigError as error:
         print(f"om admin verify: {error}", file=sys.stderr)
-        return 2 if isinstance(error, ConfigError) else 1
-    links = {address: rpc.NodeLink(address, tls) for address in addresses}
+        return 2
+    links = {address: rpc.NodeLink(address, tls,
+                                   SCRUB_ANSWER_S if args.full else rpc.READ_ANSWER_S)
+             for address in addresses}
     try:
-        return _verify_at(args, links, started)
+        scrubs = _scrub_all(links, args.rows_per_s) if args.full else {}
+        try:
+            started = rpc.propose_verify(addresses, tls, _propose_s(args))
+        except ReplicaError as error:
+            print(f"om admin verify: {error}", file=sys.stderr)
+            return 1
+        return _verify_at(args, links, started, scrubs)
     finally:
         for link in links.values():
             link.close()
 
 
+SCRUB_ANSWER_S = 3600.0    # a whole scrub pass answers when it is done
+
+
+def _scrub_all(links: dict[str, rpc.NodeLink], rows_per_s: int) -> dict[str, Any]:
+    """A whole scrub pass on every node at once; what each found (or why it could not)."""
+    found: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=len(links)) as pool:
+        passes = {a: pool.submit(rpc.scrub, link, rows_per_s) for a, link in links.items()}
+    for address, future in sorted(passes.items()):
+        try:
+            answer = future.result()
+        except ReplicaError as error:
+            found[address] = {"error": str(error)}
+            continue
+        found[address] = {"node_id": answer.node_id, "position": answer.position,
+                          "rows": answer.rows, "seconds": round(answer.duration_s, 2),
+                          "drift": [{"table": d.table, "leaf": d.leaf, "rows": d.rows,
+                                     "index_rows": d.index_rows} for d in answer.drift]}
+    return found
+
+
 def _verify_at(args: argparse.Namespace, links: dict[str, rpc.NodeLink],
-               started: om_pb2.StartVerifyResponse) -> int:
+               started: om_pb2.StartVerifyResponse, scrubs: dict[str, Any]) -> int:
     position = started.position
     answers = _collect(args, links, position)
     done = {a: r for a, r in answers.items()
             if not isinstance(r, str) and r.state == om_pb2.VERIFY_DONE}
-    replicas = {r.node_id: rpc.RpcReplica(r.node_id, links[a], position) for a, r in done.items()}
-    roots = {r.node_id: rpc.roots_of(r) for r in done.values()}
+    replicas: dict[str, Replica] = {r.node_id: RemoteReplica(r.node_id, links[a].call, r)
+                                    for a, r in done.items()}
+    roots = {r.node_id: roots_of(r) for r in done.values()}
     if not roots:
-        print(f"om admin verify: no node has trees at position {position}: "
+        print(f"om admin verify: no node has digests at position {position}: "
               f"{_why(answers)}", file=sys.stderr)
         return 1
     found = compare.compare(position, roots, replicas, len(links), args.rows_max)
-    marked, refused = ({}, {}) if args.no_mark else _mark(found, replicas)
+    links_by_node = {r.node_id: links[a] for a, r in done.items()}
+    marked, refused = ({}, {}) if args.no_mark else _mark(found, links_by_node)
     report = _verify_report(started, answers, found, marked, refused)
+    if args.full:
+        report["scrub"] = scrubs
     print(json.dumps(report, indent=2) if args.json else _verify_text(report))
     return 0 if report["result"] == "clean" else 1
 
 
-def _mark(found: Comparison, replicas: dict[str, rpc.RpcReplica]
+def _mark(found: Comparison, links: dict[str, rpc.NodeLink]
           ) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Tells each minority node it is outvoted; nobody when a table has no majority."""
+    """Tells each diverged node it is outvoted; nobody when a table has no majority."""
     marked: dict[str, list[str]] = {}
     refused: dict[str, str] = {}
     if found.verdict.no_majority:
         return marked, refused
     request = om_pb2.MarkDivergedRequest(position=found.position,
                                          majority_roots=found.majority_roots())
-    for node_id in sorted(found.verdict.minority):
+    for node_id in sorted(found.diverged):
         try:
-            answer = replicas[node_id].link.call(om_pb2.OMRequest(
+            answer = links[node_id].call(om_pb2.OMRequest(
                 cmd_type=om_pb2.MarkDiverged, mark_diverged=request))
             marked[node_id] = list(answer.mark_diverged.tables)
         except ReplicaError as error:
@@ -172,8 +210,10 @@ def _verify_report(started: om_pb2.StartVerifyResponse,
     result = "clean"
     if verdict.no_majority:
         result = "no_majority"
-    elif verdict.minority:
+    elif found.diverged:
         result = "minority"
+    elif found.drift:
+        result = "drift"
     elif any(isinstance(r, str) or r.state != om_pb2.VERIFY_DONE for r in answers.values()):
         result = "incomplete"
     return {
@@ -184,7 +224,8 @@ def _verify_report(started: om_pb2.StartVerifyResponse,
                           "groups": {root.hex(): sorted(nodes)
                                      for root, nodes in v.groups.items()}}
                    for name, v in sorted(verdict.tables.items())},
-        "no_majority": verdict.no_majority, "minority": sorted(verdict.minority),
+        "no_majority": verdict.no_majority, "minority": sorted(found.diverged),
+        "drift": [{"node": d.node_id, "table": d.table, "leaf": d.leaf} for d in found.drift],
         "differences": [{"node": d.node_id, "table": d.row.table, "key": _text(d.row.key),
                          "kind": d.row.kind, "reference": d.reference}
                         for d in found.differences],
@@ -198,17 +239,18 @@ def _node_entry(address: str, answer: om_pb2.GetVerifyTreesResponse | str) -> di
         return {"address": address, "state": "UNAVAILABLE", "detail": answer}
     return {"address": address, "node_id": answer.node_id,
             "state": om_pb2.VerifyState.Name(answer.state).removeprefix("VERIFY_"),
-            "compute_s": round(answer.compute_s, 3), "replica_state": answer.replica_state,
+            "read_s": round(answer.compute_s, 3), "replica_state": answer.replica_state,
             "rows": sum(r.rows for r in answer.roots), "detail": answer.detail}
 
 
 def _verify_text(report: dict[str, Any]) -> str:
     nodes = report["nodes"]
     answered = [n for n in nodes if n["state"] == "DONE"]
-    lines = [f"verify at log position {report['position']} (term {report['term']}): trees "
+    lines = [f"verify at log position {report['position']} (term {report['term']}): digests "
              f"from {len(answered)} of {len(nodes)} nodes"]
     lines += [f"  {n.get('node_id') or n['address']}: {n['state'].lower()}"
-              + (f", {n['rows']} rows, trees in {n['compute_s']} s" if n["state"] == "DONE"
+              + (f", {n['rows']} rows, digests read in {n['read_s']} s"
+                 if n["state"] == "DONE"
                  else f": {n['detail']}")
               + (f" (marked {n['replica_state']})" if n.get("replica_state") else "")
               for n in nodes]
@@ -226,6 +268,10 @@ def _verdict_lines(report: dict[str, Any]) -> list[str]:
                 "nothing marked, nothing to repair: no copy can be told right"]
     if result == "clean":
         return [f"all {len(report['nodes'])} nodes agree in {len(report['tables'])} tables"]
+    if result == "drift":
+        return [f"{d['node']}: digest drift in {d['table']} leaf {d['leaf']} (its rows are the "
+                "majority's; the scrub recomputes it: om admin verify --full)"
+                for d in report["drift"]]
     if result == "incomplete":
         return [f"the nodes that answered agree in {len(report['tables'])} tables; the "
                 "others were not verified"]
@@ -308,7 +354,7 @@ def _halt(args: argparse.Namespace, config: ServerConfig, tls: ClientTls | None,
           node_dir: Path) -> marker.Marker:
     """Proposes the halt entry and waits until the node stopped there."""
     started = rpc.propose_verify([n.address for n in config.nodes], tls, _propose_s(args),
-                                 args.rows_per_s, halt_node_id=args.node_id)
+                                 halt_node_id=args.node_id)
     deadline = time.monotonic() + HALT_WAIT_S
     while time.monotonic() < deadline:
         found = marker.load(node_dir)
@@ -322,28 +368,28 @@ def _halt(args: argparse.Namespace, config: ServerConfig, tls: ClientTls | None,
 
 def _repair_stopped(args: argparse.Namespace, config: ServerConfig, tls: ClientTls | None,
                     node_dir: Path, position: int) -> repair.RepairResult:
-    peers = {n.id: rpc.NodeLink(n.address, tls) for n in config.nodes if n.id != args.node_id}
+    peers = {n.id: rpc.NodeLink(n.address, tls, rpc.READ_ANSWER_S)
+             for n in config.nodes if n.id != args.node_id}
     try:
-        answers = _peer_trees(args, peers, position)
+        answers = _peer_digests(args, peers, position)
         store = _open_stopped(node_dir / "db", args.node_id)
         try:
             return _repair_with(args, store, node_dir, position, answers, peers,
                                 len(config.nodes))
         finally:
             store.close()
-            repair.remove_local_trees(node_dir)
     finally:
         for link in peers.values():
             link.close()
 
 
-def _peer_trees(args: argparse.Namespace, peers: dict[str, rpc.NodeLink],
-                position: int) -> dict[str, om_pb2.GetVerifyTreesResponse]:
+def _peer_digests(args: argparse.Namespace, peers: dict[str, rpc.NodeLink],
+                  position: int) -> dict[str, om_pb2.GetVerifyTreesResponse]:
     answers = _collect(args, dict(peers), position)
     done = {n: a for n, a in answers.items()
             if not isinstance(a, str) and a.state == om_pb2.VERIFY_DONE}
     if not done:
-        raise RepairRefused(f"no healthy peer has trees at position {position}: "
+        raise RepairRefused(f"no healthy peer has digests at position {position}: "
                             f"{_why(answers)}")
     return done
 
@@ -364,44 +410,44 @@ def _open_stopped(path: Path, node_id: str) -> Store:
 def _repair_with(args: argparse.Namespace, store: Store, node_dir: Path, position: int,
                  answers: dict[str, om_pb2.GetVerifyTreesResponse],
                  peers: dict[str, rpc.NodeLink], cluster_size: int) -> repair.RepairResult:
-    params = _params(answers)
-    forest = repair.local_trees(store, node_dir, params)  # once: for the vote and the plan
-    local = forest.roots()
-    roots = {node: rpc.roots_of(answer) for node, answer in answers.items()}
-    verdict = merkle.majority({**roots, args.node_id: local}, cluster_size)
+    kept = Digests.attach(store)
+    if not kept.complete:
+        raise RepairRefused(f"{args.node_id}'s digests are still being built: start it, let "
+                            "the build finish (om_digests_complete), then repair")
+    theirs = {a.key_id for a in answers.values()}
+    if theirs != {key_id(kept.meta.key)}:
+        raise RepairRefused("the peers' digests are keyed otherwise than this node's: its "
+                            "store is not a copy of theirs (install a snapshot instead)")
+    roots = {node: roots_of(answer) for node, answer in answers.items()}
+    local = compare.root_bytes(repair.local_roots(store))
+    verdict = vote.majority({**roots, args.node_id: local}, cluster_size)
     if verdict.no_majority:
         raise RepairRefused(f"no majority at position {position} in "
                             f"{', '.join(verdict.no_majority)}: nothing repaired")
-    replicas = {node: rpc.RpcReplica(node, peers[node], position) for node in answers}
+    replicas = {node: RemoteReplica(node, peers[node].call, answers[node]) for node in answers}
     allowed = set(args.source.split(",")) if args.source else set(replicas)
-    sources = {table: [replicas[n] for n in sorted(v.agree) if n in replicas and n in allowed]
-               for table, v in verdict.tables.items()}
+    sources: dict[str, list[Replica]] = {
+        table: [replicas[n] for n in sorted(v.agree) if n in replicas and n in allowed]
+        for table, v in verdict.tables.items()}
     majority_roots = {t: v.root for t, v in verdict.tables.items() if v.root is not None}
 
-    trees: dict[str, merkle.TreeView] = {}
-
-    def majority_tree(table: str) -> merkle.TreeView:
+    def majority_tree(table: str) -> DigestTree:
         holders = [replicas[n] for n in sorted(verdict.tables[table].agree) if n in replicas]
         if not holders:
             raise RepairRefused(f"no reachable peer holds the majority's {table}")
-        if table not in trees:           # read level by level as the diff descends
-            trees[table] = holders[0].tree(table)
-        return trees[table]
+        return holders[0].tree(table)
 
-    return repair.repair(store, node_dir, position, params, majority_roots, majority_tree,
-                         sources, _crash_hook(), forest)
-
-
-def _params(answers: dict[str, om_pb2.GetVerifyTreesResponse]) -> TreeParams:
-    shapes = {(a.salt, a.leaf_bits, a.fanout_bits) for a in answers.values()}
-    if len(shapes) != 1:
-        raise RepairRefused("the peers' trees at that position have different shapes: a bug")
-    salt, leaf_bits, fanout_bits = shapes.pop()
-    return TreeParams(salt, leaf_bits, fanout_bits)
+    result = repair.repair(store, lambda: marker.load(node_dir),
+                           lambda found: marker.save(node_dir, found), position,
+                           majority_roots, majority_tree, sources, _crash_hook())
+    if result.cleared:
+        store_digests.forget_up_to(node_dir, position)
+        marker.clear(node_dir)
+    return result
 
 
 def _crash_hook() -> Callable[[int], None]:
-    """After N ranges, die as a kill -9 would (``OM_REPAIR_CRASH_AFTER_RANGES``, tests)."""
+    """After N leaves, die as a kill -9 would (``OM_REPAIR_CRASH_AFTER_RANGES``, tests)."""
     after = int(os.environ.get(CRASH_ENV, "0") or 0)
 
     def crash(done: int) -> None:
@@ -416,19 +462,18 @@ def _crash_hook() -> Callable[[int], None]:
 def _repair_report(node_id: str, result: repair.RepairResult) -> dict[str, Any]:
     return {
         "node": node_id, "position": result.position, "cleared": result.cleared,
-        "planned": [_range(r) for r in result.planned],
-        "repaired": [{**_range(r), "source": source} for r, source in result.repaired],
-        "rows_written": result.rows_written,
+        "planned": dict(result.planned), "repaired": dict(result.repaired),
+        "sources": list(result.sources), "rows_written": result.rows_written,
         "unrepairable": [u.describe() for u in result.unrepairable],
         "differing_after": list(result.differing_after),
     }
 
 
 def _repair_text(node_id: str, result: repair.RepairResult, starting: bool) -> str:
-    sources = sorted({source for _, source in result.repaired})
-    lines = [f"repair of {node_id} at log position {result.position}: "
-             f"{len(result.planned)} differing ranges, {len(result.repaired)} repaired"
-             + (f" from {', '.join(sources)}" if sources else "")
+    planned, repaired = sum(result.planned.values()), sum(result.repaired.values())
+    lines = [f"repair of {node_id} at log position {result.position}: {planned} differing "
+             f"leaves, {repaired} repaired"
+             + (f" from {', '.join(result.sources)}" if result.sources else "")
              + f", {result.rows_written} rows written"]
     if result.cleared:
         lines.append(f"{node_id}'s roots equal the majority's in every table: marker cleared"
@@ -451,11 +496,6 @@ def _start(directory: Path | None, node_id: str) -> str:
 
 
 # -- helpers -----------------------------------------------------------------------------
-
-def _range(key_range: merkle.KeyRange) -> dict[str, Any]:
-    return {"table": key_range.table, "start": _text(key_range.start),
-            "end": None if key_range.end is None else _text(key_range.end)}
-
 
 def _why(answers: dict[str, om_pb2.GetVerifyTreesResponse | str]) -> str:
     return "; ".join(f"{address}: {a if isinstance(a, str) else a.detail}"

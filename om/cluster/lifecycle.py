@@ -49,6 +49,12 @@ SECRET_FILE = "raft.secret"
 # a cluster's ports stay below, so no client connection can take one between the check
 # and the bind.
 EPHEMERAL_BELOW = 32_768
+# free_port_base draws from [FREE_PORTS_LOW, EPHEMERAL_BELOW), or from the range
+# $OM_FREE_PORTS names ("LOW-HIGH", inside that one): processes that start clusters side
+# by side (the test suite's parallel workers) each take a range of their own, so two of
+# them never pick one base between the check and the bind.
+FREE_PORTS_LOW = EPHEMERAL_BELOW - 12_000
+FREE_PORTS_ENV = "OM_FREE_PORTS"
 TLS_DIR = "tls"
 # Nodes this process started, kept so they are reaped (not left as zombies).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -415,11 +421,30 @@ def check_ports_free(nodes: Sequence[NodeAddress]) -> None:
                            "stop what holds them):\n" + "\n".join(lines))
 
 
+def free_port_range() -> tuple[int, int]:
+    """The ports free_port_base draws from, [low, high): $OM_FREE_PORTS or the default."""
+    text = os.environ.get(FREE_PORTS_ENV, "")
+    if not text:
+        return FREE_PORTS_LOW, EPHEMERAL_BELOW
+    low_text, _, high_text = text.partition("-")
+    try:
+        low, high = int(low_text), int(high_text)
+    except ValueError:
+        raise ClusterError(f"${FREE_PORTS_ENV}={text!r}: expected LOW-HIGH") from None
+    if not FREE_PORTS_LOW <= low <= high - PORT_RANGE or high > EPHEMERAL_BELOW:
+        raise ClusterError(f"${FREE_PORTS_ENV}={text!r}: a range of at least {PORT_RANGE} "
+                           f"ports within {FREE_PORTS_LOW}-{EPHEMERAL_BELOW}")
+    return low, high
+
+
 def free_port_base(nodes: int = 3, attempts: int = 100) -> int:
-    """A base port whose client, Raft and HTTP ports on 127.0.0.1 are all free now."""
+    """A base port whose client, Raft and HTTP ports on 127.0.0.1 are all free now, all
+    of them in ``free_port_range()``."""
+    low, high = free_port_range()
+    assert 0 < nodes <= RAFT_PORT_OFFSET
     for _ in range(attempts):
-        base = random.randrange(EPHEMERAL_BELOW - 12_000, EPHEMERAL_BELOW - PORT_RANGE,
-                                PORT_RANGE)
+        base = random.randrange(low, high - PORT_RANGE + 1, PORT_RANGE)
+        assert base + PORT_RANGE <= high
         ports = [p for node in node_addresses(nodes, base) for p in node.ports]
         if all(_port_free(p) for p in ports):
             return base

@@ -30,6 +30,9 @@ Invariants, and why they hold:
   ``copy_database`` makes byte-identical copies.
 * A row put and then deleted in one chunk that did not exist before it
   (CreateKey's open key, which CommitKey removes) is not written at all.
+* The digests (``om.statemachine.digests``) are written with the rows, by the same
+  write as apply's, under a digest key drawn at random for the new database: every
+  copy carries it, so the nodes seeded from it compare without building anything.
 """
 
 from __future__ import annotations
@@ -49,8 +52,10 @@ from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch
 from om.gatekeeper import validation
 from om.protocol import om_pb2
+from om.schema.read_view import Parsed, parse_row
 from om.schema.tables import TableId
 from om.statemachine.apply import StateMachine
+from om.statemachine.digests import Digests
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, WriteCache
 
@@ -157,6 +162,10 @@ class _ChunkView:
         if row not in self._read:
             self._read[row] = self._store.get(table, key)
         return self._read[row]
+
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        return parse_row(self, table, key, parse)
 
     def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:
@@ -303,6 +312,7 @@ def generate_into(db_path: Path, namespace: Namespace, clock: Clock = wall_clock
     shutil.rmtree(scratch, ignore_errors=True)
     store = Store(scratch, wal=False)
     try:
+        Digests.attach(store, os.urandom(32))   # its own key: every copy carries it
         result = generate(store, namespace, clock, progress)
         for other in more:
             added = generate(store, other, clock)

@@ -1,26 +1,30 @@
-"""Knowing that replicas hold what they claim: Merkle trees, scans, the auditor.
+"""Knowing that replicas hold what they claim: digests compared, scrubbed, audited.
 
-* ``merkle``: the sans-IO tree per table, its diff, the majority vote and the
-  row-level comparison of differing ranges.
-* ``scan``: the store side: a tree of every table from a read view (a
-  checkpoint, so concurrent applies cannot tear it), rate-limited; the trees
-  persisted beside the database; the rows of given key ranges.
-* ``auditor``: report-only checks of the invariants the handlers and apply
-  keep (bucket and volume usage, parents exist, ids below the managed index,
-  expired retry-cache rows purged), re-checked before they are reported.
+The digests themselves are the state machine's (``om.statemachine.digests``: kept
+by every write, in its write batch). Here:
 
-The wiring, on a live cluster (docs/OPERATIONS.md, "Verify, repair and audit"):
-
-* ``verifier``: a node's verifications: a checkpoint taken in apply at each
-  verify entry, the trees computed behind it by ``compute`` (a process of its
-  own), kept and served to peers;
-* ``compare``: the vote over every node's roots, and the descent to rows;
+* ``digest_tree``: the sans-IO tree above a table's digest leaves, and the
+  level-by-level descent to the leaves that differ;
+* ``vote``: the majority vote per table, and the row-level comparison;
+* ``verifier``: a node's verifications: a checkpoint taken in apply at each verify
+  entry, its leaf rows summed into roots behind it, levels and leaf rows served;
+* ``compare``: the vote over every node's roots, the descent, the named rows, and
+  digest drift told apart from divergence; ``remote``: another node's digests over
+  the integrity requests;
+* ``continuous``: every node compares itself with its peers at each verification
+  and marks itself when outvoted;
+* ``scrub``: every leaf recomputed from its rows in a process of its own, drift
+  mended;
 * ``marker``: the file that keeps a diverged node out of service;
-* ``repair``: the only module that changes a replica: a stopped node's ranges
-  copied from peers' checkpoints, each verified against the majority's tree;
-  the marker is cleared only when every root matches again;
-* ``service``: a node's answers to the integrity requests; ``audit_scan``: the
-  auditor's scan over a checkpoint, in a process of its own;
-* ``periodic``: the auditor run now and then on a follower (``[auditor]``), its
-  last result persisted and exported as metrics.
+* ``repair``: the only module that changes a replica's rows from outside: a
+  stopped node's differing leaves copied from peers' checkpoints, each verified
+  against the majority's digest; the marker is cleared only when every root
+  matches again;
+* ``auditor``: report-only checks of the invariants the handlers and apply keep
+  (bucket and volume usage, parents exist, ids below the managed index, expired
+  retry-cache rows purged), re-checked before they are reported; ``audit_scan``
+  and ``periodic`` run it; ``service``: a node's answers to the integrity requests;
+  ``scan``: paced scans.
+
+docs/OPERATIONS.md, "Verify, repair and audit", is the operator's view.
 """

@@ -53,7 +53,7 @@ from google.protobuf.message import DecodeError, Message
 from om.executor import flow_switch, upgrade
 from om.executor.fs import is_fso
 from om.executor.quota import replicated_size
-from om.integrity import fs_audit, merkle
+from om.integrity import fs_audit, vote
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import IDS_PER_INDEX, OBJECT_ID_EPOCH
@@ -584,7 +584,7 @@ def _verify_disagreements(nodes: Sequence[NodeFacts]) -> list[Violation]:
             by_position.setdefault(node.verify_position, {})[node.node_id] = node.verify_roots
     found: list[Violation] = []
     for position, roots in sorted(by_position.items()):
-        verdict = merkle.majority(roots)
+        verdict = vote.majority(roots)
         found.extend(Violation(VERIFY_DISAGREES, f"table {table}",
                                f"no majority root at position {position} among {sorted(roots)}")
                      for table in verdict.no_majority)

@@ -1,7 +1,7 @@
-"""A node's answers to the integrity requests: trees, rows, its own mark, the auditor.
+"""A node's answers to the integrity requests: digests, rows, its mark, scrub, auditor.
 
-``om.node.node.Node`` routes GetVerifyTrees, ReadVerifyRange, MarkDiverged and
-AuditReplica here, outside the request flows (as ServiceList is): they read
+``om.node.node.Node`` routes GetVerifyTrees, ReadVerifyLeaves, MarkDiverged,
+ScrubReplica and AuditReplica here, outside the request flows (as ServiceList is): they read
 this node's own state, and any node answers, a diverged one too (a repair
 must see what it holds). StartVerify needs Raft and stays in the node.
 
@@ -20,18 +20,18 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import Message
 
 from om.executor.registry import error_response
-from om.integrity import audit_scan, auditor, marker, merkle
+from om.integrity import audit_scan, auditor, marker
 from om.integrity.auditor import AuditConfig, AuditReport
-from om.integrity.merkle import KeyRange
+from om.integrity.compare import root_bytes
 from om.integrity.scan import TABLE_IDS, RateLimit, ThrottledView
-from om.integrity.tree_store import StoredForest, StoredTree
+from om.integrity.scrub import Scrubber
 from om.integrity.verifier import Verification, Verifier, VerifyUnavailable
 from om.protocol import om_pb2
 from om.statemachine.store import Store
@@ -43,6 +43,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_AUDIT_ROWS_PER_S = 50_000
 AUDIT_DIR = "audit"
 DEFAULT_DETAILS_MAX = 100
+# The slowest pace a scrub or audit may be asked for: a request waits for its
+# whole pass, so a pace of a few rows a second would hold it (and its client) for
+# hours on a store of thousands of rows. 1,000 rows/s still takes a 10M-key store
+# through in under three hours.
+SCAN_PACE_MIN_ROWS_PER_S = 1_000
 
 
 @dataclass(frozen=True)
@@ -75,12 +80,13 @@ class IntegrityService:
     """Answers the integrity requests of one node."""
 
     def __init__(self, node_id: str, node_dir: Path, store: Store, verifier: Verifier,
-                 positions: Callable[[], Positions], on_marked: Callable[[marker.Marker], None],
-                 audit_config: AuditConfig) -> None:
+                 scrubber: Scrubber, positions: Callable[[], Positions],
+                 on_marked: Callable[[marker.Marker], None], audit_config: AuditConfig) -> None:
         self.node_id = node_id
         self._node_dir = node_dir
         self._store = store
         self._verifier = verifier
+        self._scrubber = scrubber
         self._positions = positions
         self._on_marked = on_marked
         self._audit_config = audit_config
@@ -96,12 +102,14 @@ class IntegrityService:
     async def handle(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """The answer to one integrity request (never raises for a client's mistake)."""
         kind = request.WhichOneof("body")
-        if kind == "get_verify_trees":   # a page of a tree is a query of its file
+        if kind == "get_verify_trees":   # a page of a level reads the checkpoint's leaves
             return await asyncio.to_thread(self._trees, request)
-        if kind == "read_verify_range":
-            return await self._range(request)
+        if kind == "read_verify_leaves":
+            return await asyncio.to_thread(self._leaves, request)
         if kind == "mark_diverged":
             return self._mark(request)
+        if kind == "scrub_replica":
+            return await self._scrub(request)
         assert kind == "audit_replica", f"not an integrity request: {kind}"
         return await self._audit(request)
 
@@ -110,44 +118,61 @@ class IntegrityService:
         found = marker.load(self._node_dir)
         return "" if found is None else found.state
 
-    # -- trees and rows ----------------------------------------------------------------
+    # -- digests and rows --------------------------------------------------------------
 
     def _trees(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         body = request.get_verify_trees
         verification = self._verifier.get(body.position)
         answer = om_pb2.GetVerifyTreesResponse(node_id=self.node_id, position=body.position,
                                                replica_state=self.replica_state())
-        if verification is not None and (not body.position
-                                         or verification.spec.position == body.position):
-            _describe(answer, verification, body.tables)
-            if body.HasField("level") and verification.forest is not None:
-                tree = verification.forest.trees.get(body.level.table)
-                if tree is None:
-                    return error_response(request, om_pb2.INVALID_REQUEST,
-                                          f"no tree of table {body.level.table!r}")
-                answer.level_page.CopyFrom(level_page(tree, body.level))
-            elif verification.state == om_pb2.VERIFY_COMPUTING:
-                answer.rows_scanned, answer.rows_total = self._verifier.progress(
-                    verification.spec.position)
+        if verification is None or (body.position
+                                    and verification.spec.position != body.position):
+            return _ok(request, "get_verify_trees", answer)
+        _describe(answer, verification)
+        if body.HasField("level"):
+            query = body.level
+            if query.table not in TABLE_IDS:
+                return error_response(request, om_pb2.INVALID_REQUEST,
+                                      f"no table {query.table!r}")
+            try:
+                found = self._verifier.children(verification.spec.position, query.table,
+                                                query.level, list(query.parents))
+            except VerifyUnavailable as error:
+                return error_response(request, om_pb2.NOT_SUPPORTED_OPERATION, str(error))
+            except ValueError as error:
+                return error_response(request, om_pb2.INVALID_REQUEST, str(error))
+            answer.level_page.table, answer.level_page.level = query.table, query.level
+            answer.level_page.nodes.extend(
+                om_pb2.DigestNode(index=index, sum=total.to_bytes(32, "big"), rows=rows)
+                for index, (total, rows) in sorted(found.items()))
         return _ok(request, "get_verify_trees", answer)
 
-    async def _range(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
-        body = request.read_verify_range
-        end = body.end if body.HasField("end") else None
-        if body.table not in TABLE_IDS or (end is not None and end <= body.start):
+    def _leaves(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        body = request.read_verify_leaves
+        if body.table not in TABLE_IDS or len(body.leaves) > LEAVES_A_REQUEST_MAX:
             return error_response(request, om_pb2.INVALID_REQUEST,
-                                  f"no such range: table {body.table!r}, [{body.start!r}, "
-                                  f"{end!r})")
-        key_range = KeyRange(body.table, body.start, end)
-        after = body.start_after if body.HasField("start_after") else None
+                                  f"no table {body.table!r}, or more than "
+                                  f"{LEAVES_A_REQUEST_MAX} leaves")
+        after = (body.after_leaf, body.after_key) if body.HasField("after_leaf") else None
         try:
-            rows, truncated = await asyncio.to_thread(
-                self._verifier.read_range, body.position, key_range, after,
-                body.max_rows or 5000)
+            rows, truncated = self._verifier.leaf_rows(body.position, body.table,
+                                                       list(body.leaves), body.values, after,
+                                                       body.max_rows or 5000)
         except VerifyUnavailable as error:
             return error_response(request, om_pb2.NOT_SUPPORTED_OPERATION, str(error))
-        return _ok(request, "read_verify_range", om_pb2.ReadVerifyRangeResponse(
-            rows=[om_pb2.RangeRow(key=k, value=v) for k, v in rows], truncated=truncated))
+        return _ok(request, "read_verify_leaves",
+                   om_pb2.ReadVerifyLeavesResponse(rows=rows, truncated=truncated))
+
+    async def _scrub(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """A whole scrub pass now (``om admin verify --full``), at the pace asked."""
+        if refused := _pace_refused(request, request.scrub_replica.rows_per_s):
+            return refused
+        try:
+            found = await self._scrubber.scrub_now(request.scrub_replica.rows_per_s)
+        except Exception as error:     # the pass failed (its process, a full disk): say so
+            return error_response(request, om_pb2.INTERNAL_ERROR, f"scrub failed: {error}")
+        found.node_id = self.node_id
+        return _ok(request, "scrub_replica", found)
 
     # -- the mark ----------------------------------------------------------------------
 
@@ -156,11 +181,11 @@ class IntegrityService:
         at a verification it holds: a wrong claim is refused, not believed."""
         body = request.mark_diverged
         verification = self._verifier.get(body.position)
-        if (verification is None or verification.forest is None
+        if (verification is None or verification.state != om_pb2.VERIFY_DONE
                 or verification.spec.position != body.position):
             return error_response(request, om_pb2.INVALID_REQUEST,
-                                  f"{self.node_id} has no trees at position {body.position}")
-        roots = verification.forest.roots()
+                                  f"{self.node_id} has no digests at position {body.position}")
+        roots = root_bytes(verification.roots)
         differing = sorted(t for t, root in body.majority_roots.items() if roots.get(t) != root)
         if not differing:
             return error_response(request, om_pb2.INVALID_REQUEST,
@@ -181,6 +206,8 @@ class IntegrityService:
 
     async def _audit(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         body = request.audit_replica
+        if refused := _pace_refused(request, body.rows_per_s):
+            return refused
         answer = self._facts()
         if not body.facts_only:
             try:
@@ -258,9 +285,9 @@ class IntegrityService:
             commit_index=positions.commit_index, members=positions.members,
             replica_state=self.replica_state())
         done = self._verifier.latest_done()
-        if done is not None and done.forest is not None:
+        if done is not None:
             answer.verify_position = done.spec.position
-            answer.verify_roots.extend(_roots(done.forest))
+            answer.verify_roots.extend(_roots(done))
         return answer
 
 
@@ -269,49 +296,27 @@ def _check_stop(stop: asyncio.Event | None) -> None:
         raise AuditStopped("the audit was stopped before it ended")
 
 
-def _describe(answer: om_pb2.GetVerifyTreesResponse, verification: Verification,
-              tables: Iterable[str]) -> None:
+def _describe(answer: om_pb2.GetVerifyTreesResponse, verification: Verification) -> None:
     spec = verification.spec
     answer.position, answer.term = spec.position, spec.term
     answer.state, answer.detail = verification.state, verification.detail
-    answer.salt = spec.params.salt
-    answer.leaf_bits, answer.fanout_bits = spec.params.leaf_bits, spec.params.fanout_bits
     answer.compute_s = verification.compute_s
-    forest = verification.forest
-    if forest is None:
+    if verification.state != om_pb2.VERIFY_DONE:
         return
-    answer.roots.extend(_roots(forest))
-    wanted = sorted(set(tables) & set(forest.trees))
-    answer.trees.applied_index, answer.trees.term = forest.applied_index, forest.term
-    # The whole-tree form older tools ask for: the table's leaves, held for this answer only.
-    answer.trees.trees.extend(merkle.to_proto(forest.trees[t].whole()) for t in wanted)
+    shape = verification.shape
+    assert shape is not None
+    answer.key_id = verification.key_id
+    answer.leaf_bits, answer.fanout_bits = shape.leaf_bits, shape.fanout_bits
+    answer.roots.extend(_roots(verification))
 
 
-# ~70-100 bytes a node: ~200 KB a page, under the default 4 MB frame; against a smaller
-# limit the tool halves its pages (om.cli.integrity_rpc).
-LEVEL_PAGE_NODES = 2000
+# leaves a ReadVerifyLeaves may name (a page of their rows answers it)
+LEAVES_A_REQUEST_MAX = 4096
 
 
-def level_page(tree: merkle.MerkleTree | StoredTree,
-               query: om_pb2.TreeLevelQuery) -> om_pb2.TreeLevelPage:
-    """One page of ``tree``'s nodes at ``query.level`` in its span (``TreeLevelQuery``)."""
-    end = query.end if query.HasField("end") else None
-    start = query.start
-    if query.HasField("start_after") and query.start_after >= start:
-        start = query.start_after + b"\0"          # the least key after it
-    limit = min(query.max_nodes or LEVEL_PAGE_NODES, LEVEL_PAGE_NODES)
-    nodes = ([] if end is not None and start >= end
-             else tree.nodes(query.level, start, end, limit + 1))
-    page = om_pb2.TreeLevelPage(table=tree.table, depth=tree.depth, root=tree.root_hash,
-                                rows=tree.rows, truncated=len(nodes) > limit)
-    page.nodes.extend(om_pb2.MerkleNode(start=n.start, hash=n.hash, rows=n.rows, level=n.level)
-                      for n in nodes[:limit])
-    return page
-
-
-def _roots(forest: StoredForest) -> list[om_pb2.TableRoot]:
-    return [om_pb2.TableRoot(table=name, root=tree.root_hash, rows=tree.rows)
-            for name, tree in sorted(forest.trees.items())]
+def _roots(verification: Verification) -> list[om_pb2.TableRoot]:
+    return [om_pb2.TableRoot(table=name, root=root, rows=verification.roots[name][1])
+            for name, root in sorted(root_bytes(verification.roots).items())]
 
 
 def _fill_report(answer: om_pb2.AuditReplicaResponse, run: AuditRun, details_max: int) -> None:
@@ -331,3 +336,12 @@ def _ok(request: om_pb2.OMRequest, field: str, body: Message) -> om_pb2.OMRespon
                                  call_id=request.call_id)
     getattr(response, field).CopyFrom(body)
     return response
+
+
+def _pace_refused(request: om_pb2.OMRequest, rows_per_s: int) -> om_pb2.OMResponse | None:
+    """INVALID_REQUEST for a pace slower than ``SCAN_PACE_MIN_ROWS_PER_S`` (0: the default)."""
+    if 0 < rows_per_s < SCAN_PACE_MIN_ROWS_PER_S:
+        return error_response(request, om_pb2.INVALID_REQUEST,
+                              f"rows_per_s {rows_per_s} is below the slowest pace, "
+                              f"{SCAN_PACE_MIN_ROWS_PER_S} rows/s (0: the default)")
+    return None

@@ -1,71 +1,63 @@
-"""A node's verifications: a checkpoint at each verify entry, trees beside it, served.
+"""A node's verifications: a checkpoint at each verify entry, its digests read, served.
 
-``om admin verify`` proposes a verify entry through Raft. Every replica, when
-it applies that entry, calls ``Verifier.applied``, which takes a RocksDB
-checkpoint right there, on the apply path: nothing applied after the entry can
-be in it, so every replica's checkpoint holds the same log position (the
-transaction info row inside says which). The trees are computed afterwards,
-off the apply path, by ``om.integrity.compute`` in a process of its own, at a
-lower priority and at the pace the entry fixed, and saved beside the
-checkpoint. The checkpoint stays, so peers can later read the rows of a range
-*at that position* (to name differing rows, or to repair a replica).
+A verify entry goes through Raft (``om admin verify``, or the leader every
+``[verify] interval_s``). Every replica, when it applies that entry, calls
+``Verifier.applied``, which takes a RocksDB checkpoint right there, on the apply
+path (the old flow's double buffer flushed first): nothing applied after the
+entry can be in it, so every replica's checkpoint holds the same log position,
+and with it the digests apply kept up to that position (they are rows of the
+store, ``om.statemachine.digests``). Nothing is scanned: behind the apply path,
+a worker reads the checkpoint's leaf rows and sums each table's root (about
+65,000 leaves for a table of millions of rows; a fraction of a second). The
+checkpoint then serves the levels of the digest tree (``children``) and the
+rows of the leaves that differ (``leaf_rows``), *at that position*, to name
+differing rows or to repair a replica.
 
 Layout, under ``<node data dir>/verify/<position, 20 digits>/``:
 
-* ``meta.json``: what the entry fixed (term, salt, tree shape, pace); written
-  before the checkpoint, so a directory without it is debris;
-* ``checkpoint/``: the checkpoint (RocksDB renames it into place when whole);
-* ``trees.db``: the trees (``tree_store``: SQLite, a node a row), once computed; only
-  their roots are held in memory, pages of nodes are read from the file.
+* ``meta.json``: what the entry fixed (term, halt node); written before the
+  checkpoint, so a directory without it is debris;
+* ``checkpoint/``: the checkpoint (RocksDB renames it into place when whole).
 
-Invariants: a verification is served (rows or trees) only once its trees are
-saved, and its checkpoint is then never written to; at most ``KEEP``
-verifications are kept (the newest); a restart keeps the finished ones and
-computes again the ones it was computing. A verify entry replayed after a crash
-(RocksDB had lost its position) retakes the checkpoint from scratch.
-
-The salt of the trees comes from the entry (a random id the proposer chose, and
-the entry's position), so it is equal on every replica and new each time.
+Invariants: a verification serves only once its roots are read, and its
+checkpoint is never written to; at most ``keep`` verifications are kept (the
+newest); a restart reads the kept ones again. A verify entry replayed after a
+crash (RocksDB had lost its position) retakes the checkpoint from scratch. A
+store whose digests are still being built (``DigestMeta.complete`` false) has
+no comparable digests: its verification fails, saying so.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import queue
 import shutil
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from om.integrity import compute, scan, tree_store
-from om.integrity.merkle import DEFAULT_PARAMS, KeyRange, TreeParams
-from om.integrity.tree_store import StoredForest
+from om.integrity import digest_tree
+from om.integrity.digest_tree import Digest, Shape
+from om.integrity.scan import TABLE_IDS
+from om.integrity.store_digests import VERIFY_DIR, table_root, tree_children
 from om.protocol import om_pb2
+from om.schema import row_digests, tables
+from om.statemachine import digests
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
 
-VERIFY_DIR = "verify"
-KEEP = 3
-# At 10M keys under write load, three nodes on 2 cores (docs/OPERATIONS.md): 150k rows/s
-# verified in 72 s, 50k in 211 s (over the 120 s target); the scan costs ~2 us of CPU a row
-# (1/3 core per node at 150k), which a node on a host of its own hardly notices.
-DEFAULT_ROWS_PER_S = 100_000
 PAGE_ROWS_MAX = 10_000
 PAGE_BYTES_MAX = 2 * 1024 * 1024
 _META = "meta.json"
 _CHECKPOINT = "checkpoint"
-_TREES = "trees.db"
 
 
 class VerifyUnavailable(Exception):
-    """This node cannot serve that verification (none, not computed yet, or failed)."""
+    """This node cannot serve that verification (none, not read yet, or failed)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +66,6 @@ class VerifySpec:
 
     position: int
     term: int
-    params: TreeParams
-    rows_per_s: int
     halt_node_id: str = ""
 
 
@@ -86,43 +76,43 @@ class Verification:
     spec: VerifySpec
     state: om_pb2.VerifyState.ValueType
     detail: str = ""
-    forest: StoredForest | None = None
+    roots: dict[str, Digest] = field(default_factory=dict)
+    shape: Shape | None = None
+    key_id: bytes = b""
     compute_s: float = 0.0
 
 
 def spec_of(position: int, batch: om_pb2.PersistDbBatch) -> VerifySpec:
-    """The verification a verify entry at ``position`` asks for.
+    """The verification a verify entry at ``position`` asks for."""
+    return VerifySpec(position, batch.term, batch.verify.halt_node_id)
 
-    A committed entry is never refused: a tree shape out of bounds falls back
-    to the default (a proposer bug must not stop every replica's apply).
-    """
-    marker = batch.verify
-    salt = hashlib.sha256(b"om-verify\0" + marker.verify_id
-                          + position.to_bytes(8, "big")).digest()[:16]
-    leaf_bits, fanout_bits = marker.leaf_bits, marker.fanout_bits
-    if not (1 <= leaf_bits <= 24 and 1 <= fanout_bits <= 16):
-        leaf_bits, fanout_bits = DEFAULT_PARAMS.leaf_bits, DEFAULT_PARAMS.fanout_bits
-    return VerifySpec(position, batch.term, TreeParams(salt, leaf_bits, fanout_bits),
-                      int(marker.rows_per_s) or DEFAULT_ROWS_PER_S, marker.halt_node_id)
+
+@dataclass
+class _Open:
+    """A done verification's checkpoint, open for reads, and its hashes."""
+
+    store: Store
+    hasher: row_digests.RowHasher
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Verifier:
-    """The verifications of one node: taken in apply, computed behind, served to peers."""
+    """The verifications of one node: taken in apply, read behind, served to peers."""
 
     def __init__(self, node_dir: Path, store: Store, quiesce: Callable[[], None],
-                 keep: int = KEEP) -> None:
+                 keep: int, on_done: Callable[[Verification], None] = lambda done: None) -> None:
         assert keep >= 1
+        self._on_done = on_done     # on the worker thread, once a verification's roots are read
         self._root = node_dir / VERIFY_DIR
         self._store = store
         self._quiesce = quiesce
         self._keep = keep
-        self._lock = threading.Lock()   # the table below; one checkpoint open at a time
+        self._lock = threading.Lock()   # the tables below
         self._verifications: dict[int, Verification] = {}
+        self._open: dict[int, _Open] = {}
         self._queue: queue.Queue[int | None] = queue.Queue()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._closing = False
         self._recover()
-        self._worker = threading.Thread(target=self._run, name="verify-trees", daemon=True)
+        self._worker = threading.Thread(target=self._run, name="verify-digests", daemon=True)
         self._worker.start()
 
     # -- the apply path -----------------------------------------------------------------
@@ -137,6 +127,7 @@ class Verifier:
         directory = self._directory(position)
         started = time.perf_counter()
         try:
+            self._forget(position)
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
             _write_meta(directory, spec)
@@ -162,93 +153,134 @@ class Verifier:
             return self._verifications.get(position or max(self._verifications))
 
     def latest_done(self) -> Verification | None:
-        """The newest verification whose trees are computed."""
+        """The newest verification whose digests are read."""
         with self._lock:
             done = [v for v in self._verifications.values() if v.state == om_pb2.VERIFY_DONE]
         return max(done, key=lambda v: v.spec.position, default=None)
 
-    def progress(self, position: int) -> tuple[int, int]:
-        """(rows hashed, rows estimated) of the trees being computed at ``position``."""
-        return compute.read_progress(self._directory(position) / _TREES)
+    def children(self, position: int, table: str, level: int,
+                 parents: Sequence[int]) -> dict[int, Digest]:
+        """The non-empty nodes of ``level`` under ``parents`` in the digest tree of
+        ``table`` at ``position`` (computed from the checkpoint's leaves)."""
+        verification, opened = self._served(position)
+        shape = verification.shape
+        assert shape is not None
+        if not 0 <= level < shape.depth or len(parents) > digest_tree.PARENTS_MAX:
+            raise ValueError(f"no level {level} below the root's ({shape.depth}), or more "
+                             f"than {digest_tree.PARENTS_MAX} parents")
+        with opened.lock:
+            return tree_children(opened.store, TABLE_IDS[table], shape, level, parents)
 
-    def read_range(self, position: int, key_range: KeyRange, start_after: bytes | None,
-                   max_rows: int) -> tuple[list[tuple[bytes, bytes]], bool]:
-        """A page of the rows of ``key_range`` in the checkpoint at ``position``.
-
-        Returns the rows (after ``start_after``, when given) and whether more
-        follow. Raises VerifyUnavailable unless the verification is done.
-        """
+    def leaf_rows(self, position: int, table: str, leaves: Sequence[int], values: bool,
+                  after: tuple[int, bytes] | None, max_rows: int
+                  ) -> tuple[list[om_pb2.LeafRow], bool]:
+        """A page of the rows of ``leaves`` at ``position`` (each with its digest, and its
+        value when asked), after ``(leaf, key)`` when given; and whether more follow."""
         assert max_rows > 0
-        with self._lock:
-            verification = self._verifications.get(position)
-            if verification is None or verification.state != om_pb2.VERIFY_DONE:
-                raise VerifyUnavailable(_unavailable(position, verification))
-            store = Store(self._directory(position) / _CHECKPOINT)
-            try:
-                return _page(store, key_range, start_after, min(max_rows, PAGE_ROWS_MAX))
-            finally:
-                store.close()
+        _, opened = self._served(position)
+        table_id = TABLE_IDS[table]
+        rows: list[om_pb2.LeafRow] = []
+        size = 0
+        limit = min(max_rows, PAGE_ROWS_MAX)
+        with opened.lock:
+            for leaf in sorted(set(leaves)):
+                if after is not None and leaf < after[0]:
+                    continue
+                start = after[1] if after is not None and leaf == after[0] else None
+                while True:
+                    keys = digests.leaf_keys(opened.store, table_id, leaf, start, 1000)
+                    for key in keys:
+                        if len(rows) == limit or size >= PAGE_BYTES_MAX:
+                            return rows, True
+                        value = opened.store.get(table_id, key) or b""
+                        rows.append(om_pb2.LeafRow(
+                            leaf=leaf, key=key, value=value if values else b"",
+                            digest=opened.hasher.digest(key, value).to_bytes(32, "big")))
+                        size += len(key) + (len(value) if values else 32)
+                    if len(keys) < 1000:
+                        break
+                    start = keys[-1]
+        return rows, False
 
     def close(self) -> None:
-        """Stops computing (a restart computes again) and the worker."""
-        with self._lock:
-            self._closing = True
-            if self._process is not None:
-                self._process.kill()
+        """Stops the worker and closes the open checkpoints."""
         self._queue.put(None)
         self._worker.join(timeout=30)
+        with self._lock:
+            for opened in self._open.values():
+                opened.store.close()
+            self._open.clear()
 
     # -- behind the apply path ----------------------------------------------------------
+
+    def _served(self, position: int) -> tuple[Verification, _Open]:
+        with self._lock:
+            verification = self._verifications.get(position)
+            opened = self._open.get(position)
+        if verification is None or verification.state != om_pb2.VERIFY_DONE or opened is None:
+            raise VerifyUnavailable(_unavailable(position, verification, self._keep))
+        return verification, opened
 
     def _run(self) -> None:
         while True:
             position = self._queue.get()
             if position is None:
                 return
-            self._compute(position)
+            self._read(position)
             self._retire()
 
-    def _compute(self, position: int) -> None:
+    def _read(self, position: int) -> None:
+        """Opens the checkpoint at ``position`` and sums each table's root from its leaves."""
         verification = self.get(position)
         if verification is None or verification.state != om_pb2.VERIFY_COMPUTING:
             return
-        spec, directory = verification.spec, self._directory(position)
-        command = [sys.executable, "-m", "om.integrity.compute", str(directory / _CHECKPOINT),
-                   str(directory / _TREES), str(position), spec.params.salt.hex(),
-                   str(spec.params.leaf_bits), str(spec.params.fanout_bits),
-                   str(spec.rows_per_s)]
         started = time.perf_counter()
-        with self._lock:
-            if self._closing:
-                return
-            process = self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                                       stderr=subprocess.PIPE)
-        _, errors = process.communicate()
-        status = process.returncode
-        elapsed = time.perf_counter() - started
-        forest = tree_store.open_forest(directory / _TREES) if status == 0 else None
-        if forest is None or forest.applied_index != position:
-            if not self._closing:
-                detail = errors.decode(errors="replace").strip().splitlines()[-3:]
-                logger.error("verify at position %d: trees failed (status %s): %s", position,
-                             status, " | ".join(detail))
-                self._set(replace(verification, state=om_pb2.VERIFY_FAILED,
-                                  detail=f"computing the trees failed (status {status}): "
-                                         + " | ".join(detail)))
+        try:
+            store = Store(self._directory(position) / _CHECKPOINT, read_only=True)
+        except Exception as error:
+            self._set(replace(verification, state=om_pb2.VERIFY_FAILED,
+                              detail=f"cannot open the checkpoint: {error}"))
             return
-        logger.info("verify at position %d: trees in %.2f s", position, elapsed)
-        self._set(Verification(spec, om_pb2.VERIFY_DONE, "", forest, elapsed))
+        found = _roots(store, position)
+        if isinstance(found, str):
+            store.close()
+            logger.error("verify at position %d: %s", position, found)
+            self._set(replace(verification, state=om_pb2.VERIFY_FAILED, detail=found))
+            return
+        roots, meta = found
+        elapsed = time.perf_counter() - started
+        with self._lock:
+            self._open[position] = _Open(store, digests.hasher_of(meta))
+            self._verifications[position] = Verification(
+                verification.spec, om_pb2.VERIFY_DONE, "", roots,
+                Shape(meta.leaf_bits, meta.fanout_bits), row_digests.key_id(meta.key), elapsed)
+        logger.info("verify at position %d: digests read in %.3f s", position, elapsed)
+        done = self.get(position)
+        if done is None:
+            return
+        try:
+            self._on_done(done)
+        except Exception:      # a failed check must not stop the verifications behind it
+            logger.exception("verify at position %d: the check after it failed", position)
 
     def _retire(self) -> None:
         """Removes all but the newest ``keep`` verifications."""
         with self._lock:
             old = sorted(self._verifications)[:-self._keep]
-            for position in old:
-                del self._verifications[position]
-                shutil.rmtree(self._directory(position), ignore_errors=True)
+        for position in old:
+            self._forget(position)
+            shutil.rmtree(self._directory(position), ignore_errors=True)
+
+    def _forget(self, position: int) -> None:
+        with self._lock:
+            self._verifications.pop(position, None)
+            opened = self._open.pop(position, None)
+        if opened is not None:
+            with opened.lock:
+                opened.store.close()
 
     def _recover(self) -> None:
-        """Keeps finished verifications, computes interrupted ones, drops debris."""
+        """Reads the kept verifications again; drops debris."""
         if not self._root.is_dir():
             return
         for directory in sorted(self._root.iterdir()):
@@ -256,14 +288,8 @@ class Verifier:
             if spec is None or not (directory / _CHECKPOINT).is_dir():
                 shutil.rmtree(directory, ignore_errors=True)
                 continue
-            forest = tree_store.open_forest(directory / _TREES)
-            if forest is not None and forest.applied_index == spec.position:
-                self._verifications[spec.position] = Verification(spec, om_pb2.VERIFY_DONE,
-                                                                  "", forest)
-            else:
-                self._verifications[spec.position] = Verification(spec,
-                                                                  om_pb2.VERIFY_COMPUTING)
-                self._queue.put(spec.position)
+            self._verifications[spec.position] = Verification(spec, om_pb2.VERIFY_COMPUTING)
+            self._queue.put(spec.position)
 
     def _set(self, verification: Verification) -> None:
         with self._lock:
@@ -273,59 +299,80 @@ class Verifier:
         return self._root / f"{position:020d}"
 
 
-def forget_up_to(node_dir: Path, position: int) -> None:
-    """Removes the node's verifications at or below ``position`` (a stopped node's:
-    after a repair they describe a state it no longer holds)."""
-    root = node_dir / VERIFY_DIR
-    if not root.is_dir():
-        return
-    for directory in root.iterdir():
-        if directory.name.isdigit() and int(directory.name) <= position:
-            shutil.rmtree(directory, ignore_errors=True)
+def _roots(store: Store, position: int) -> tuple[dict[str, Digest], om_pb2.DigestMeta] | str:
+    """Each table's root in a checkpoint at ``position``, or why there are none."""
+    info = store.transaction_info()
+    if info.applied_index != position:
+        return f"the checkpoint holds position {info.applied_index}, not {position} (a bug)"
+    meta = digests.read_meta(store)
+    if meta is None or not meta.complete:
+        return ("this node's digests are still being built (a store from before them): "
+                "verifiable once the build is done")
+    roots = {name: table_root(store, table) for table, name in tables.TABLE_NAMES.items()}
+    return roots, meta
 
 
-def _page(store: Store, key_range: KeyRange, start_after: bytes | None,
-          max_rows: int) -> tuple[list[tuple[bytes, bytes]], bool]:
-    if start_after is not None and start_after < key_range.start:
-        start_after = None
-    begin = key_range.start if start_after is None else start_after
-    rows: list[tuple[bytes, bytes]] = []
-    size = 0
-    for key, value in scan.table_rows(store, scan.TABLE_IDS[key_range.table], None, begin):
-        if start_after is not None and key <= start_after:
-            continue
-        if key_range.end is not None and key >= key_range.end:
-            return rows, False
-        if len(rows) == max_rows or size >= PAGE_BYTES_MAX:
-            return rows, True
-        rows.append((key, value))
-        size += len(key) + len(value)
-    return rows, False
-
-
-def _unavailable(position: int, verification: Verification | None) -> str:
+def _unavailable(position: int, verification: Verification | None, keep: int) -> str:
     if verification is None:
-        return f"no verification at position {position} here (kept: the newest {KEEP})"
+        return f"no verification at position {position} here (kept: the newest {keep})"
     if verification.state == om_pb2.VERIFY_COMPUTING:
-        return f"the trees at position {position} are still being computed"
+        return f"the digests at position {position} are still being read"
     return f"the verification at position {position} failed: {verification.detail}"
 
 
 def _write_meta(directory: Path, spec: VerifySpec) -> None:
-    meta = {"position": spec.position, "term": spec.term, "salt": spec.params.salt.hex(),
-            "leaf_bits": spec.params.leaf_bits, "fanout_bits": spec.params.fanout_bits,
-            "rows_per_s": spec.rows_per_s, "halt_node_id": spec.halt_node_id}
+    meta = {"position": spec.position, "term": spec.term, "halt_node_id": spec.halt_node_id}
     (directory / _META).write_text(json.dumps(meta))
 
 
 def _read_meta(directory: Path) -> VerifySpec | None:
     try:
         meta = json.loads((directory / _META).read_text())
-        leaf_bits, fanout_bits = int(meta["leaf_bits"]), int(meta["fanout_bits"])
-        if not (1 <= leaf_bits <= 24 and 1 <= fanout_bits <= 16):
-            return None
-        params = TreeParams(bytes.fromhex(meta["salt"]), leaf_bits, fanout_bits)
-        return VerifySpec(int(meta["position"]), int(meta["term"]), params,
-                          int(meta["rows_per_s"]), str(meta.get("halt_node_id", "")))
+        return VerifySpec(int(meta["position"]), int(meta["term"]),
+                          str(meta.get("halt_node_id", "")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+@dataclass(frozen=True)
+class LocalTree:
+    """This node's digest tree of one table at a verification (``DigestTree``)."""
+
+    verifier: Verifier
+    position: int
+    table: str
+    shape: Shape
+    digest: Digest
+
+    def root(self) -> Digest:
+        return self.digest
+
+    def children(self, level: int, parents: Sequence[int]) -> dict[int, Digest]:
+        return self.verifier.children(self.position, self.table, level, parents)
+
+
+@dataclass(frozen=True)
+class LocalReplica:
+    """This node's digests and rows at a done verification (``compare.Replica``)."""
+
+    node_id: str
+    verifier: Verifier
+    verification: Verification
+
+    def tree(self, table: str) -> LocalTree:
+        shape = self.verification.shape
+        assert shape is not None
+        return LocalTree(self.verifier, self.verification.spec.position, table, shape,
+                         self.verification.roots[table])
+
+    def leaf_rows(self, table: str, leaves: Sequence[int],
+                  values: bool) -> list[tuple[int, bytes, int, bytes]]:
+        found: list[tuple[int, bytes, int, bytes]] = []
+        after: tuple[int, bytes] | None = None
+        while True:
+            rows, more = self.verifier.leaf_rows(self.verification.spec.position, table,
+                                                 leaves, values, after, PAGE_ROWS_MAX)
+            found += [(r.leaf, r.key, int.from_bytes(r.digest, "big"), r.value) for r in rows]
+            if not more or not rows:
+                return found
+            after = (rows[-1].leaf, rows[-1].key)

@@ -13,6 +13,12 @@
   client request of a diverged node with REPLICA_DIVERGED;
 * **the periodic auditor**: ``start`` starts it (``om.integrity.periodic``, off
   unless ``[auditor] periodic_interval_s`` is set), on followers only;
+* **continuous verification** (``[verify]``): while this node leads it proposes a
+  verify entry every ``interval_s``; on every node, each verification read is
+  compared with the peers' (``om.integrity.continuous``, over ``PeerLink``s), and
+  an outvoted node marks itself; the scrub (``om.integrity.scrub``) runs its
+  passes; a store from before digests gets them in the background
+  (``_build_digests``, paced at ``build_rows_per_s``);
 * **leadership**: the request flows see this node through ``GuardedReplicator``,
   which never reports a diverged node ready, so it executes nothing and
   answers nothing as leader; and while it leads, ``_step_down_forever`` asks
@@ -29,11 +35,14 @@ repaired, at a position every replica checkpointed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from om.config import ServerConfig
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
@@ -41,14 +50,17 @@ from om.executor.registry import error_response
 from om.flows.template import not_leader_response
 from om.integrity import auditor, marker
 from om.integrity.auditor import AuditConfig
-from om.integrity.merkle import DEFAULT_PARAMS
+from om.integrity.continuous import SelfCheck
 from om.integrity.periodic import PeriodicAuditor, Schedule
+from om.integrity.scrub import Scrubber
 from om.integrity.service import IntegrityService, Positions
-from om.integrity.verifier import Verifier
+from om.integrity.verifier import Verification, Verifier
+from om.node.integrity_peers import PeerLink
 from om.observe.metrics import StateGauge
 from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult
+from om.statemachine.digests import Digests
 from om.statemachine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -56,18 +68,43 @@ logger = logging.getLogger(__name__)
 STEP_DOWN_INTERVAL_S = 0.5
 INTEGRITY_TYPES = {om_pb2.StartVerify: "start_verify",
                    om_pb2.GetVerifyTrees: "get_verify_trees",
-                   om_pb2.ReadVerifyRange: "read_verify_range",
+                   om_pb2.ReadVerifyLeaves: "read_verify_leaves",
                    om_pb2.MarkDiverged: "mark_diverged",
+                   om_pb2.ScrubReplica: "scrub_replica",
                    om_pb2.AuditReplica: "audit_replica"}
-_PROPOSING = (om_pb2.StartVerify, om_pb2.MarkDiverged)   # change something: admins only
+# change something: administrators only
+_PROPOSING = (om_pb2.StartVerify, om_pb2.MarkDiverged, om_pb2.ScrubReplica)
+BUILD_PAGE_ROWS = 1000      # rows the digest build covers under apply's lock at a time
+CHECK_WAIT_FRACTION = 0.5   # of the interval: how long a self-check waits for a peer
 
 INTEGRITY_GAUGES = (
     StateGauge("replica_diverged", "om_replica_diverged", "1 while this node is marked "
                "diverged (it refuses client requests and leadership)"),
     StateGauge("verify_position", "om_verify_last_position", "Log position of the newest "
-               "verification whose trees this node computed (0: none)"),
-    StateGauge("verify_compute_seconds", "om_verify_trees_compute_seconds",
-               "Time computing the trees of that verification took"),
+               "verification whose digests this node read (0: none)"),
+    StateGauge("verify_compute_seconds", "om_verify_digests_read_seconds",
+               "Time reading the digests of that verification took"),
+    StateGauge("verify_checks", "om_verify_checks", "Verifications this node compared with "
+               "its peers' ([verify] interval_s, and om admin verify)", counter=True),
+    StateGauge("verify_divergences", "om_verify_divergences", "Checks that found this node "
+               "outvoted (it marked itself diverged)", counter=True),
+    StateGauge("verify_last_check_position", "om_verify_last_check_position",
+               "Log position of the last check"),
+    StateGauge("verify_last_check_clean", "om_verify_last_check_clean",
+               "1 when the last check found every member agreeing, 0 otherwise"),
+    StateGauge("verify_last_check_timestamp", "om_verify_last_check_timestamp_seconds",
+               "Unix time the last check ended"),
+    StateGauge("verify_interval", "om_verify_interval_seconds",
+               "[verify] interval_s: how often the leader proposes a verification (0: off)"),
+    StateGauge("digests_complete", "om_digests_complete", "1 once every row is covered by "
+               "the digests (0 while a store from before them builds them)"),
+    StateGauge("scrub_passes", "om_scrub_passes", "Scrub passes this node ran to the end",
+               counter=True),
+    StateGauge("scrub_drift_leaves", "om_scrub_drift_leaves", "Leaves the scrub found "
+               "differing from their rows, and recomputed", counter=True),
+    StateGauge("scrub_last_duration", "om_scrub_last_duration_seconds",
+               "Duration of the last scrub pass"),
+    StateGauge("scrub_last_rows", "om_scrub_last_rows", "Rows the last scrub pass read"),
     StateGauge("audit_runs", "om_audit_runs", "Auditor runs on this node", counter=True),
     StateGauge("audit_duration_seconds", "om_audit_last_duration_seconds",
                "Duration of the last auditor run"),
@@ -127,9 +164,12 @@ class NodeIntegrity:
     """Verify entries, the marker and the integrity requests of one node."""
 
     def __init__(self, config: ServerConfig, store: Store, quiesce: Callable[[], None],
+                 applying: Callable[[], AbstractContextManager[object]],
                  applied_index: Callable[[], int], fail_stop: Callable[[], None]) -> None:
         self._config = config
         self._node_dir = config.node_data_dir
+        self._store = store
+        self._applying = applying
         self._applied_index = applied_index
         self._fail_stop = fail_stop
         found = marker.load(self._node_dir)
@@ -139,11 +179,22 @@ class NodeIntegrity:
             logger.critical("node %s is marked diverged since position %d (%s): it refuses "
                             "client requests and leadership until om admin repair",
                             config.node_id, found.detected_at, marker.marker_path(self._node_dir))
-        self.verifier = Verifier(self._node_dir, store, quiesce)
+        self._closing = threading.Event()
+        verify = config.verify
+        voters = [n for n in config.nodes if not n.learner]
+        self._peers = {n.id: PeerLink(config, n.address) for n in voters if n.id != config.node_id}
+        self.self_check = SelfCheck(
+            config.node_id, None, {n: link.call for n, link in self._peers.items()},
+            len(voters), self._mark_self, max(1.0, CHECK_WAIT_FRACTION * verify.interval_s))
+        self.verifier = Verifier(self._node_dir, store, quiesce, verify.keep, self._verified)
+        self.self_check.verifier = self.verifier
+        self.scrubber = Scrubber(self._node_dir, store, applying, verify.scrub_rows_per_s,
+                                 self._drifted)
         self._replicator: Replicator | None = None
         self._transfer: Callable[[], None] | None = None
         self.service = IntegrityService(
-            config.node_id, self._node_dir, store, self.verifier, self._positions, self._marked,
+            config.node_id, self._node_dir, store, self.verifier, self.scrubber,
+            self._positions, self._marked,
             AuditConfig(retry_expiry_ms=int(config.limits.retry_cache_expiry_s * 1000)))
         auditor_config = config.auditor
         self.periodic = PeriodicAuditor(
@@ -152,6 +203,10 @@ class NodeIntegrity:
             self._node_dir, self._follows, self._leads)
         self._tasks: set[asyncio.Task[om_pb2.OMResponse]] = set()
         self._step_down: asyncio.Task[None] | None = None
+        self._proposer: asyncio.Task[None] | None = None
+        self._verify_soon = asyncio.Event()
+        self._builder = threading.Thread(target=self._build_digests, name="digest-build",
+                                         daemon=True)
 
     @staticmethod
     def check_startable(config: ServerConfig) -> None:
@@ -243,7 +298,8 @@ class NodeIntegrity:
         if acl_on and request.cmd_type in _PROPOSING and request.user not in admins:
             return error_response(request, om_pb2.PERMISSION_DENIED,
                                   f"user {request.user!r} is not an OM administrator")
-        if acl_on and request.cmd_type == om_pb2.ReadVerifyRange and request.user not in admins:
+        if (acl_on and request.cmd_type == om_pb2.ReadVerifyLeaves
+                and request.read_verify_leaves.values and request.user not in admins):
             return error_response(request, om_pb2.PERMISSION_DENIED,
                                   f"user {request.user!r} may not read raw rows")
         return None
@@ -255,14 +311,7 @@ class NodeIntegrity:
         role = self._replicator.role()
         if not role.ready or self.diverged:
             return not_leader_response(request, self._config.node_id, role)
-        body = request.start_verify
-        verify = om_pb2.VerifyMarker(
-            verify_id=os.urandom(16), rows_per_s=body.rows_per_s,
-            halt_node_id=body.halt_node_id, leaf_bits=DEFAULT_PARAMS.leaf_bits,
-            fanout_bits=DEFAULT_PARAMS.fanout_bits)
-        batch = om_pb2.PersistDbBatch(term=role.term, leader_id=self._config.node_id,
-                                      timestamp_ms=time.time_ns() // 1_000_000, verify=verify)
-        result = await self._replicator.replicate(log_entry.encode_verify(batch))
+        result = await self._propose(role.term, request.start_verify.halt_node_id)
         if result.status is ReplicateStatus.QUEUE_FULL:
             return error_response(request, om_pb2.SERVER_BUSY, "the Raft queue is full")
         if result.status is not ReplicateStatus.COMMITTED:
@@ -271,6 +320,62 @@ class NodeIntegrity:
                                  call_id=request.call_id,
                                  start_verify=om_pb2.StartVerifyResponse(
                                      position=result.position, term=role.term))
+
+    async def _propose(self, term: int, halt_node_id: str = "") -> ReplicateResult:
+        """Replicates a verify entry of ``term`` (halting ``halt_node_id`` when given)."""
+        assert self._replicator is not None
+        verify = om_pb2.VerifyMarker(verify_id=os.urandom(16), halt_node_id=halt_node_id)
+        batch = om_pb2.PersistDbBatch(term=term, leader_id=self._config.node_id,
+                                      timestamp_ms=time.time_ns() // 1_000_000, verify=verify)
+        return await self._replicator.replicate(log_entry.encode_verify(batch))
+
+    async def _propose_forever(self) -> None:
+        """While this node leads (and is not diverged), a verify entry every interval, or
+        sooner when the scrub mended a leaf."""
+        assert self._replicator is not None
+        interval = self._config.verify.interval_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._verify_soon.wait(), interval)
+            self._verify_soon.clear()
+            role = self._replicator.role()
+            if not role.is_leader or not role.ready or self.diverged:
+                continue
+            result = await self._propose(role.term)
+            if result.status is not ReplicateStatus.COMMITTED:
+                logger.warning("continuous verification: the verify entry was not committed "
+                               "(%s)", result.status.name)
+
+    def _verified(self, verification: Verification) -> None:
+        """On the verifier's worker thread: this node's digests at a position are read."""
+        if self._peers and not self._closing.is_set():
+            self.self_check.check(verification)
+
+    def _mark_self(self, found: marker.Marker) -> None:
+        """The self-check outvoted this node: the marker file, as MarkDiverged writes it."""
+        if marker.load(self._node_dir) is None:
+            marker.save(self._node_dir, found)
+        self._marked(marker.load(self._node_dir) or found)
+
+    def _drifted(self, leaves: int) -> None:
+        """The scrub mended ``leaves`` leaves: verify soon (the leader proposes at once)."""
+        self._verify_soon.set()
+
+    def _build_digests(self) -> None:
+        """Covers a store from before digests, a page at a time, at the configured pace."""
+        digests = Digests.attach(self._store)
+        pace_s = BUILD_PAGE_ROWS / self._config.verify.build_rows_per_s
+        if not digests.complete:
+            logger.warning("this store has no digests yet (written before them): building "
+                           "them in the background at %d rows/s; verifications fail until "
+                           "done", self._config.verify.build_rows_per_s)
+        while not digests.complete and not self._closing.is_set():
+            started = time.monotonic()
+            with self._applying():
+                digests.build_step(BUILD_PAGE_ROWS)
+            self._closing.wait(max(0.0, pace_s - (time.monotonic() - started)))
+        if digests.complete:
+            logger.info("digests cover every row")
 
     # -- the marker and leadership -------------------------------------------------------
 
@@ -307,8 +412,13 @@ class NodeIntegrity:
     def start(self) -> None:
         """Starts the periodic auditor, and handing leadership away whenever this diverged
         node leads."""
+        loop = asyncio.get_running_loop()
         if self._transfer is not None:
-            self._step_down = asyncio.get_running_loop().create_task(self._step_down_forever())
+            self._step_down = loop.create_task(self._step_down_forever())
+        if self._config.verify.interval_s > 0 and len(self._config.nodes) > 1:
+            self._proposer = loop.create_task(self._propose_forever())
+        self._builder.start()
+        self.scrubber.start()
         self.periodic.start()
 
     async def _step_down_forever(self) -> None:
@@ -324,13 +434,18 @@ class NodeIntegrity:
 
     async def close(self) -> None:
         """Stops the step-down loop and the trees worker; drops unanswered requests."""
-        for task in (self._step_down, *self._tasks):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*(t for t in (self._step_down, *self._tasks) if t is not None),
-                             return_exceptions=True)
+        self._closing.set()
+        tasks = [t for t in (self._step_down, self._proposer, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.periodic.close()
+        await self.scrubber.close()
+        if self._builder.is_alive():
+            await asyncio.to_thread(self._builder.join)
         self.verifier.close()
+        for link in self._peers.values():
+            link.close()
 
     def state(self) -> dict[str, float]:
         """Gauges (``INTEGRITY_GAUGES``), read at every scrape."""
@@ -340,6 +455,20 @@ class NodeIntegrity:
         if done is not None:
             values.update(verify_position=done.spec.position,
                           verify_compute_seconds=done.compute_s)
+        check = self.self_check.last
+        values.update(verify_checks=self.self_check.checks,
+                      verify_divergences=self.self_check.divergences,
+                      verify_interval=self._config.verify.interval_s,
+                      digests_complete=float(Digests.attach(self._store).complete),
+                      scrub_passes=self.scrubber.passes,
+                      scrub_drift_leaves=self.scrubber.drift_leaves)
+        if check is not None:
+            values.update(verify_last_check_position=check.position,
+                          verify_last_check_clean=float(check.result == "clean"),
+                          verify_last_check_timestamp=check.finished_at_s)
+        scrub = self.scrubber.last
+        if scrub is not None:
+            values.update(scrub_last_duration=scrub.duration_s, scrub_last_rows=scrub.rows)
         run = self.service.last_audit
         if run is not None:
             values.update(audit_duration_seconds=run.duration_s,

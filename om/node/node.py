@@ -51,6 +51,7 @@ from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.checkpoint_shelf import CheckpointShelf
+from om.statemachine.digests import Digests, derive_key
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
@@ -78,10 +79,10 @@ SECRET_TABLE = tables.TABLE_NAMES[om_pb2.SECRET_KEY]
 
 def secret_rows_refused(request: om_pb2.OMRequest, config: ServerConfig) -> bool:
     """Whether ``request`` reads raw secretKeyTable rows (om admin repair's
-    ReadVerifyRange) for a user who is not an administrator: whoever holds a secret
-    key can forge any user's delegation token, ACLs on or off."""
-    return (request.cmd_type == om_pb2.ReadVerifyRange
-            and request.read_verify_range.table == SECRET_TABLE
+    ReadVerifyLeaves with values) for a user who is not an administrator: whoever
+    holds a secret key can forge any user's delegation token, ACLs on or off."""
+    return (request.cmd_type == om_pb2.ReadVerifyLeaves and request.read_verify_leaves.values
+            and request.read_verify_leaves.table == SECRET_TABLE
             and request.user not in config.admins and "*" not in config.admins)
 
 
@@ -133,10 +134,12 @@ def init_layout(store: Store, version: int) -> None:
     if (store.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY) is not None
             or store.get(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY) is not None):
         return
-    batch = store.new_batch()
-    store.batch_put(batch, om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY,
-                    upgrade.layout_row(version))
-    store.write(batch)
+    row = upgrade.layout_row(version)
+    with Digests.attach(store).changes() as digest:
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY, row)
+        digest.put(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY, row, old=None)
+        digest.write(batch)
     logger.warning("a new store starts at layout %d of %d: features above it are refused "
                    "until om admin om finalizeupgrade", version, upgrade.SOFTWARE_LAYOUT_VERSION)
 
@@ -167,6 +170,9 @@ class Node:
                            wal=not config.unsafe_store_without_wal,
                            memory=StoreMemory(config.limits.store_memtable_bytes,
                                               config.limits.store_block_cache_bytes))
+        # the first to attach a store without digests gives it the cluster's key and shape
+        Digests.attach(self.store, derive_key(config.raft.secret), config.verify.leaf_bits,
+                       config.verify.fanout_bits)
         init_layout(self.store, config.upgrade.init_layout_version)
         settings = leader_config(config)
         self.handler_limits = settings.limits
@@ -195,6 +201,7 @@ class Node:
                                snapshot.headroom_fraction_min))
         self.snapshot_checkpoints.recover()
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
+                                       self.state_machine.applying,
                                        lambda: self.state_machine.applied_index, fail_stop)
         self.raft: RaftReplicator | RaftProcessReplicator | None = None
         self.membership_ledger = node_membership.Ledger()

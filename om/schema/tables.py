@@ -74,6 +74,11 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.SNAPSHOT_INFO: "snapshotInfoTable",
 }
 
+# Every column family of a store: the tables, and the replica's digests of them
+# (om/statemachine/digests.py), which no batch op names and no scan of the tables sees.
+DIGEST_TABLE_NAME = "digestTable"
+STORE_FAMILIES: dict[TableId, str] = {**TABLE_NAMES, om_pb2.DIGESTS: DIGEST_TABLE_NAME}
+
 TRANSACTION_INFO_KEY = b"#TRANSACTIONINFO"
 PREPARED_KEY = b"#PREPARED"
 LAYOUT_VERSION_KEY = b"#LAYOUTVERSION"

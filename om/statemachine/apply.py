@@ -6,8 +6,9 @@ quota deltas to, and the stored applied position and term (the idempotence
 and staleness checks).
 
 Order inside the write batch: table ops, then quota deltas, then retry-cache
-rows, then expiries, then the transaction info. A row is never both put and
-quota-adjusted within one batch (the lock plans guarantee it: a request that
+rows, then expiries, then the transaction info, then the digests of all of them
+(``om.statemachine.digests``: each row change is reported as it is added). A row
+is never both put and quota-adjusted within one batch (the lock plans guarantee it: a request that
 puts a volume or bucket row holds its write lock, which excludes the requests
 that charge it).
 """
@@ -22,6 +23,7 @@ from rocksdict import WriteBatch
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
+from om.statemachine.digests import DigestChanges, Digests
 from om.statemachine.store import Store
 
 
@@ -76,6 +78,7 @@ class StateMachine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.digests = Digests.attach(store)
         self._lock = threading.RLock()
         self.applied_index = 0
         self.managed_index = 0
@@ -95,19 +98,20 @@ class StateMachine:
         with self._lock:
             if position <= self.applied_index:
                 return ApplyResult(position, False, self.managed_index)
-            write = self.store.new_batch()
             stale = batch.term < self.term
             snapshots_changed = prepared = False
-            if not stale:
-                snapshots_changed, prepared = self._add_ops(write, batch)
-                self.managed_index = max(self.managed_index, batch.managed_index)
-                self.term = batch.term
-                self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
-            self.applied_index = position
-            if snapshots_changed:
-                self.snapshot_change_position = position
-            self._put_transaction_info(write)
-            self.store.write(write)
+            with self.digests.changes() as digest:
+                write = self.store.new_batch()
+                if not stale:
+                    snapshots_changed, prepared = self._add_ops(write, batch, digest)
+                    self.managed_index = max(self.managed_index, batch.managed_index)
+                    self.term = batch.term
+                    self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
+                self.applied_index = position
+                if snapshots_changed:
+                    self.snapshot_change_position = position
+                self._put_transaction_info(write, digest)
+                digest.write(write)      # the rows and their digests: one write batch
             return ApplyResult(position, not stale, self.managed_index,
                                snapshots_changed=snapshots_changed, prepared=prepared)
 
@@ -126,20 +130,22 @@ class StateMachine:
             assert self.applied_index == 0, "seed only a store no log entry was applied to"
             assert self.term == 0, "seed only a store no log entry was applied to"
             assert batch.term == 0, "a seed batch belongs to no term"
-            write = self.store.new_batch()
-            self._add_ops(write, batch)
-            self.managed_index = max(self.managed_index, batch.managed_index)
-            self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
-            self._put_transaction_info(write)
-            self.store.write(write)
+            with self.digests.changes() as digest:
+                write = self.store.new_batch()
+                self._add_ops(write, batch, digest)
+                self.managed_index = max(self.managed_index, batch.managed_index)
+                self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
+                self._put_transaction_info(write, digest)
+                digest.write(write)
 
-    def _put_transaction_info(self, write: WriteBatch) -> None:
+    def _put_transaction_info(self, write: WriteBatch, digest: DigestChanges) -> None:
         info = om_pb2.TransactionInfo(term=self.term, applied_index=self.applied_index,
                                       managed_index=self.managed_index,
                                       timestamp_ms=self.timestamp_ms,
                                       snapshot_change_position=self.snapshot_change_position)
-        self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY,
-                             info.SerializeToString(deterministic=True))
+        row = info.SerializeToString(deterministic=True)
+        self.store.batch_put(write, om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY, row)
+        digest.put(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY, row)
 
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies one committed leader-flow log entry."""
@@ -165,37 +171,40 @@ class StateMachine:
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
 
-    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch) -> tuple[bool, bool]:
-        """Adds the batch's rows to ``write``; whether any changes snapshotInfoTable, and
-        whether they put the prepared marker."""
+    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch,
+                 digest: DigestChanges) -> tuple[bool, bool]:
+        """Adds the batch's rows to ``write``, each change reported to ``digest``; whether
+        any changes snapshotInfoTable, and whether they put the prepared marker."""
         store = self.store
-        snapshots_changed = prepared = False
-        for op in batch.ops:
-            assert op.table in tables.TABLE_NAMES
-            if op.table == om_pb2.TRANSACTION_INFO:
-                assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
-                prepared = prepared or (op.key == tables.PREPARED_KEY and not op.delete)
-            snapshots_changed = snapshots_changed or op.table == om_pb2.SNAPSHOT_INFO
-            if op.delete:
-                store.batch_delete(write, op.table, op.key)
-            else:
-                store.batch_put(write, op.table, op.key, op.value)
+        tables_written = store.batch_ops(write, batch.ops)
+        digest.ops(batch.ops)
+        snapshots_changed = om_pb2.SNAPSHOT_INFO in tables_written
+        prepared = (om_pb2.TRANSACTION_INFO in tables_written
+                    and writes_prepared_marker(list(batch.ops)))
         for delta in merged_deltas(batch):
             raw = store.get(delta.table, delta.key)
             updated = None if raw is None else add_usage(raw, delta)
             if updated is not None:
                 store.batch_put(write, delta.table, delta.key, updated)
-        for reply in batch.replies:
+                digest.put(delta.table, delta.key, updated, old=raw)
+        for reply_row in batch.reply_rows:
+            store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY, reply_row.key, reply_row.row)
+            store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY, reply_row.expiry_key, b"")
+            digest.put(om_pb2.CLIENT_REQUEST_REPLY, reply_row.key, reply_row.row)
+            digest.put(om_pb2.CLIENT_REQUEST_EXPIRY, reply_row.expiry_key, b"")
+        for reply in batch.replies:     # entries an earlier version wrote
             row = reply.SerializeToString(deterministic=True)
-            store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY,
-                            tables.reply_key(reply.client_id, reply.call_id), row)
-            store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY,
-                            tables.expiry_key(reply.timestamp_ms, reply.client_id, reply.call_id),
-                            b"")
+            reply_key = tables.reply_key(reply.client_id, reply.call_id)
+            expiry_key = tables.expiry_key(reply.timestamp_ms, reply.client_id, reply.call_id)
+            store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY, reply_key, row)
+            store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY, expiry_key, b"")
+            digest.put(om_pb2.CLIENT_REQUEST_REPLY, reply_key, row)
+            digest.put(om_pb2.CLIENT_REQUEST_EXPIRY, expiry_key, b"")
         for op in batch.retry_expiry:
             assert op.delete
             assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
             store.batch_delete(write, op.table, op.key)
+            digest.delete(op.table, op.key)
         return snapshots_changed, prepared
 
 

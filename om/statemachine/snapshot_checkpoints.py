@@ -49,13 +49,14 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from om.disk.durable_files import fsync_path, write_synced
 from om.executor.errors import OMError
 from om.protocol import om_pb2
-from om.schema.read_view import ReadView
+from om.schema.read_view import Parsed, ReadView, parse_row
 from om.schema.tables import TableId
 from om.statemachine.store import Store
 
@@ -97,6 +98,10 @@ class _CheckpointView:
         with self._lock:
             self._check()
             return self._store.get(table, key)
+
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        return parse_row(self, table, key, parse)
 
     def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:

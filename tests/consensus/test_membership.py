@@ -4,6 +4,7 @@ one at a time; every unsafe change is refused and changes nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -25,9 +26,19 @@ def ring() -> Iterator[Scenario]:
     made = Scenario(min_timeout_s=0.3)
     made.start()
     made.run_until_leader(10)
-    made.run(0.3)
+    _run_until_the_term_began(made, 10)
     yield made
     made.close()
+
+
+def _run_until_the_term_began(ring: Scenario, timeout_s: float) -> None:
+    """Until the leader applied its term's first entry (pysyncobj's no-op): before that,
+    Raft refuses a membership change (REQUEST_DENIED), and on a busy machine that took
+    longer than the 0.3 s this once waited."""
+    deadline = time.monotonic() + timeout_s
+    while (leader := ring.nodes[_leader(ring)]).raftLastApplied < leader._SyncObj__noopIDx:
+        assert time.monotonic() < deadline, "the leader's first entry was not applied"
+        ring.run(0.01)
 
 
 def _leader(ring: Scenario) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from om.client import requests as build
+from om.schema.tables import TableId
+from om.statemachine.digests import Digests
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, Harness
 
@@ -29,3 +31,18 @@ def populate(store: Store, keys: int = 30, flow: str = LEADER) -> Harness:
     harness.ok(build.delete_key(VOLUME, BUCKETS[0], "key000"))
     harness.open_key(VOLUME, BUCKETS[0], "still-open", data_size=5)
     return harness
+
+
+def write_through(store: Store, changes: dict[tuple[TableId, bytes], bytes | None]) -> None:
+    """Rows changed as a (wrong) apply changes them: the digests follow, so the replica
+    differs from the others in its digests too (a lost or an extra write)."""
+    with Digests.attach(store).changes() as digest:
+        batch = store.new_batch()
+        for (table, key), value in changes.items():
+            if value is None:
+                store.batch_delete(batch, table, key)
+                digest.delete(table, key)
+            else:
+                store.batch_put(batch, table, key, value)
+                digest.put(table, key, value)
+        digest.write(batch)

@@ -13,6 +13,7 @@ from om.integrity.auditor import AuditConfig, NodeFacts, Violation
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import object_id_for
+from om.schema.read_view import Parsed, parse_row
 from om.schema.tables import TableId
 from om.statemachine.store import Store
 from tests.handler_harness import OLD, Harness
@@ -239,6 +240,10 @@ class TornView:
     def get(self, table: TableId, key: bytes) -> bytes | None:
         return self._pick(table).get(table, key)
 
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        return parse_row(self, table, key, parse)
+
     def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:
         return self._pick(table).scan(table, prefix, start_after, limit)
@@ -246,7 +251,8 @@ class TornView:
 
 def test_a_commit_between_two_reads_is_not_a_violation(harness: Harness,
                                                        tmp_path: Path) -> None:
-    checkpoint = scan.take_checkpoint(harness.store, tmp_path / "before")
+    checkpoint = tmp_path / "before"
+    harness.store.checkpoint(checkpoint)
     harness.put_key(VOLUME, BUCKETS[0], "in-flight", data_size=7)
     before = Store(checkpoint)
     try:
@@ -291,6 +297,9 @@ class MovingView:
         row.used_bytes += self._reads
         return row.SerializeToString()
 
+    def parsed(self, table: TableId, key: bytes,
+               parse: Callable[[bytes], Parsed]) -> Parsed | None:
+        return parse_row(self, table, key, parse)
     def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
              limit: int) -> list[tuple[bytes, bytes]]:
         return self._store.scan(table, prefix, start_after, limit)

@@ -112,6 +112,7 @@ def test_the_schedule_spreads_runs_and_the_config_is_checked(tmp_path: Path) -> 
 # ---------------------------------------------------------------- clusters ---
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_followers_audit_periodically_the_leader_never(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Runs of ~4 s (about 250 row reads at 60 rows/s) due every 0.5 s: most are skipped.
@@ -161,6 +162,7 @@ def test_followers_audit_periodically_the_leader_never(
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_violation_seeded_on_a_follower_is_reported_by_its_periodic_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cluster = _start(tmp_path / "cluster", _auditor_toml(1.0))
@@ -224,6 +226,7 @@ def test_a_violation_seeded_on_a_follower_is_reported_by_its_periodic_run(
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_off_by_default_nothing_runs(tmp_path: Path) -> None:
     cluster = _start(tmp_path / "cluster")
     try:

@@ -1,4 +1,4 @@
-"""The node side of verify on a real store: a checkpoint at the entry, trees behind it."""
+"""The node side of verify on a real store: a checkpoint at the entry, its digests read."""
 
 from __future__ import annotations
 
@@ -6,19 +6,20 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from om.config import NodeAddress, ServerConfig
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
-from om.integrity import marker, scan
-from om.integrity.merkle import KeyRange
+from om.integrity import compare, marker, repair
 from om.integrity.verifier import Verifier, VerifyUnavailable
 from om.node.integrity import GuardedReplicator, NodeIntegrity
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult
+from om.statemachine.apply import ApplyResult, StateMachine
+from om.statemachine.digests import Digests
 from om.statemachine.store import Store
 from tests.handler_harness import TERM, Harness
 from tests.integrity.populate import BUCKETS, VOLUME, populate
@@ -31,6 +32,7 @@ def node(tmp_path: Path) -> Iterator[tuple[Harness, NodeIntegrity, list[str]]]:
     harness = populate(store, keys=20)
     stops: list[str] = []
     integrity = NodeIntegrity(config, store, harness.state_machine.quiesce,
+                              harness.state_machine.applying,
                               lambda: harness.state_machine.applied_index,
                               lambda: stops.append("stopped"))
     yield harness, integrity, stops
@@ -44,7 +46,7 @@ def _verify(harness: Harness, integrity: NodeIntegrity, halt: str = "",
     harness.position += 1
     batch = om_pb2.PersistDbBatch(term=term, leader_id="om1", timestamp_ms=harness.clock.now_ms,
                                   verify=om_pb2.VerifyMarker(verify_id=b"id-%d" % harness.position,
-                                                             rows_per_s=0, halt_node_id=halt))
+                                                             halt_node_id=halt))
     entry = log_entry.encode_verify(batch)
     result = harness.state_machine.apply_entry(harness.position, entry)
     integrity.after_apply(harness.position, entry, result)
@@ -54,33 +56,40 @@ def _verify(harness: Harness, integrity: NodeIntegrity, halt: str = "",
 def _done(verifier: Verifier, position: int, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while (found := verifier.get(position)) is None or found.state == om_pb2.VERIFY_COMPUTING:
-        assert time.monotonic() < deadline, "the trees were never computed"
+        assert time.monotonic() < deadline, "the digests were never read"
         time.sleep(0.05)
     assert found.state == om_pb2.VERIFY_DONE, found.detail
 
 
-def test_the_trees_describe_the_entrys_position_not_what_came_after(
+def test_the_digests_describe_the_entrys_position_not_what_came_after(
         node: tuple[Harness, NodeIntegrity, list[str]]) -> None:
     harness, integrity, _ = node
     position, result = _verify(harness, integrity)
     assert result.applied
-    harness.put_key(VOLUME, BUCKETS[0], "after-the-verify", data_size=5)   # not in the trees
+    at_entry = compare.root_bytes(repair.local_roots(harness.store))
+    harness.put_key(VOLUME, BUCKETS[0], "after-the-verify", data_size=5)   # not in them
     _done(integrity.verifier, position)
     found = integrity.verifier.get(position)
     assert found is not None
-    assert found.forest is not None
-    assert found.forest.applied_index == position
-    live = scan.compute_trees(harness.store, found.spec.params)
-    assert live.applied_index == position + 2
-    assert found.forest.roots()["keyTable"] != live.roots()["keyTable"]
-    assert found.forest.roots()["bucketTable"] != live.roots()["bucketTable"]
-    keys = KeyRange("keyTable", b"", None)
-    page, more = integrity.verifier.read_range(position, keys, None, 5)
-    assert more
-    rest, more = integrity.verifier.read_range(position, keys, page[-1][0], 1000)
-    assert not more
+    assert compare.root_bytes(found.roots) == at_entry
+    live = compare.root_bytes(repair.local_roots(harness.store))
+    assert live["keyTable"] != at_entry["keyTable"]
+    hasher = Digests.attach(harness.store).hasher
     later = tables.key_key(VOLUME, BUCKETS[0], "after-the-verify")
-    assert page + rest == [row for row in scan.read_range(harness.store, keys) if row[0] != later]
+    earlier = tables.key_key(VOLUME, BUCKETS[0], "key002")
+    leaves = sorted({hasher.leaf(later), hasher.leaf(earlier)})
+    rows, more = integrity.verifier.leaf_rows(position, "keyTable", leaves, True, None, 1000)
+    assert not more
+    keys = {row.key: row for row in rows}
+    assert later not in keys
+    assert keys[earlier].value == harness.store.get(om_pb2.KEY, earlier)
+    assert int.from_bytes(keys[earlier].digest, "big") == hasher.digest(
+        earlier, keys[earlier].value)
+    first, more = integrity.verifier.leaf_rows(position, "keyTable", list(range(1 << 16)),
+                                               False, None, 3)
+    assert more
+    assert len(first) == 3
+    assert not first[0].value
 
 
 def test_replays_and_deposed_leaders_entries_take_no_checkpoint(
@@ -97,27 +106,24 @@ def test_replays_and_deposed_leaders_entries_take_no_checkpoint(
     assert integrity.verifier.get(position + 5) is None
     assert integrity.verifier.get(stale_position) is None
     with pytest.raises(VerifyUnavailable, match="no verification"):
-        integrity.verifier.read_range(stale_position, KeyRange("keyTable", b"", None), None, 9)
+        integrity.verifier.leaf_rows(stale_position, "keyTable", [0], False, None, 9)
 
 
-def test_a_restart_keeps_finished_trees_and_recomputes_the_rest(tmp_path: Path) -> None:
+def test_a_restart_reads_the_kept_verifications_again(tmp_path: Path) -> None:
     store = Store(tmp_path / "db")
     harness = populate(store, keys=6)
     config = ServerConfig(node_id="om1", data_dir=tmp_path, nodes=(NodeAddress("om1"),))
-    integrity = NodeIntegrity(config, store, harness.state_machine.quiesce, lambda: 0,
-                              lambda: None)
+    integrity = NodeIntegrity(config, store, harness.state_machine.quiesce,
+                              harness.state_machine.applying, lambda: 0, lambda: None)
     positions = [_verify(harness, integrity)[0] for _ in range(4)]
     _done(integrity.verifier, positions[-1])
     assert integrity.verifier.get(positions[0]) is None, "retired"
     integrity.verifier.close()
     kept = sorted(p.name for p in (tmp_path / "verify").iterdir())
     assert [int(name) for name in kept] == positions[-3:], "the newest three are kept"
-    (tmp_path / "verify" / kept[-1] / "trees.db").unlink()                 # a crash mid-compute
-    again = Verifier(tmp_path, store, harness.state_machine.quiesce)
+    again = Verifier(tmp_path, store, harness.state_machine.quiesce, 3)
     try:
-        first = again.get(positions[-3])
-        assert first is not None
-        assert first.state == om_pb2.VERIFY_DONE
+        _done(again, positions[-3])
         _done(again, positions[-1])
     finally:
         again.close()
@@ -164,3 +170,38 @@ def test_a_diverged_node_is_never_ready_to_lead() -> None:
     assert guarded.role().is_leader
     assert not guarded.role().ready
     assert asyncio.run(guarded.replicate(b"x")).status is ReplicateStatus.COMMITTED
+
+
+def test_a_store_from_before_digests_gets_them_and_then_verifies(tmp_path: Path) -> None:
+    """Rows written by a release without digests: the node's build covers them, the
+    verification fails until it is done, and succeeds after."""
+    store = Store(tmp_path / "db")
+    batch = store.new_batch()
+    for i in range(2500):
+        store.batch_put(batch, om_pb2.KEY, tables.key_key(VOLUME, BUCKETS[0], f"old{i}"), b"v")
+    store.write(batch)
+    machine = StateMachine(store)        # (the handler harness would wipe the store)
+    harness = SimpleNamespace(position=0, clock=SimpleNamespace(now_ms=1), state_machine=machine)
+    config = ServerConfig(node_id="om1", data_dir=tmp_path, nodes=(NodeAddress("om1"),))
+    integrity = NodeIntegrity(config, store, machine.quiesce, machine.applying, lambda: 0,
+                              lambda: None)
+    try:
+        assert not Digests.attach(store).complete
+        position, _ = _verify(harness, integrity)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        while (found := integrity.verifier.get(position)) is None \
+                or found.state == om_pb2.VERIFY_COMPUTING:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert found.state == om_pb2.VERIFY_FAILED
+        assert "still being built" in found.detail
+        integrity._build_digests()
+        assert Digests.attach(store).complete
+        position, _ = _verify(harness, integrity)  # type: ignore[arg-type]
+        _done(integrity.verifier, position)
+        done = integrity.verifier.get(position)
+        assert done is not None
+        assert done.roots["keyTable"][1] == 2500
+    finally:
+        integrity.verifier.close()
+        store.close()

@@ -1,10 +1,13 @@
-"""om admin verify / repair / audit on real 3-node clusters.
+"""om admin verify / repair / audit, and continuous verification, on real 3-node clusters.
 
-A row changed, deleted or added offline on one follower (stopped, its RocksDB
-edited, started again) must be named exactly; that node must refuse clients,
-across a restart too; a repair must bring its roots back to the majority's
-(and only then let it serve), must refuse to pass a range its source cannot
-supply, and must survive a crash in the middle.
+A row changed, deleted or added offline on one follower as a wrong apply would
+(its digests follow) must be found by the next continuous check and named
+exactly; that node must refuse clients, across a restart too; a repair must
+bring its roots back to the majority's (and only then let it serve), must refuse
+to pass a leaf its source cannot supply, and must survive a crash in the middle.
+A row changed behind RocksDB's back, and a digest leaf changed alone, are the
+scrub's: ``om admin verify --full`` finds both as drift and mends them, after
+which a changed row is a divergence verify names.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from om.config import NodeAddress
 from om.integrity import marker
 from om.protocol import om_pb2
 from om.schema import tables
+from om.statemachine import digests
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
+from tests.integrity.populate import write_through
 
 pytestmark = pytest.mark.integration
 KEYS = 40
@@ -79,8 +84,8 @@ def _follower(cluster: om_cluster.Cluster) -> NodeAddress:
 
 
 def _edit_offline(cluster: om_cluster.Cluster, node_id: str) -> set[tuple[str, str, str, str]]:
-    """Stops the node, changes a bucket row, deletes a key and adds one, starts it again;
-    returns what verify must name: (node, table, key, kind)."""
+    """Stops the node, changes a bucket row, deletes a key and adds one as a wrong apply
+    would (its digests follow), starts it again; returns what verify must name."""
     cluster.stop_node(node_id)
     store = Store(cluster.config.data_dir / node_id / "db")
     try:
@@ -89,11 +94,9 @@ def _edit_offline(cluster: om_cluster.Cluster, node_id: str) -> set[tuple[str, s
         info.used_bytes += 7
         gone = tables.key_key("vol", "bkt", "key-010")
         ghost = tables.key_key("vol", "bkt", "ghost")
-        batch = store.new_batch()
-        store.batch_put(batch, om_pb2.BUCKET, bucket, info.SerializeToString())
-        store.batch_delete(batch, om_pb2.KEY, gone)
-        store.batch_put(batch, om_pb2.KEY, ghost, store.get(om_pb2.KEY, gone) or b"")
-        store.write(batch)
+        write_through(store, {(om_pb2.BUCKET, bucket): info.SerializeToString(),
+                              (om_pb2.KEY, gone): None,
+                              (om_pb2.KEY, ghost): store.get(om_pb2.KEY, gone) or b""})
     finally:
         store.close()
     cluster.start_node(node_id)
@@ -132,6 +135,7 @@ def test_a_healthy_cluster_verifies_and_audits_clean(
     assert all(n["violations_total"] == 0 and n["rows_checked"] > KEYS for n in audit["nodes"])
 
 
+@pytest.mark.slow
 def test_a_diverged_follower_is_named_refused_and_repaired(
         cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     victim = _follower(cluster)
@@ -167,23 +171,14 @@ def test_a_diverged_follower_is_named_refused_and_repaired(
     assert status == 3, "a node stopped for repair refuses to start"
     assert "stopped for repair" in cluster.log_tail(victim.id, 3)
 
-    # The only allowed source lost its key rows from its checkpoint: whichever keyTable
-    # ranges are left to repair (leaf cuts depend on the verification's salt), it
-    # cannot supply them.
+    # The only allowed source lost its key rows from its checkpoint (its digests kept):
+    # whichever keyTable leaves are left to repair, it cannot supply them.
     source = next(n.id for n in cluster.nodes if n.id != victim.id)
-    checkpoint = Store(cluster.config.data_dir / source / "verify" / f"{found.position:020d}"
-                       / "checkpoint")
-    try:
-        batch = checkpoint.new_batch()
-        for key, _ in list(checkpoint.iterate(om_pb2.KEY)):
-            checkpoint.batch_delete(batch, om_pb2.KEY, key)
-        checkpoint.write(batch)
-    finally:
-        checkpoint.close()
+    _stop_serving_checkpoint(cluster, source, found.position)
     refused = _repair_process(cluster, victim.id, "--source", source)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "unrepairable: keyTable" in refused.stdout
-    assert f"{source}: its" in refused.stdout
+    assert f"{source}: " in refused.stdout
     kept = marker.load(cluster.config.data_dir / victim.id)
     assert kept is not None
     assert kept.stops_start
@@ -193,7 +188,7 @@ def test_a_diverged_follower_is_named_refused_and_repaired(
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)       # one document: the start's outcome is in it
     assert (result["cleared"], result["started"]) == (True, f"{victim.id} started")
-    assert {r["table"] for r in result["repaired"]} <= {"keyTable"}
+    assert set(result["repaired"]) <= {"keyTable"}
     assert marker.load(cluster.config.data_dir / victim.id) is None
     harness.wait_converged(cluster)
     assert _status(cluster, victim.address)[0] in ("OK", "NOT_LEADER")
@@ -203,6 +198,7 @@ def test_a_diverged_follower_is_named_refused_and_repaired(
     assert digests["om1"] == digests["om2"] == digests["om3"]
 
 
+@pytest.mark.slow
 def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
         cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     status, report = _admin(capsys, cluster, "verify")
@@ -224,7 +220,7 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
     assert _status(cluster, leader.address)[0] == "REPLICA_DIVERGED"
     repaired = _repair_process(cluster, leader.node_id, "--start")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
-    assert "0 differing ranges" in repaired.stdout
+    assert "0 differing leaves" in repaired.stdout
     harness.wait_converged(cluster)
 
     # Two followers changed the same key differently: three roots, no majority.
@@ -235,9 +231,7 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
         key = tables.key_key("vol", "bkt", "key-005")
         info = om_pb2.KeyInfo.FromString(store.get(om_pb2.KEY, key) or b"")
         info.data_size = size
-        batch = store.new_batch()
-        store.batch_put(batch, om_pb2.KEY, key, info.SerializeToString())
-        store.write(batch)
+        write_through(store, {(om_pb2.KEY, key): info.SerializeToString()})
         store.close()
     for follower in followers:
         cluster.start_node(follower)
@@ -250,8 +244,116 @@ def test_a_diverged_leader_hands_over_and_no_majority_marks_nobody(
     assert all(_status(cluster, n.address)[0] != "REPLICA_DIVERGED" for n in cluster.nodes)
 
 
-FRAME_BYTES = 8 * 1024     # the nodes' frame limit below: a keyTable tree outgrows it
-SEEDED = 12_000            # ~190 leaves of ~70 bytes: ~13 KB as one message
+def _stop_serving_checkpoint(cluster: om_cluster.Cluster, node_id: str, position: int) -> None:
+    """Deletes every keyTable row of a node's checkpoint at ``position``, behind its digests
+    (its process keeps the checkpoint open for reads, so it is restarted to see it)."""
+    cluster.stop_node(node_id)
+    checkpoint = Store(cluster.config.data_dir / node_id / "verify" / f"{position:020d}"
+                       / "checkpoint")
+    try:
+        batch = checkpoint.new_batch()
+        for key, _ in list(checkpoint.iterate(om_pb2.KEY)):
+            checkpoint.batch_delete(batch, om_pb2.KEY, key)
+        checkpoint.write(batch)
+    finally:
+        checkpoint.close()
+    cluster.start_node(node_id)
+    at = [n.id for n in cluster.nodes].index(node_id)
+    deadline = time.monotonic() + 60
+    while cluster.node_infos()[at].role == "UNREACHABLE":
+        assert time.monotonic() < deadline, f"{node_id} did not come back"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def continuous(tmp_path: Path) -> Iterator[om_cluster.Cluster]:
+    started = harness.start(tmp_path / "cluster", extra_toml=f"\n[verify]\ninterval_s = "
+                            f"{INTERVAL_S}\nscrub_rows_per_s = 0\n")
+    with harness.client(started) as om:
+        om.create_volume("vol")
+        om.create_bucket("vol", "bkt")
+        for i in range(KEYS):
+            om.put_key("vol", "bkt", f"key-{i:03d}", 100 + i)
+    harness.wait_converged(started)
+    yield started
+    om_cluster.down(started)
+
+
+INTERVAL_S = 2.0
+
+
+def _marked_within(cluster: om_cluster.Cluster, node_id: str, seconds: float) -> float:
+    started = time.monotonic()
+    while marker.load(cluster.config.data_dir / node_id) is None:
+        assert time.monotonic() - started < seconds, f"{node_id} was not marked in {seconds} s"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def test_a_lost_write_is_found_by_the_next_interval_and_named(
+        continuous: om_cluster.Cluster) -> None:
+    cluster = continuous
+    victim = _follower(cluster)
+    cluster.stop_node(victim.id)
+    store = Store(cluster.config.data_dir / victim.id / "db")
+    try:          # the write of key-007 never reached this node's store (its digests agree)
+        write_through(store, {(om_pb2.KEY, tables.key_key("vol", "bkt", "key-007")): None})
+    finally:
+        store.close()
+    cluster.start_node(victim.id)
+    took = _marked_within(cluster, victim.id, 3 * INTERVAL_S + 30)
+    assert _status(cluster, victim.address)[0] == "REPLICA_DIVERGED"
+    log = cluster.log_tail(victim.id, 400)
+    assert "ALERT replica divergence" in log
+    assert "keyTable /vol/bkt/key-007 is missing here" in log
+    others = [n for n in cluster.nodes if n.id != victim.id]
+    assert all(marker.load(cluster.config.data_dir / n.id) is None for n in others)
+    print(f"marked {took:.1f} s after its start")
+
+
+def test_drift_behind_rocksdbs_back_is_the_scrubs_and_then_verifys(
+        continuous: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = continuous
+    victim, other = [n for n in cluster.nodes if n.id != cluster.wait_for_leader().node_id]
+    rotten = tables.key_key("vol", "bkt", "key-003")
+    cluster.stop_node(victim.id)
+    store = Store(cluster.config.data_dir / victim.id / "db")
+    try:               # a tool writing RocksDB directly: the digests know nothing of it
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.KEY, rotten, b"bit rot")
+        store.write(batch)
+    finally:
+        store.close()
+    cluster.stop_node(other.id)
+    store = Store(cluster.config.data_dir / other.id / "db")
+    try:               # a digest leaf changed alone
+        kept = digests.read_meta(store)
+        assert kept is not None
+        leaf = digests.hasher_of(kept).leaf(tables.key_key("vol", "bkt", "key-004"))
+        batch = store.new_batch()
+        store.batch_put(batch, om_pb2.DIGESTS, digests.leaf_key(om_pb2.KEY, leaf),
+                        bytes(39) + b"\1")
+        store.write(batch)
+    finally:
+        store.close()
+    for node in (victim, other):
+        cluster.start_node(node.id)
+    harness.wait_converged(cluster)
+    assert marker.load(cluster.config.data_dir / victim.id) is None, "invisible to verify"
+
+    status, report = _admin(capsys, cluster, "verify", "--full")
+    drifted = {(scrub.get("node_id"), d["table"])
+               for scrub in report["scrub"].values() for d in scrub.get("drift", [])}
+    assert drifted == {(victim.id, "keyTable"), (other.id, "keyTable")}, report["scrub"]
+    assert status == 1
+    assert (report["result"], report["minority"]) == ("minority", [victim.id])
+    assert [(d["node"], d["key"], d["kind"]) for d in report["differences"]] == [
+        (victim.id, "/vol/bkt/key-003", "different")]
+    assert marker.load(cluster.config.data_dir / other.id) is None
+
+
+FRAME_BYTES = 8 * 1024     # the nodes' frame limit below: a page of rows outgrows it
+SEEDED = 12_000
 
 
 def _seed_offline(cluster: om_cluster.Cluster) -> None:
@@ -262,11 +364,8 @@ def _seed_offline(cluster: om_cluster.Cluster) -> None:
         store = Store(cluster.config.data_dir / node.id / "db")
         try:
             value = store.get(om_pb2.KEY, tables.key_key("vol", "bkt", "key-000")) or b""
-            batch = store.new_batch()
-            for i in range(SEEDED):
-                store.batch_put(batch, om_pb2.KEY, tables.key_key("vol", "bkt", f"s-{i:05d}"),
-                                value)
-            store.write(batch)
+            write_through(store, {(om_pb2.KEY, tables.key_key("vol", "bkt", f"s-{i:05d}")):
+                                  value for i in range(SEEDED)})
         finally:
             store.close()
     for node in cluster.nodes:
@@ -289,7 +388,8 @@ def small_frames(tmp_path: Path) -> Iterator[om_cluster.Cluster]:
     om_cluster.down(started)
 
 
-def test_a_tree_larger_than_a_frame_is_compared_level_by_level_and_repaired(
+@pytest.mark.slow
+def test_rows_larger_than_a_frame_are_named_and_repaired_a_page_at_a_time(
         small_frames: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     cluster = small_frames
     victim = _follower(cluster)
@@ -298,10 +398,8 @@ def test_a_tree_larger_than_a_frame_is_compared_level_by_level_and_repaired(
     try:
         changed = tables.key_key("vol", "bkt", "s-04321")
         gone = tables.key_key("vol", "bkt", "s-09876")
-        batch = store.new_batch()
-        store.batch_put(batch, om_pb2.KEY, changed, b"not the majority's")
-        store.batch_delete(batch, om_pb2.KEY, gone)
-        store.write(batch)
+        write_through(store, {(om_pb2.KEY, changed): b"not the majority's",
+                              (om_pb2.KEY, gone): None})
     finally:
         store.close()
     cluster.start_node(victim.id)
@@ -315,23 +413,12 @@ def test_a_tree_larger_than_a_frame_is_compared_level_by_level_and_repaired(
         (victim.id, "keyTable", "/vol/bkt/s-04321", "different"),
         (victim.id, "keyTable", "/vol/bkt/s-09876", "missing")}
 
-    # The red case: the whole tree in one answer (the path before level-by-level reads)
-    # is over this cluster's frame limit.
-    link = NodeLink(victim.address, cluster.client_tls())
-    try:
-        with pytest.raises(Exception, match="over the frame limit"):
-            link.call(om_pb2.OMRequest(
-                cmd_type=om_pb2.GetVerifyTrees, get_verify_trees=om_pb2.GetVerifyTreesRequest(
-                    position=report["position"], tables=["keyTable"])))
-    finally:
-        link.close()
-
     done = _repair_process(cluster, victim.id, "--json", "--start")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)       # one document: the start's outcome is in it
     assert (result["cleared"], result["started"]) == (True, f"{victim.id} started")
-    assert {r["table"] for r in result["repaired"]} == {"keyTable"}
-    assert result["rows_written"] < SEEDED // 10, "only the differing leaves are copied"
+    assert set(result["repaired"]) == {"keyTable"}
+    assert result["rows_written"] == 2, "only the differing rows of the leaves are written"
     harness.wait_converged(cluster)
     status, report = _admin(capsys, cluster, "verify")
     assert (status, report["result"]) == (0, "clean")

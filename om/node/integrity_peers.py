@@ -1,0 +1,78 @@
+"""A node's blocking link to a peer's client port, for the continuous verification.
+
+Each node's self-check (``om.integrity.continuous``) asks its peers for their
+roots, levels and leaf rows at a verify position, on the verifier's worker
+thread: one connection a peer (TLS with the [tls] client certificate when the
+port needs it, as catch-up uses it), opened on first use, reopened after a
+failure, each answer awaited for at most ``ANSWER_TIMEOUT_S``. A refusal or a
+lost connection is a ``ReplicaError``: the check goes on without that peer.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+
+from om.config import ServerConfig
+from om.integrity.compare import ReplicaError
+from om.protocol import om_pb2
+from om.protocol.framing import FrameDecoder, encode_frame
+from om.security.tls import ClientTls
+
+ANSWER_TIMEOUT_S = 60.0    # a level or a page of leaf rows from a busy peer's checkpoint
+
+
+class PeerLink:
+    """Requests to one peer, one at a time."""
+
+    def __init__(self, config: ServerConfig, address: str) -> None:
+        self._address = address
+        self._frame_max = config.limits.max_frame_bytes
+        self._client_id = f"verify-{config.node_id}"
+        self._context: ssl.SSLContext | None = None
+        tls = config.tls
+        if tls.enabled:
+            self._context = ClientTls(config.tls_path(tls.client_cert_file),
+                                      config.tls_path(tls.client_key_file),
+                                      config.tls_path(tls.ca_file)).context()
+        self._socket: socket.socket | None = None
+        self._decoder = FrameDecoder(self._frame_max)
+        self._next_call = 1
+        self._lock = threading.Lock()
+
+    def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """The peer's OK answer; ReplicaError otherwise."""
+        with self._lock:
+            request.client_id, request.call_id = self._client_id, self._next_call
+            self._next_call += 1
+            try:
+                response = self._round_trip(request)
+            except (OSError, ValueError) as error:
+                self.close()
+                raise ReplicaError(f"{self._address} did not answer: {error}") from None
+        if response.status != om_pb2.OK:
+            raise ReplicaError(f"{om_pb2.Status.Name(response.status)} {response.message}")
+        return response
+
+    def _round_trip(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        if self._socket is None:
+            host, _, port = self._address.rpartition(":")
+            plain = socket.create_connection((host, int(port)), timeout=ANSWER_TIMEOUT_S)
+            self._socket = plain if self._context is None else \
+                self._context.wrap_socket(plain, server_hostname=host)
+            self._decoder = FrameDecoder(self._frame_max)
+        self._socket.sendall(encode_frame(request.SerializeToString(), self._frame_max))
+        while True:
+            data = self._socket.recv(1 << 20)
+            if not data:
+                raise ConnectionResetError(f"OM at {self._address} closed the connection")
+            for payload in self._decoder.feed(data):
+                response = om_pb2.OMResponse.FromString(payload)
+                if response.call_id in (request.call_id, 0):
+                    return response
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None

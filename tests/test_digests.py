@@ -1,0 +1,169 @@
+"""Digests kept by apply equal a full recomputation, whatever happened (hypothesis).
+
+After any sequence of puts, overwrites, deletes, quota deltas, retry-cache rows,
+batches (a row changed twice in one), crashes (a batch cut before its write; the
+process gone and the store reopened) and, for a store written before digests, the
+background build interleaved, every leaf row equals the sum and count of the
+digests of the rows that hash to it, and the index lists exactly those rows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from om.protocol import om_pb2
+from om.schema import tables
+from om.schema.row_digests import SUM_MODULUS, RowHasher
+from om.schema.tables import TableId
+from om.statemachine import digests as digest_rows
+from om.statemachine.apply import StateMachine
+from om.statemachine.digests import Digests, RowDigest
+from om.statemachine.store import Store
+
+KEYS = [f"/v/b/k{i}".encode() for i in range(12)]
+TABLES = (om_pb2.KEY, om_pb2.OPEN_KEY, om_pb2.DELETED)
+
+
+def recomputed(store: Store) -> tuple[dict[tuple[int, int], tuple[int, int]], set[bytes]]:
+    """Every non-empty leaf and every index entry, from the rows alone."""
+    meta = digest_rows.read_meta(store)
+    assert meta is not None
+    hasher = RowHasher(meta.key, meta.leaf_bits)
+    leaves: dict[tuple[int, int], tuple[int, int]] = {}
+    index: set[bytes] = set()
+    for table in tables.TABLE_NAMES:
+        for key, value in store.iterate(table):
+            leaf = hasher.leaf(key)
+            total, rows = leaves.get((table, leaf), (0, 0))
+            leaves[(table, leaf)] = ((total + hasher.digest(key, value)) % SUM_MODULUS, rows + 1)
+            index.add(digest_rows.index_prefix(table, leaf) + key)
+    return leaves, index
+
+
+def maintained(store: Store) -> tuple[dict[tuple[TableId, int], tuple[int, int]],
+                                       set[bytes]]:
+    """Every leaf row and index entry the store holds."""
+    leaves = {(table, leaf): (total, rows) for table in tables.TABLE_NAMES
+              for leaf, total, rows in digest_rows.stored_leaves(store, table)}
+    index = {key for key, _ in store.iterate(om_pb2.DIGESTS, digest_rows.INDEX_TAG)}
+    return leaves, index
+
+
+def batch_of(position: int, ops: list[tuple[int, int, int | None]]) -> om_pb2.PersistDbBatch:
+    batch = om_pb2.PersistDbBatch(term=1, managed_index=position, timestamp_ms=position)
+    for table, key, value in ops:
+        if value is None:
+            batch.ops.add(table=TABLES[table], key=KEYS[key], delete=True)
+        else:
+            batch.ops.add(table=TABLES[table], key=KEYS[key], value=b"v%d" % value)
+    batch.replies.add(client_id="c", call_id=position, timestamp_ms=position, response=b"r")
+    if position > 2:   # the sweep of an older reply, and its index row
+        batch.retry_expiry.add(table=om_pb2.CLIENT_REQUEST_REPLY,
+                               key=tables.reply_key("c", position - 2), delete=True)
+        batch.retry_expiry.add(table=om_pb2.CLIENT_REQUEST_EXPIRY,
+                               key=tables.expiry_key(position - 2, "c", position - 2),
+                               delete=True)
+    return batch
+
+
+op = st.tuples(st.integers(0, 2), st.integers(0, len(KEYS) - 1),
+               st.one_of(st.none(), st.integers(0, 3)))
+Step = tuple[str, list[tuple[int, int, int | None]]]
+step: st.SearchStrategy[Step] = st.one_of(
+    st.tuples(st.just("batch"), st.lists(op, min_size=1, max_size=6)),
+    st.tuples(st.just("cut"), st.lists(op, min_size=1, max_size=6)),
+    st.just(("restart", [])),
+    st.just(("build", [])),
+)
+
+
+def _cut(machine: StateMachine, table: int, key: bytes) -> None:
+    with machine.digests.changes() as digest:
+        digest.put(table, key, b"never")  # type: ignore[arg-type]
+        raise RuntimeError("killed before the write")
+
+
+def _seed_behind(store: Store, count: int) -> None:
+    """Rows a release without digests wrote (before anything attached)."""
+    write = store.new_batch()
+    for i in range(count):
+        store.batch_put(write, TABLES[i % 3], KEYS[i], b"old%d" % i)
+    store.write(write)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(step, max_size=25), written_before=st.integers(0, 8),
+       leaf_bits=st.sampled_from([1, 3, 16]))
+def test_maintained_digests_equal_a_full_recomputation(
+        steps: list[tuple[str, list[tuple[int, int, int | None]]]], written_before: int,
+        leaf_bits: int) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="om-digests-"))
+    try:
+        store = Store(directory / "db")
+        _seed_behind(store, written_before)
+        Digests.attach(store, b"k" * 32, leaf_bits, 4)
+        machine = StateMachine(store)
+        position = 0
+        for kind, ops in steps:
+            if kind == "restart":        # the process gone: a new store object, new cache
+                store.close()
+                store = Store(directory / "db")
+                machine = StateMachine(store)
+            elif kind == "build":
+                with machine.applying():
+                    machine.digests.build_step(2)
+            elif kind == "cut":          # a crash before the batch's write: nothing of it
+                with pytest.raises(RuntimeError):
+                    _cut(machine, TABLES[ops[0][0]], KEYS[ops[0][1]])
+            else:
+                position += 1
+                assert machine.apply(position, batch_of(position, ops)).applied
+        while not machine.digests.complete:
+            machine.digests.build_step(3)
+        assert maintained(store) == recomputed(store)
+        store.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_an_old_row_digest_from_the_writer_replaces_the_lookup(tmp_path: Path) -> None:
+    """A writer that read the old row may pass its digest; the result is the same."""
+    store = Store(tmp_path / "db")
+    digests = Digests.attach(store, b"k" * 32, 8, 4)
+    with digests.changes() as digest:
+        write = store.new_batch()
+        store.batch_put(write, om_pb2.KEY, KEYS[0], b"one")
+        digest.put(om_pb2.KEY, KEYS[0], b"one")
+        digest.write(write)
+    with digests.changes() as digest:
+        write = store.new_batch()
+        store.batch_put(write, om_pb2.KEY, KEYS[0], b"two")
+        digest.put(om_pb2.KEY, KEYS[0], b"two",
+                   old=RowDigest(digests.hasher.digest(KEYS[0], b"one")))
+        digest.write(write)
+    assert maintained(store) == recomputed(store)
+    store.close()
+
+
+def test_a_row_changed_behind_the_store_is_drift_and_recompute_leaf_mends_it(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "db")
+    machine = StateMachine(store)
+    machine.apply(1, batch_of(1, [(0, 0, 1), (0, 1, 2)]))
+    write = store.new_batch()     # a tool writing RocksDB directly
+    store.batch_put(write, om_pb2.KEY, KEYS[0], b"rotten")
+    store.batch_put(write, om_pb2.KEY, KEYS[5], b"stray")
+    store.write(write)
+    assert maintained(store) != recomputed(store)
+    digests = machine.digests
+    for key in (KEYS[0], KEYS[5]):
+        with machine.applying():
+            digests.recompute_leaf(om_pb2.KEY, digests.hasher.leaf(key), {key})
+    assert maintained(store) == recomputed(store)
+    store.close()
