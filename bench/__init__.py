@@ -1,4 +1,9 @@
-"""Load generators and the benchmark driver of the OM (never imported by ``om`` itself).
+"""Load generators and the benchmark driver of the OM.
+
+``om`` imports this package only from the two commands that run it, ``om bench``
+(``om/cli/bench.py``) and ``om freon`` (``om/cli/freon.py``); this package uses om's
+packages but never its command line, so the two never form a cycle
+(tests/test_layering.py holds both rules and says why the edge is declared).
 
 * ``bench.locustfile``: locust users on the blocking ``OMClient`` (gevent, no asyncio).
 * ``bench.freon``: ``om freon omkg|ombg|ockrw``, many requests in flight per

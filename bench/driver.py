@@ -28,6 +28,15 @@ lock_plan`` apart) replace step 3 with ``run_fso_phases`` (``bench/fso.py``) and
 from their own seed, ``OUT/seed-fso/db``: the ``keys`` namespace if any and the
 directory of ``fso_files_big`` files the rename measurement renames.
 
+After each flow, ``bench/bound.py`` labels its measured run CPU-bound,
+cycle-bound or stall-bound from the machine's CPU, the busiest thread's demand,
+the server phases of the window's traces and the client's completions, and
+``bench/machine_load.py`` says whether other processes took more than 10 % of the
+machine meanwhile (both in the step log, the table and ``summary.json``). The
+``sweep`` profile runs the leader, replicated and etcd flows at 16, 64 and 256 in
+flight, each point a flow of its own on a fresh cluster (``bench/sweep.py`` argues
+why, and the order).
+
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
 its error and the others still run; the etcd flow is recorded as skipped, with
 the reason, where etcd or Go cannot be had (Ctrl-C stops the run; clusters are still
@@ -53,7 +62,7 @@ from typing import Any
 
 import uvloop
 
-from bench import etcd, failover, freon
+from bench import bound, etcd, failover, freon, sweep
 from bench import fso as fso_flows
 from bench.ceiling import InProcessCaller, in_process_node
 from bench.clusters import traced_cluster
@@ -62,11 +71,18 @@ from bench.failover import FailoverResult
 from bench.freon import FreonConfig, FreonResult
 from bench.fso import FsoResults
 from bench.machine import CpuMeter, children, command_line, rss_mb
+from bench.machine_load import MachineLoad
 from bench.manifest import build_manifest, write_json
 from bench.progress import StepLog
 from bench.session import PooledCaller, RequestCaller
-from bench.summary import CLIENT_PROCESS, IN_PROCESS, FlowMeasurement, build_summary
-from bench.traces import batch_sizes, copy_window
+from bench.summary import (
+    CLIENT_PROCESS,
+    IN_PROCESS,
+    FlowMeasurement,
+    bound_inputs,
+    build_summary,
+)
+from bench.traces import batch_sizes, completion_times, copy_window, write_phase_means
 from om import config as om_config
 from om.client import AsyncOMClient
 from om.client.retry_policy import RetryPolicy
@@ -102,6 +118,7 @@ class Profile:
     fso_files_small: int = 10
     fso_renames: int = 30
     fso_rename_pct: int = 25
+    in_flight: tuple[int, ...] = ()   # a sweep: each flow at each of these (bench/sweep.py)
 
 
 PROFILES: dict[str, Profile] = {
@@ -121,6 +138,10 @@ PROFILES: dict[str, Profile] = {
     "scaling": Profile("scaling", warmup_s=2.0, measure_s=12.0, threads=64, connections=8,
                        flows=("leader-1node", "leader-1node-w2", "leader-w1", "leader-w2",
                               "leader-w4")),
+    # The leader, the old flow and etcd at 16, 64 and 256 in flight, each point on a fresh
+    # cluster, as long as the quick profile's (bench/sweep.py).
+    "sweep": Profile("sweep", warmup_s=2.0, measure_s=15.0, threads=64, half_load_s=8.0,
+                     flows=sweep.FLOWS, in_flight=sweep.IN_FLIGHT),
 }
 
 
@@ -137,6 +158,7 @@ class FlowSpec:
     nodes: int = 0              # 0: the profile's
     workers: int = 0            # front workers per node (0: the product's default)
     fso: bool = False           # the file-system phases (bench/fso.py) instead of omkg's
+    threads: int = 0            # requests in flight (0: the profile's; a sweep point's own)
 
 
 FLOWS: tuple[FlowSpec, ...] = (
@@ -176,11 +198,13 @@ class BenchConfig:
     volume: str = "vol1"
     bucket: str = "bucket1"
     secure: bool = True   # OM clusters with a Raft secret and client TLS (the default)
+    traces: bool = True   # server and client traces (off: as production runs, no phases)
 
     def describe(self) -> dict[str, Any]:
         """The run's parameters, as recorded in both JSON files."""
         return {"profile": asdict(self.profile), "keys": self.keys,
-                "flow_names": [f.name for f in self.flows], "secure": self.secure}
+                "flow_names": [f.name for f in self.flows], "secure": self.secure,
+                "traces": self.traces}
 
 
 @dataclass(frozen=True)
@@ -239,6 +263,7 @@ class Phases:
     half_load: FreonResult | None = None
     rss_mb: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    machine: MachineLoad | None = None   # the whole machine over the measured phase
     failover: FailoverResult | None = None
     elections: int | None = None   # terms that began while the load ran (0: none)
     fso: FsoResults | None = None  # an FSO flow's other phases (bench/fso.py)
@@ -250,6 +275,15 @@ def select_flows(names: list[str]) -> tuple[FlowSpec, ...]:
     if unknown:
         raise ValueError(f"unknown flows {sorted(unknown)}: choose from {list(FLOW_NAMES)}")
     return tuple(f for f in FLOWS if f.name in names)
+
+
+def sweep_points(flows: tuple[FlowSpec, ...], in_flight: tuple[int, ...]) -> tuple[FlowSpec, ...]:
+    """Each flow at each in-flight count, ordered by count, then flow (``bench/sweep.py``);
+    a point measures no failover (the quick profile does)."""
+    assert all(count > 0 for count in in_flight)
+    return tuple(replace(flow, name=sweep.point_name(flow.name, count), threads=count,
+                         failover=False)
+                 for count in in_flight for flow in flows)
 
 
 def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
@@ -358,7 +392,7 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
         if flow.in_process:
             phases = uvloop.run(_in_process(config, flow, dirs, log))
         elif flow.etcd:
-            phases, leader = _on_etcd(config, dirs, log)
+            phases, leader = _on_etcd(config, flow, dirs, log)
         else:
             phases, leader = _on_cluster(config, flow, dirs, log)
     except EtcdUnavailable as reason:
@@ -369,17 +403,30 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
         return FlowMeasurement(flow.name, None, error=f"{type(error).__name__}: {error}")
     sizes = _collect_traces(dirs, phases.measure)
     _write_reports(dirs, phases)
-    demand = {label: use["thread_demand"] for label, use in phases.cpu.items()}
-    busiest = max(demand, key=lambda k: demand[k], default="-")
-    log.step(f"{flow.name}: {phases.measure.write_requests_per_s:,.0f} write req/s, "
-             f"{phases.measure.failures} failed operations, busiest thread: {busiest} "
-             f"{demand.get(busiest, 0.0):.0f}% of the time running or waiting for a CPU")
     preloaded = seed.result.keys if seed is not None and not flow.etcd else 0
-    return FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
-                           preloaded, leader, cpu=phases.cpu,
-                           half_load=phases.half_load, durable=_durable(config, flow),
-                           failover=phases.failover, elections=phases.elections,
-                           fso=phases.fso)
+    measured = FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,
+                               preloaded, leader, cpu=phases.cpu,
+                               half_load=phases.half_load, durable=_durable(config, flow),
+                               failover=phases.failover, elections=phases.elections,
+                               fso=phases.fso, machine=phases.machine,
+                               phases_ms=write_phase_means(sorted(dirs.traces.glob(
+                                   "server-*.jsonl"))),
+                               stalls=_stalls(dirs, phases.measure))
+    found = bound.classify(bound_inputs(measured))
+    log.step(f"{flow.name}: {phases.measure.write_requests_per_s:,.0f} write req/s, "
+             f"{phases.measure.failures} failed operations; {found.label}: {found.reason}")
+    warning = None if phases.machine is None else phases.machine.warning
+    if warning:
+        log.step(f"{flow.name}: WARNING: {warning}")
+    return measured
+
+
+def _stalls(dirs: FlowDirs, measure: FreonResult) -> bound.Stalls | None:
+    """The gaps in the measured window's client completions (``bench/bound.py``)."""
+    completions = sorted(t for path in sorted(dirs.traces.glob("client-*.jsonl"))
+                         for t in completion_times(path))
+    p50_ms = measure.write_latency.summary().p50 if measure.ok_writes else 0.0
+    return bound.stalls(completions, p50_ms, measure.duration_s)
 
 
 def _durable(config: BenchConfig, flow: FlowSpec) -> bool:
@@ -392,16 +439,19 @@ def _durable(config: BenchConfig, flow: FlowSpec) -> bool:
     return om_config.load(toml).raft.fsync if toml.exists() else ServerConfig().raft.fsync
 
 
-def _on_etcd(config: BenchConfig, dirs: FlowDirs, log: StepLog) -> tuple[Phases, str]:
+def _on_etcd(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
+             log: StepLog) -> tuple[Phases, str]:
     """A 3-member etcd under the same load shape: in flight, warm-up and measured time.
     There is no preload, half-load or mixed phase: etcd has no OM requests."""
     profile = config.profile
-    log.step(f"etcd: {etcd.MEMBERS} members in {dirs.cluster}; etcdbench, "
-             f"{profile.threads} in flight, {profile.warmup_s:g} s warm-up, "
+    threads = flow.threads or profile.threads
+    log.step(f"{flow.name}: {etcd.MEMBERS} members in {dirs.cluster}; etcdbench, "
+             f"{threads} in flight, {profile.warmup_s:g} s warm-up, "
              f"{profile.measure_s:g} s measured")
-    run = etcd.run_etcd(dirs.cluster, dirs.traces / "client-etcdbench.jsonl", profile.threads,
+    run = etcd.run_etcd(dirs.cluster, dirs.traces / "client-etcdbench.jsonl", threads,
                         profile.warmup_s, profile.measure_s, om_cluster.free_port_base())
-    return Phases(run.result, rss_mb=run.rss_mb, cpu=run.cpu), run.leader or "etcd"
+    return (Phases(run.result, rss_mb=run.rss_mb, cpu=run.cpu, machine=run.machine),
+            run.leader or "etcd")
 
 
 def _nodes(config: BenchConfig, flow: FlowSpec) -> int:
@@ -431,7 +481,8 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
              f"(execution={flow.execution}, workers={flow.workers or 'default'}, {security}) "
              f"in {dirs.cluster}")
     extra = flow.extra_toml
-    with traced_cluster(dirs.cluster, nodes, flow.execution, extra, dirs.raw, flow.name,
+    with traced_cluster(dirs.cluster, nodes, flow.execution, extra,
+                        dirs.raw if config.traces else None, flow.name,
                         secure=config.secure, workers=flow.workers) as cluster:
         first = cluster.wait_for_leader()
         leader = first.node_id
@@ -488,7 +539,8 @@ async def _in_process(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
         toml.write_text(flow.extra_toml)
         loaded = om_config.load(toml)
         server_config = replace(loaded, raft=replace(loaded.raft, fsync=False))
-    async with in_process_node(dirs.data, dirs.raw / "server-om1.jsonl", flow.name,
+    async with in_process_node(dirs.data,
+                               dirs.raw / "server-om1.jsonl" if config.traces else None, flow.name,
                                server_config) as node:
         meter = CpuMeter({CLIENT_PROCESS: os.getpid()})
         phases = await run_phases(config, flow, dirs, lambda: InProcessCaller(node), log, meter)
@@ -508,7 +560,8 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
     not saturated: Ozone users size clusters by that, not by peak p99.
     """
     profile = config.profile
-    base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT, threads=profile.threads,
+    base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT,
+                       threads=flow.threads or profile.threads,
                        volume=config.volume, bucket=config.bucket, flow=flow.name)
     if flow.fso:
         return await run_fso_phases(config, flow, dirs, connect, log, meter, base)
@@ -517,9 +570,9 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
                      connect, log, flow.name, "warm-up")
     meter.start()
     measure = await _phase(replace(base, duration_s=profile.measure_s, prefix="bench",
-                                   trace_path=dirs.traces / "client-freon.jsonl"),
+                                   trace_path=client_trace_path(config, dirs.traces)),
                            connect, log, flow.name, "measure")
-    cpu = meter.stop()
+    window = meter.stop()
     half_load = None
     if profile.half_load_s > 0 and measure.rate > 0:
         half_load = await _phase(replace(base, duration_s=profile.half_load_s, prefix="half",
@@ -531,9 +584,9 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
             base, generator="ockrw", duration_s=profile.mixed_s, prefix="bench",
             key_range=max(measure.successes, 1), percentage_read=profile.mixed_read_pct,
             percentage_list=profile.mixed_list_pct, flow=f"{flow.name}-mixed",
-            trace_path=dirs.mixed / "traces" / "client-freon.jsonl")
+            trace_path=client_trace_path(config, dirs.mixed / "traces"))
         mixed = await _phase(mixed_config, connect, log, flow.name, "mixed")
-    return Phases(measure, mixed, half_load, cpu=cpu)
+    return Phases(measure, mixed, half_load, cpu=window.processes, machine=window.machine)
 
 
 async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
@@ -555,18 +608,18 @@ async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
     meter.start()
     obs_keys = await _phase(replace(base, duration_s=profile.measure_s / 2,
                                     prefix="bench-obs"), connect, log, flow.name, "OBS keys")
-    obs_cpu.append(meter.stop())
+    obs_cpu.append(meter.stop().processes)
     meter.start()
     measure = await _phase(replace(files, duration_s=profile.measure_s, prefix="bench",
-                                   trace_path=dirs.traces / "client-freon.jsonl"),
+                                   trace_path=client_trace_path(config, dirs.traces)),
                            connect, log, flow.name, "FSO files")
-    cpu = meter.stop()
+    window = meter.stop()
     found = FsoResults(obs_keys, obs_cpu=obs_cpu)
     meter.start()
     found.obs_keys_after = await _phase(
         replace(base, duration_s=profile.measure_s / 2, prefix="bench-obs-after"),
         connect, log, flow.name, "OBS keys again")
-    obs_cpu.append(meter.stop())
+    obs_cpu.append(meter.stop().processes)
     mix_s = profile.mixed_s or profile.measure_s
     found.mix = await _phase(replace(files, generator="omdr", duration_s=mix_s, prefix="mix",
                                      percentage_rename=profile.fso_rename_pct),
@@ -580,7 +633,7 @@ async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
         rename = found.renames.summary()
         log.step(f"{flow.name}: rename medians {rename['big_median_ms']} ms (big) and "
                  f"{rename['small_median_ms']} ms (small)")
-    return Phases(measure, cpu=cpu, fso=found)
+    return Phases(measure, cpu=window.processes, machine=window.machine, fso=found)
 
 
 async def _phase(config: FreonConfig, connect: Connect, log: StepLog, flow: str,
@@ -591,6 +644,11 @@ async def _phase(config: FreonConfig, connect: Connect, log: StepLog, flow: str,
     result = await freon.run(config, connect, log.bar(f"[{flow}] {phase}", count,
                                                       config.duration_s))
     return result
+
+
+def client_trace_path(config: BenchConfig, directory: Path) -> Path | None:
+    """Where the load generator traces its requests (None with traces off)."""
+    return directory / "client-freon.jsonl" if config.traces else None
 
 
 def _collect_traces(dirs: FlowDirs, measure: FreonResult) -> list[int]:
@@ -609,5 +667,6 @@ def _write_reports(dirs: FlowDirs, phases: Phases) -> None:
                                     (dirs.mixed, "freon-mixed", phases.mixed)):
         if result is None:
             continue
+        directory.mkdir(parents=True, exist_ok=True)
         (directory / f"{name}.txt").write_text(freon.format_report(result) + "\n")
         write_json(directory / f"{name}.json", result.as_dict())

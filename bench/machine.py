@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.machine_load import LoadSample, MachineLoad, cpu_percent, machine_load, take_sample
+
 # Distributions whose versions every manifest records.
 PACKAGES = ("om-leader", "protobuf", "pysyncobj", "rocksdict", "uvloop", "locust", "gevent")
 
@@ -56,11 +58,6 @@ class CpuSample:
     pid: int
     threads: dict[int, tuple[int, int]]
 
-    @property
-    def run_ns(self) -> int:
-        """CPU time of all threads."""
-        return sum(run for run, _ in self.threads.values())
-
 
 def cpu_sample(pid: int) -> CpuSample | None:
     """The process's scheduler times, None when /proc cannot tell."""
@@ -79,31 +76,52 @@ def cpu_sample(pid: int) -> CpuSample | None:
 
 
 def _demand(before: CpuSample, now: CpuSample, wall_ns: int) -> dict[str, float]:
-    """cpu, loop_demand and thread_demand in percent (see ``CpuMeter``)."""
-    demands: dict[int, float] = {}
+    """cpu, loop_demand, thread_demand and thread_run in percent (see ``CpuMeter``)."""
+    demands: dict[int, tuple[float, float]] = {}
     for tid, (run, wait) in now.threads.items():
         if tid in before.threads:
             run_before, wait_before = before.threads[tid]
-            demands[tid] = 100.0 * ((run - run_before) + (wait - wait_before)) / wall_ns
-    return {"cpu": 100.0 * (now.run_ns - before.run_ns) / wall_ns,
-            "loop_demand": demands.get(now.pid, 0.0),
-            "thread_demand": max(demands.values(), default=0.0)}
+            ran = 100.0 * (run - run_before) / wall_ns
+            demands[tid] = (ran + 100.0 * (wait - wait_before) / wall_ns, ran)
+    busiest = max(demands.values(), default=(0.0, 0.0))
+    # a thread born in the window counts whole; one that ended in it is lost (CpuMeter.stop
+    # prefers the process's own total, which keeps it)
+    ran_ns = sum(max(run - before.threads.get(tid, (0, 0))[0], 0)
+                 for tid, (run, _) in now.threads.items())
+    return {"cpu": 100.0 * ran_ns / wall_ns,
+            "loop_demand": demands.get(now.pid, (0.0, 0.0))[0],
+            "thread_demand": busiest[0], "thread_run": busiest[1]}
+
+
+@dataclass(frozen=True)
+class CpuWindow:
+    """What ``CpuMeter`` saw over one window: each metered process's use, and the whole
+    machine's (None where it cannot be read)."""
+
+    processes: dict[str, dict[str, float]]
+    machine: MachineLoad | None
 
 
 class CpuMeter:
-    """CPU use of some processes between ``start`` and ``stop``, in percent of one core.
+    """CPU use of some processes between ``start`` and ``stop``, in percent of one core,
+    and the whole machine's over the same window (``bench.machine_load``).
 
-    For each process: ``cpu`` is the CPU time of all its threads;
+    For each process: ``cpu`` is the CPU time of all its threads, those that ended
+    within the window included (the process's own total, from ``/proc/<pid>/stat``:
+    Go's runtime, etcd's load generator, starts and ends threads under load, and a sum
+    over the threads alive at each end lost theirs, even below zero);
     ``loop_demand`` is the share of wall time its main thread (the event
     loop's) was running or runnable-but-waiting for a CPU; ``thread_demand``
-    the same for its busiest thread (e.g. pysyncobj's). A demand near 100
-    means that thread always had work: the process is CPU-bound there, even
-    when the machine's other load keeps its ``cpu`` lower.
+    the same for its busiest thread (e.g. pysyncobj's), and ``thread_run`` the
+    share of it that thread ran. A demand near 100 means that thread always had
+    work: the process is CPU-bound there, even when the machine's other load keeps
+    its ``cpu`` lower.
     """
 
     def __init__(self, pids: dict[str, int]) -> None:
         self._pids = pids
         self._started: dict[str, CpuSample] = {}
+        self._load: LoadSample | None = None
         self._wall_ns = 0
 
     def _now(self) -> dict[str, CpuSample]:
@@ -111,15 +129,26 @@ class CpuMeter:
         return {label: sample for label, sample in found.items() if sample is not None}
 
     def start(self) -> None:
-        """Takes the first sample."""
+        """Takes the first samples."""
+        self._load = take_sample()
         self._started = self._now()
         self._wall_ns = time.monotonic_ns()
 
-    def stop(self) -> dict[str, dict[str, float]]:
-        """{label: {"cpu", "loop_demand", "thread_demand"}} since ``start``."""
+    def stop(self) -> CpuWindow:
+        """Each process's {"cpu", "loop_demand", "thread_demand", "thread_run"} by label,
+        and the machine's load, since ``start``."""
+        assert self._wall_ns > 0, "stop before start"
         wall_ns = max(time.monotonic_ns() - self._wall_ns, 1)
-        return {label: _demand(self._started[label], now, wall_ns)
-                for label, now in self._now().items() if label in self._started}
+        processes = {label: _demand(self._started[label], now, wall_ns)
+                     for label, now in self._now().items() if label in self._started}
+        after = take_sample()
+        if self._load is None or after is None:
+            return CpuWindow(processes, None)
+        for label, use in processes.items():
+            total = cpu_percent(self._load, after, self._pids[label])
+            if total is not None:
+                use["cpu"] = total
+        return CpuWindow(processes, machine_load(self._load, after, wall_ns / 1e9))
 
 
 def memory_total_mb() -> float | None:

@@ -12,6 +12,13 @@ profile has one, the half-load phase (omkg paced at half the measured
 operation rate) with each request type's latency. Ratios divide
 write throughputs; a ratio is ``None`` when either flow is missing or the
 denominator is zero.
+
+Each flow also says what bound its measured run, CPU, cycle or stalls, with the
+evidence (``bound``: ``bench/bound.py`` holds the rules), and how busy the whole
+machine was and how much of it other processes took (``machine_load``:
+``bench/machine_load.py``); where others took more than 10 % of the machine, the
+flow's warning is in ``machine_load.warning``, in the top-level ``warnings``, and
+in the table's last lines, so no figure taken beside other work passes unflagged.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bench import sweep
+from bench.bound import LABELS, MOVES, BoundInputs, Stalls, busiest, classify
 from bench.failover import FailoverResult
 from bench.freon import FreonResult
 from bench.fso import FsoResults, fso_ratios, fso_summary, render_fso
+from bench.machine_load import MachineLoad
 from bench.roles import (
     ALL_SERVERS,
     ETCD_FOLLOWER,
@@ -55,7 +65,7 @@ CLIENT_PROCESS = "bench"
 IN_PROCESS = "in-process"    # the leader of the ceiling flow: the bench process itself
 _TABLE_COLUMNS = ("flow", "durable", "write req/s", "p50 ms", "p99 ms", "max ms", "req/batch",
                   "CommitKey p99 ms at half load", "OM RSS MB", "OM CPU%", "bench CPU%",
-                  "busiest thread", "failures")
+                  "busiest thread", "bound", "failures")
 
 
 @dataclass
@@ -77,6 +87,9 @@ class FlowMeasurement:
     failover: FailoverResult | None = None
     elections: int | None = None
     fso: FsoResults | None = None
+    machine: MachineLoad | None = None          # the whole machine over the measured window
+    phases_ms: dict[str, float] = field(default_factory=dict)  # server phases of a write
+    stalls: Stalls | None = None                # gaps in the client's completions
 
 
 def ratio_name(numerator: str, denominator: str) -> str:
@@ -125,6 +138,9 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     summary["thread_demand_percent"] = {label: use["thread_demand"]
                                         for label, use in flow.cpu.items()}
     summary.update(_per_write(flow))
+    summary["machine_load"] = None if flow.machine is None else flow.machine.as_dict()
+    if flow.measure is not None:
+        summary["bound"] = classify(bound_inputs(flow)).as_dict()
     summary["preloaded_keys"] = flow.preloaded_keys
     summary["elections_during_load"] = flow.elections
     summary["leader"] = flow.leader
@@ -139,6 +155,14 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
                                      None if flow.leader == IN_PROCESS else flow.leader,
                                      summary.get("cpu_us_per_write", {}).get(LEADER_SERVER))
     return summary
+
+
+def bound_inputs(flow: FlowMeasurement) -> BoundInputs:
+    """What ``bench.bound.classify`` reads, from one measured flow."""
+    assert flow.measure is not None
+    mean = flow.measure.write_latency.summary().mean if flow.measure.ok_writes else None
+    return BoundInputs(flow.machine, busiest(flow.cpu), mean, dict(flow.phases_ms),
+                       flow.stalls)
 
 
 def _per_write(flow: FlowMeasurement) -> dict[str, Any]:
@@ -176,13 +200,20 @@ def ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         found[ratio_name(numerator, denominator)] = (
             top / bottom if top is not None and bottom else None)
     found.update(fso_ratios(flows))
+    found.update(sweep.ratios(flows))
     return found
 
 
 def build_summary(measurements: list[FlowMeasurement], run: dict[str, Any]) -> dict[str, Any]:
     """``summary.json``: ``run`` (profile, keys, ...), ``flows`` and ``ratios``."""
     flows = {m.name: flow_summary(m) for m in measurements}
-    return {**run, "flows": flows, "ratios": ratios(flows)}
+    return {**run, "flows": flows, "ratios": ratios(flows), "warnings": warnings(flows)}
+
+
+def warnings(flows: dict[str, dict[str, Any]]) -> list[str]:
+    """'<flow>: <warning>' for every flow whose machine was busy with other work."""
+    return [f"{name}: {flow['machine_load']['warning']}" for name, flow in flows.items()
+            if (flow.get("machine_load") or {}).get("warning")]
 
 
 def _number(value: Any, digits: int) -> str:
@@ -232,7 +263,7 @@ def render_table(summary: dict[str, Any]) -> str:
             _number(_half_load_commit_p99(flow), 2), _number(flow.get("om_rss_mb"), 0),
             *_cpu_columns(flow.get("cpu_percent", {})),
             _busiest(flow.get("thread_demand_percent", {})),
-            _outcome(flow)))
+            flow.get("bound", {}).get("label", "-"), _outcome(flow)))
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
               for i, c in enumerate(_TABLE_COLUMNS)]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w)
@@ -241,11 +272,16 @@ def render_table(summary: dict[str, Any]) -> str:
                         for i, (v, w) in enumerate(zip(row, widths, strict=True)))
               for row in rows]
     lines.append("")
-    lines += [f"{name:<28} {_number(value, 2)}" + ("x" if value is not None else "")
-              for name, value in summary["ratios"].items()]
+    shown = _shown_ratios(summary)
+    width = max((len(name) for name in shown), default=0)
+    lines += [f"{name:<{width}} {_number(value, 2)}" + ("x" if value is not None else "")
+              for name, value in shown.items()]
     fso_lines = render_fso(summary)
     if fso_lines:
         lines += ["", *fso_lines]
+    sweep_lines = sweep.render(summary)
+    if sweep_lines:
+        lines += ["", *sweep_lines]
     lines += ["", *render_roles(summary)]
     for name, flow in summary["flows"].items():
         found = flow.get("failover")
@@ -253,7 +289,36 @@ def render_table(summary: dict[str, Any]) -> str:
             lines.append(f"{'failover (' + name + ')':<28} median {found['median_s']:.3f} s, "
                          f"max {found['max_s']:.3f} s of write unavailability over "
                          f"{found['trials']} kill -9 trials")
+    lines += render_bounds(summary)
+    lines += [f"WARNING: {warning}" for warning in summary.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _shown_ratios(summary: dict[str, Any]) -> dict[str, float | None]:
+    """The ratios worth a line: all but the missing ones whose numerator flow the run did
+    not have (the sweep's and the scaling profile's runs have no flow called ``leader``)."""
+    flows = {name.replace("-", "_") for name in summary["flows"]}
+
+    def numerator(ratio: str) -> str:
+        top, _, rest = ratio.partition("_over_")
+        _, at, count = rest.rpartition("_at_")
+        return sweep.point_name(top, int(count)) if at and count.isdigit() else top
+
+    return {name: value for name, value in summary["ratios"].items()
+            if value is not None or numerator(name) in flows}
+
+
+def render_bounds(summary: dict[str, Any]) -> list[str]:
+    """What bound each flow's measured run and why, then what would move each kind."""
+    found = {name: flow["bound"] for name, flow in summary["flows"].items() if "bound" in flow}
+    if not found:
+        return []
+    width = max(len(name) for name in found)
+    lines = ["", "what bound each measured run (bench/bound.py):"]
+    lines += [f"  {name:<{width}}  {bound['label']:<11}  {bound['reason']}"
+              for name, bound in found.items()]
+    lines += [f"  {label} would move with {MOVES[label]}." for label in LABELS]
+    return lines
 
 
 _ROLE_COLUMNS = ((LEADER_SERVER, ETCD_LEADER), (LEADER_WORKERS,), (LEADER_RAFT,),

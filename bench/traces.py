@@ -6,7 +6,9 @@ memory). ``client_request_problems`` checks a record against the schema, for
 tests and for sanity checks of a run. ``copy_window`` copies the records of
 one time window from a server trace into a run directory, so warm-up traffic
 never reaches the analysis. ``batch_sizes`` reads the
-``requests`` of ``server_batch`` records.
+``requests`` of ``server_batch`` records; ``write_phase_means`` the mean of each
+server phase over successful writes, and ``completion_times`` when each client
+request completed (the inputs of ``bench/bound.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ from om.protocol import om_pb2
 
 CLIENT_REQUEST = "client_request"
 SERVER_BATCH = "server_batch"
+SERVER_REQUEST = "server_request"
+# A server_request phase field and the name the bench and the report give it, in the
+# order a write goes through them (docs/TRACES.md).
+SERVER_PHASES: tuple[tuple[str, str], ...] = (
+    ("lock_wait_ns", "lock wait"), ("execute_ns", "execute"), ("batch_wait_ns", "batch wait"),
+    ("replicate_ns", "replicate"), ("apply_ns", "apply"), ("reply_ns", "reply"),
+)
 CLIENT_ERROR = "CLIENT_ERROR"
 # Command names of the requests that change state, e.g. "CreateKey".
 WRITE_OPS = frozenset(kind.name for kind in KINDS.values() if kind.write)
@@ -117,3 +126,32 @@ def batch_sizes(paths: Iterable[Path]) -> list[int]:
     """The ``requests`` of every ``server_batch`` record in ``paths``."""
     return [record["requests"] for path in paths for record in read_records(path)
             if record.get("kind") == SERVER_BATCH and isinstance(record.get("requests"), int)]
+
+
+def write_phase_means(paths: Iterable[Path]) -> dict[str, float]:
+    """The mean of each server phase, in ms, over the successful write requests of the
+    ``server_request`` records in ``paths`` (names as in ``SERVER_PHASES``); empty when
+    there are none (the etcd flow traces its client only)."""
+    totals = dict.fromkeys((field for field, _ in SERVER_PHASES), 0)
+    count = 0
+    for path in paths:
+        for record in read_records(path):
+            if (record.get("kind") != SERVER_REQUEST or record.get("status") != "OK"
+                    or record.get("op") not in WRITE_OPS):
+                continue
+            phases = [record.get(field) for field in totals]
+            if all(isinstance(value, int) and value >= 0 for value in phases):
+                count += 1
+                for field, value in zip(totals, phases, strict=True):
+                    totals[field] += int(value or 0)
+    if not count:
+        return {}
+    return {name: totals[field] / count / 1e6 for field, name in SERVER_PHASES}
+
+
+def completion_times(path: Path) -> list[int]:
+    """When each ``client_request`` of ``path`` completed (``t_ns + latency_ns``), sorted."""
+    return sorted(record["t_ns"] + record["latency_ns"] for record in read_records(path)
+                  if record.get("kind") == CLIENT_REQUEST
+                  and isinstance(record.get("t_ns"), int)
+                  and isinstance(record.get("latency_ns"), int))

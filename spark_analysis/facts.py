@@ -82,8 +82,10 @@ class FlowFacts:
     phases and `OUTSIDE`), `tail_split` and `tail_threshold_ms` (the phases of the server
     requests at or above the p99 server time), `requests_per_batch`, `batches_per_s`.
     From `om bench`'s records: `processes`, `in_flight`, `bench_write_rps` (the rate the
-    CPU figures were measured at), `cores` (the machine's usable CPUs) and `roles` (CPU µs
-    per acknowledged write by role: `bench/roles.py`).
+    CPU figures were measured at), `cores` (the machine's usable CPUs), `roles` (CPU µs
+    per acknowledged write by role: `bench/roles.py`), `bound` (what bound the measured
+    run and why: `bench/bound.py`) and `busy_warning` (set when other processes used
+    more than 10 % of the machine meanwhile: `bench/machine_load.py`).
     """
 
     run: str
@@ -102,6 +104,8 @@ class FlowFacts:
     bench_write_rps: float | None
     cores: int | None
     roles: tuple[tuple[str, float], ...] = ()
+    bound: tuple[str, str] | None = None     # (label, reason)
+    busy_warning: str | None = None
 
     @property
     def cpu_percent_total(self) -> float | None:
@@ -204,6 +208,19 @@ def roles(bench_flow: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
     return tuple((name, value) for name, value in found.items() if value is not None)
 
 
+def bound(bench_flow: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(label, reason) of what bound the flow's measured run, as `om bench` recorded it."""
+    found = _object(bench_flow.get("bound"))
+    label, reason = found.get("label"), found.get("reason")
+    return (label, reason) if isinstance(label, str) and isinstance(reason, str) else None
+
+
+def busy_warning(bench_flow: Mapping[str, Any]) -> str | None:
+    """`om bench`'s warning that other processes used the machine during the flow."""
+    warning = _object(bench_flow.get("machine_load")).get("warning")
+    return warning if isinstance(warning, str) else None
+
+
 def cores(manifest: Mapping[str, Any] | None) -> int | None:
     """The CPUs the run could use: the manifest's CPU affinity, else its CPU count."""
     machine = _object(_object(manifest).get("machine"))
@@ -252,4 +269,6 @@ def _facts_of(results: Results, manifest: dict[str, Any] | None,
         bench_write_rps=number(bench_flow.get("write_requests_per_s")),
         cores=cores(manifest),
         roles=roles(bench_flow),
+        bound=bound(bench_flow),
+        busy_warning=busy_warning(bench_flow),
     )

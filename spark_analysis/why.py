@@ -91,10 +91,26 @@ def resources_sentence(facts: FlowFacts) -> str:
     return text + ("." if rss is None else f"; resident memory {rss:,.0f} MB in all.")
 
 
+def bound_sentence(facts: FlowFacts) -> str | None:
+    """What `om bench` found bound the flow's measured run, and why (None if unrecorded)."""
+    if facts.bound is None:
+        return None
+    label, reason = facts.bound
+    return f"om bench labelled its measured run {label}: {reason}."
+
+
+def warning_paragraph(facts: FlowFacts) -> Paragraph | None:
+    """`om bench`'s warning that other work shared the machine, when it gave one."""
+    if facts.busy_warning is None:
+        return None
+    return Paragraph(f"WARNING: {facts.label}: {facts.busy_warning}.")
+
+
 def flow_paragraph(facts: FlowFacts) -> Paragraph:
     """Everything the section says about one flow."""
-    return Paragraph(" ".join((latency_sentence(facts), batching_sentence(facts),
-                               resources_sentence(facts))))
+    sentences = (latency_sentence(facts), batching_sentence(facts),
+                 resources_sentence(facts), bound_sentence(facts))
+    return Paragraph(" ".join(sentence for sentence in sentences if sentence))
 
 
 def _largest_difference(top: Split, bottom: Split) -> tuple[str, float, float]:
@@ -307,6 +323,7 @@ def why_section(results: Results) -> Section:
                       for name, value in flow.roles)
     roles = (Table(("flow", "role", "CPU µs per acknowledged write"), role_rows),) \
         if role_rows else ()
-    return Section(WHY, (intro, *ratio_blocks(results, facts), splits,
+    warnings = [found for found in map(warning_paragraph, facts) if found is not None]
+    return Section(WHY, (*warnings, intro, *ratio_blocks(results, facts), splits,
                          *(flow_paragraph(found) for found in facts), *_pair_blocks(facts),
                          processes, *roles))

@@ -12,6 +12,8 @@ import pytest
 from bench import driver, etcd
 from bench.progress import StepLog
 from bench.summary import render_table
+from om.cli import bench as bench_cli
+from om.cli import parser
 
 
 def test_a_failing_flow_is_recorded_and_the_ceiling_still_runs(tmp_path: Path) -> None:
@@ -115,3 +117,15 @@ def test_the_fso_flows_write_their_phases_and_ratios(tmp_path: Path) -> None:
 def test_the_fso_flows_are_not_in_the_default_run() -> None:
     assert not set(driver.FSO_FLOWS) & set(driver.DEFAULT_FLOWS)
     assert driver.select_flows(["fso-bucket", "fso"])[0].name == "fso"
+
+
+def test_no_traces_turns_off_the_servers_and_the_load_generators_traces(
+        tmp_path: Path) -> None:
+    traced = bench_cli.config_from(parser().parse_args(["bench", "--out", str(tmp_path)]))
+    quiet = bench_cli.config_from(parser().parse_args(
+        ["bench", "--no-traces", "--out", str(tmp_path)]))
+    assert traced.traces
+    assert not quiet.traces
+    assert quiet.describe()["traces"] is False
+    assert driver.client_trace_path(traced, tmp_path) == tmp_path / "client-freon.jsonl"
+    assert driver.client_trace_path(quiet, tmp_path) is None

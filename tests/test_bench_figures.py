@@ -135,18 +135,12 @@ def test_every_figure_is_a_command() -> None:
 
 def test_integrity_defaults() -> None:
     args = cli.build_parser().parse_args(["integrity"])
-    assert (args.keys, args.threads, args.dir) == (100_000, 32, None)
-    assert (args.verify_rows_per_s, args.audit_rows_per_s) == ([0], 0)
-    assert (args.seed_db, args.rounds, args.no_audit) == (None, 1, False)
+    assert (args.keys, args.threads, args.dir, args.window) == (100_000, 32, None, 150)
+    assert (args.interval, args.scrub_rows_per_s) == (60, 20_000)
+    assert (args.seed_db, args.no_audit) == (None, False)
     assert args.run is integrity.run
-
-
-def test_integrity_alternates_several_verify_rates() -> None:
-    args = cli.build_parser().parse_args(["integrity", "--verify-rows-per-s", "50000,150000",
-                                          "--rounds", "3", "--no-audit"])
-    assert (args.verify_rows_per_s, args.rounds, args.no_audit) == ([50_000, 150_000], 3, True)
     with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["integrity", "--verify-rows-per-s", "5,-1"])
+        cli.build_parser().parse_args(["integrity", "--scrub-rows-per-s", "-1"])
 
 
 def test_scale_takes_two_databases_their_sizes_and_rounds(tmp_path: Path) -> None:
@@ -262,7 +256,7 @@ def test_repair_changes_rows_spread_over_every_bucket(tmp_path: Path) -> None:
 
 def test_repair_defaults(tmp_path: Path) -> None:
     args = cli.build_parser().parse_args(["repair", str(_database(tmp_path / "db"))])
-    assert (args.rows, args.rows_per_s, args.run) == (1000, 0, repair_scale.run)
+    assert (args.rows, args.run) == (1000, repair_scale.run)
 
 
 def _rows(db: Path) -> dict[bytes, bytes]:

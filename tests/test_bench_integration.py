@@ -6,9 +6,11 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.bound import LABELS, MOVES
 from bench.traces import client_request_problems, read_records
 from tests.processes import REPO, BenchRun, om_command
 
@@ -16,6 +18,7 @@ pytestmark = pytest.mark.integration
 FLOWS = ("leader", "replicated", "leader-nobatch", "ceiling")
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_manifest_summary_and_traces(smoke_bench: BenchRun) -> None:
     out, done = smoke_bench.out, smoke_bench
     assert "leader_over_replicated" in done.stdout
@@ -49,6 +52,7 @@ def test_smoke_run_writes_manifest_summary_and_traces(smoke_bench: BenchRun) -> 
         assert {r["flow"] for r in servers} == {name}
         start, end = flow["window_ns"]
         assert all(start <= r["t_ns"] <= end for r in servers)
+        _check_bound_and_load(flow)
     assert summary["flows"]["leader-nobatch"]["requests_per_batch"] == 1.0
     failover = summary["flows"]["leader"]["failover"]
     assert failover["trials"] == 1
@@ -69,7 +73,25 @@ def test_smoke_run_writes_manifest_summary_and_traces(smoke_bench: BenchRun) -> 
     assert not list(out.glob("*/cluster/*.pid"))          # every node was stopped
 
 
-def _check_etcd(flow: dict[str, object], out: Path) -> None:
+def _check_bound_and_load(flow: dict[str, Any]) -> None:
+    """Every measured flow is labelled from real evidence, and the machine's load counts
+    every metered process (the nodes, their Raft processes and workers, etcd's members,
+    the load generator) as the bench's own, none as others'."""
+    found = flow["bound"]
+    assert found["label"] in LABELS
+    assert found["reason"]
+    assert found["moves_it"] == MOVES[found["label"]]
+    assert 0.0 < found["machine_busy_share"] <= 1.0
+    assert found["busiest_thread"]["demand_percent"] >= found["busiest_thread"]["run_percent"]
+    assert found["stalls"]["gap_ms_min"] >= 50.0
+    load = flow["machine_load"]
+    assert load["own_processes"] >= len(flow["cpu_percent"])
+    own_percent = 100.0 * load["own_share"] * load["cores"]   # in % of one core, as cpu_percent
+    assert own_percent >= sum(flow["cpu_percent"].values()) - 15.0, (load, flow["cpu_percent"])
+    assert load["busy_share"] >= load["own_share"] - 0.02
+
+
+def _check_etcd(flow: dict[str, Any], out: Path) -> None:
     """etcd is measured like the OM flows, or skipped with the reason where it is missing."""
     if shutil.which("etcd") is None:
         assert "not installed" in str(flow["skipped"])
@@ -78,12 +100,15 @@ def _check_etcd(flow: dict[str, object], out: Path) -> None:
     assert flow["durable"] is True
     assert isinstance(flow["write_requests_per_s"], float)
     assert flow["write_requests_per_s"] > 0
+    _check_bound_and_load(flow)
+    assert flow["bound"]["latency_split_ms"] == {}          # etcd traces no server phases
     records = list(read_records(out / "etcd" / "traces" / "client-etcdbench.jsonl"))
     assert records
     assert all(client_request_problems(r) == [] for r in records)
     assert {(r["flow"], r["op"]) for r in records} == {("etcd", "Put")}
 
 
+@pytest.mark.slow
 def test_insecure_runs_the_om_clusters_plain_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = subprocess.run(om_command("bench", "--profile", "smoke", "--out", str(out),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -134,9 +135,45 @@ def test_cpu_meter_sees_this_process_busy() -> None:
     deadline = time.monotonic() + 0.2
     while time.monotonic() < deadline:
         pass
-    usage = meter.stop()
+    window = meter.stop()
+    usage = window.processes
     assert set(usage) == {"me"}                       # an absent pid is left out
     assert usage["me"]["loop_demand"] > 50.0
     assert usage["me"]["thread_demand"] >= usage["me"]["loop_demand"]
+    assert usage["me"]["thread_demand"] >= usage["me"]["thread_run"] > 0.0
     assert usage["me"]["cpu"] > 0.0
+    machine = window.machine
+    assert machine is not None
+    assert machine.window_s == pytest.approx(0.2, abs=0.1)
+    # the machine's view of this process (its share of all cores, in ticks) agrees with
+    # the meter's (schedstat, in % of one core) within a few ticks
+    assert 100 * machine.own_share * machine.cores == pytest.approx(usage["me"]["cpu"], abs=25)
+    assert machine.busy_share >= machine.own_share - 0.05
+
+
+def _spin(cpu_s: float, native_ids: list[int]) -> None:
+    """Runs until this thread has used ``cpu_s`` of CPU (bounded: 30 s of wall time)."""
+    native_ids.append(threading.get_native_id())
+    deadline = time.monotonic() + 30.0
+    while time.thread_time() < cpu_s and time.monotonic() < deadline:
+        pass
+
+
+def test_cpu_meter_counts_threads_that_ended_within_the_window() -> None:
+    """Go's runtime ends threads under load: a sum over the threads alive at each end
+    lost their time (etcd's load generator read -30% of a core)."""
+    meter = CpuMeter({"me": os.getpid()})
+    started = time.monotonic()
+    meter.start()
+    native_ids: list[int] = []
+    worker = threading.Thread(target=_spin, args=(0.3, native_ids))
+    worker.start()
+    worker.join()
+    deadline = time.monotonic() + 5.0      # join returns before the OS thread is gone
+    while Path(f"/proc/self/task/{native_ids[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not Path(f"/proc/self/task/{native_ids[0]}").exists()
+    usage = meter.stop().processes["me"]
+    window_s = time.monotonic() - started
+    assert usage["cpu"] / 100 * window_s >= 0.25     # the worker's 0.3 s, in 10 ms ticks
     assert (rss_mb(os.getpid()) or 0.0) > 1.0

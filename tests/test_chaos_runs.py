@@ -17,7 +17,7 @@ from om.chaos.runner import ChaosConfig, run
 from om.chaos.workload import WorkloadConfig
 from om.cli.chaos import PROFILES, ops_budget
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # The old flow's retry cache was in memory only (as Ratis's is), so restart_all made
 # duplicates; its apply now also writes the reply rows (docs/FLOW_SWITCH.md step 1),

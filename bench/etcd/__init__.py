@@ -30,6 +30,7 @@ from pathlib import Path
 
 from bench.freon import FreonResult
 from bench.machine import CpuMeter, rss_mb
+from bench.machine_load import MachineLoad
 from bench.summary import CLIENT_PROCESS
 from bench.traces import CLIENT_ERROR
 
@@ -53,6 +54,7 @@ class EtcdRun:
     cpu: dict[str, dict[str, float]]
     rss_mb: dict[str, float]
     leader: str                  # the member that led (e1, e2, e3), "" if unknown
+    machine: MachineLoad | None  # the whole machine over the measured window
 
 
 def client_binary() -> Path:
@@ -173,7 +175,7 @@ def run_etcd(directory: Path, trace: Path, threads: int, warmup_s: float, measur
         time.sleep(warmup_s)
         meter.start()
         time.sleep(measure_s)
-        cpu = meter.stop()
+        window = meter.stop()
         led = leader(port_base)
         rss = {name: value for name, pid in pids.items() if (value := rss_mb(pid)) is not None}
         try:
@@ -184,7 +186,8 @@ def run_etcd(directory: Path, trace: Path, threads: int, warmup_s: float, measur
             raise RuntimeError("etcdbench did not finish in time") from None
     if client.returncode != 0:
         raise RuntimeError(f"etcdbench failed: {err.decode().strip()[-400:]}")
-    return EtcdRun(read_result(trace, threads, measure_s), cpu, rss, led)
+    return EtcdRun(read_result(trace, threads, measure_s), window.processes, rss, led,
+                   window.machine)
 
 
 def read_result(trace: Path, threads: int, measure_s: float) -> FreonResult:

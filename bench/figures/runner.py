@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -213,3 +214,14 @@ def resident_mb(pid: int) -> int:
 def node_info(address: str, timeout_s: float = 1.0) -> om_pb2.NodeInfo:
     """One node's own view (role UNREACHABLE when it does not answer); plain TCP."""
     return om_cluster.node_infos([address], timeout_s)[0]
+
+
+def prom_text(http_address: str, timeout_s: float = 5.0) -> str:
+    """A node's metrics page (``/prom``); empty when it has none or does not answer."""
+    if not http_address:
+        return ""
+    try:
+        with urllib.request.urlopen(f"http://{http_address}/prom", timeout=timeout_s) as page:
+            return str(page.read().decode())
+    except OSError:
+        return ""

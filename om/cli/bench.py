@@ -1,6 +1,6 @@
 """``om bench``: the leader flow against the old flow and the in-process ceiling.
 
-    om bench [--profile quick|full|scaling|fso] [--out DIR] [--keys N]
+    om bench [--profile quick|full|scaling|fso|sweep] [--out DIR] [--keys N]
              [--flows leader,replicated,...] [--insecure]
 
 Starts a fresh local 3-node cluster per flow (127.0.0.1, free ports), drives
@@ -13,8 +13,13 @@ and 4 front workers, the load spread over 8 connections per node; ``fso``
 runs file-system buckets (OBS keys, then files, a directory rename/create mix
 and rename scaling on one cluster) with the object-id locks and with Ozone
 mainline's bucket lock (``[fso] lock_plan``), flows ``fso`` and ``fso-bucket``
-(``bench/fso.py``). Exits 1
-when a flow failed, 2 on a usage error.
+(``bench/fso.py``); ``sweep`` runs the leader, the old flow and etcd at 16, 64 and
+256 in flight, each point (``leader@64``) on a fresh cluster (``bench/sweep.py``).
+
+Every flow's measured run is labelled CPU-bound, cycle-bound or stall-bound, with
+the evidence (``bench/bound.py``), and a flow during which other processes used more
+than 10 % of the machine is flagged with a WARNING at the end of the table
+(``bench/machine_load.py``). Exits 1 when a flow failed, 2 on a usage error.
 
 The OM clusters run secure, as ``om cluster up`` starts them (Raft secret,
 client TLS; the audit log is on in both modes), while the etcd flow runs etcd
@@ -35,7 +40,7 @@ from bench import driver
 from bench.progress import StepLog
 from bench.summary import render_table
 
-_VISIBLE_PROFILES = ("quick", "full", "scaling", "fso")
+_VISIBLE_PROFILES = ("quick", "full", "scaling", "fso", "sweep")
 
 
 def register(commands: Any) -> None:
@@ -48,7 +53,8 @@ def register(commands: Any) -> None:
                    help="quick: ~15 s of load per flow; full: longer, more concurrency, "
                         "and a mixed read/list phase; scaling: 1 and 3 nodes with 1, 2 and 4 "
                         "front workers; fso: file-system buckets, object-id locks against "
-                        "the bucket lock")
+                        "the bucket lock; sweep: leader, replicated and etcd at 16, 64 and "
+                        "256 in flight")
     p.add_argument("--out", type=Path, help="run directory (default bench-out/<time>)")
     p.add_argument("--keys", type=int, default=0,
                    help="namespace size: every node starts on a copy of a database with this "
@@ -60,6 +66,9 @@ def register(commands: Any) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="OM clusters without the Raft secret and client TLS (as om cluster up "
                         "--insecure), as the etcd flow runs: a like-for-like comparison")
+    p.add_argument("--no-traces", action="store_true",
+                   help="servers and load generator write no traces, as production runs (the "
+                        "phase breakdown and the report's traced sections are then empty)")
     p.set_defaults(run=run)
 
 
@@ -75,13 +84,18 @@ def config_from(args: argparse.Namespace) -> driver.BenchConfig:
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError("--threads must be >= 1")
+        if profile.in_flight:
+            raise ValueError(f"--threads: the {profile.name} profile sets its own in-flight "
+                             f"counts {list(profile.in_flight)}")
         profile = dataclasses.replace(profile, threads=args.threads)
     names = (args.flows.split(",") if args.flows else
              list(profile.flows or driver.DEFAULT_FLOWS))
     flows = driver.select_flows([f.strip() for f in names if f.strip()])
+    if profile.in_flight:
+        flows = driver.sweep_points(flows, profile.in_flight)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return driver.BenchConfig(out=out, profile=profile, keys=args.keys, flows=flows,
-                              secure=not args.insecure)
+                              secure=not args.insecure, traces=not args.no_traces)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     print(render_table(summary))
     print("OM clusters: " + ("secure (Raft secret, client TLS)" if config.secure else
                              "INSECURE (--insecure: no Raft secret, no TLS)")
-          + "; etcd: plain (no TLS)")
+          + "; etcd: plain (no TLS); traces " + ("on" if config.traces else "OFF (--no-traces)"))
     print(f"\nrun directory: {config.out}  (summary.json, manifest.json, <flow>/traces/)")
     failed = [name for name, flow in summary["flows"].items() if flow.get("error")]
     return 1 if failed else 0

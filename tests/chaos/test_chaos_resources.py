@@ -114,16 +114,29 @@ def test_samples_without_gauges_are_not_judged() -> None:
     assert resources.summarize(samples, Bounds())["nodes"]["om1"]["judged_lifetimes"] == 0
 
 
-def _sample_for(seconds: float, processes: dict[str, tuple[int, str]]) -> list[Sample]:
+def _sample_until_grown(processes: dict[str, tuple[int, str]], grown_bytes: int,
+                        timeout_s: float = 60.0) -> list[Sample]:
+    """Samples the processes until each one's gauges grew by ``grown_bytes`` over at least
+    ten samples (on a busy machine the children fill more slowly), or ``timeout_s``."""
     sampler = resources.Sampler(
         lambda: [(name, pid, url) for name, (pid, url) in processes.items()], interval_s=0.2)
     stop = threading.Event()
     thread = threading.Thread(target=sampler.run, args=(stop,))
     thread.start()
-    time.sleep(seconds)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not all(
+            _grown([s for s in sampler.snapshot() if s.node == name], grown_bytes)
+            for name in processes):
+        time.sleep(0.2)
     stop.set()
     thread.join(timeout=10)
     return sampler.snapshot()
+
+
+def _grown(samples: list[Sample], grown_bytes: int) -> bool:
+    accounted = [s.accounted_bytes for s in samples if s.accounted_bytes is not None]
+    return len(samples) >= 10 and len(accounted) >= 2 \
+        and accounted[-1] > accounted[0] + grown_bytes
 
 
 def test_real_processes_a_leak_is_seen_and_a_cache_filling_is_not() -> None:
@@ -137,8 +150,8 @@ def test_real_processes_a_leak_is_seen_and_a_cache_filling_is_not() -> None:
         for name, child in children.items():
             assert child.stdout is not None
             urls[name] = f"http://127.0.0.1:{int(child.stdout.readline())}/metrics"
-        samples = _sample_for(4.0, {name: (child.pid, urls[name])
-                                    for name, child in children.items()})
+        samples = _sample_until_grown({name: (child.pid, urls[name])
+                                       for name, child in children.items()}, 110 * MIB)
     finally:
         for child in children.values():
             child.kill()

@@ -100,6 +100,7 @@ def test_every_plot_renders_in_chromium(bench_report: Report, tmp_path: Path) ->
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_every_plot_of_a_real_bench_run_renders_in_chromium(smoke_report: Report,
                                                             tmp_path: Path) -> None:
     _assert_renders(smoke_report, tmp_path)

@@ -14,7 +14,7 @@ from spark_analysis.report import HTML_FILE
 
 from .conftest import Report
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]   # the smoke bench
 
 
 def test_report_of_a_real_bench_run_has_every_section(smoke_run: Path,
@@ -31,3 +31,5 @@ def test_report_of_a_real_bench_run_has_every_section(smoke_run: Path,
         bench_summary["flows"]["leader"]["write_requests_per_s"], rel=0.05)
     assert set(run["ratios"]) >= {"leader_over_replicated", "leader_over_ceiling"}
     assert report.summary["malformed_total"] == 0
+    label = bench_summary["flows"]["leader"]["bound"]["label"]
+    assert html.escape(f"om bench labelled its measured run {label}: ") in page

@@ -24,7 +24,8 @@ from tests.processes import REPO, free_port
 
 from .conftest import Report
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow,
+              pytest.mark.timeout(600)]
 
 
 def test_the_job_on_a_standalone_cluster_reports_what_local_mode_reports(

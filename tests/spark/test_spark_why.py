@@ -23,7 +23,7 @@ from spark_analysis.why import CPU_SATURATED, THREAD_SATURATED, WHY, pct
 
 from .conftest import Report
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]   # the smoke bench
 
 PHASES = {"lock_wait_ns": "lock wait", "execute_ns": "execute", "batch_wait_ns": "batch wait",
           "replicate_ns": "replicate", "apply_ns": "apply", "reply_ns": "reply"}

@@ -14,6 +14,8 @@ from spark_analysis.facts import (
     OUTSIDE,
     FlowFacts,
     ProcessUse,
+    bound,
+    busy_warning,
     cores,
     mean_split,
     processes,
@@ -24,9 +26,11 @@ from spark_analysis.schema import PHASES
 from spark_analysis.why import (
     batching_bought,
     compare_sentence,
+    flow_paragraph,
     latency_sentence,
     ratio_sentence,
     resources_sentence,
+    warning_paragraph,
 )
 
 PHASE_NAMES = [name for _, name in PHASES]
@@ -142,3 +146,20 @@ def test_cpu_per_write_by_role_is_read_defensively() -> None:
     assert found == (("leader server", 376.4), ("leader Raft", 62.0))
     assert roles({"cpu_us_per_write": [1, 2]}) == ()
     assert roles({}) == ()
+
+
+def test_the_bench_label_and_its_busy_machine_warning_reach_the_report() -> None:
+    bench_flow = {"bound": {"label": "cycle-bound", "reason": "the machine 60% busy"},
+                  "machine_load": {"warning": "other processes used 30% of the machine"}}
+    found = replace(facts("leader"), bound=bound(bench_flow),
+                    busy_warning=busy_warning(bench_flow))
+    assert flow_paragraph(found).text.endswith(
+        "om bench labelled its measured run cycle-bound: the machine 60% busy.")
+    warning = warning_paragraph(found)
+    assert warning is not None
+    assert warning.text == "WARNING: leader: other processes used 30% of the machine."
+    quiet = {"bound": {"label": 3}, "machine_load": {"warning": None}}
+    assert (bound(quiet), busy_warning(quiet), bound({}), busy_warning({})) == (
+        None, None, None, None)
+    assert warning_paragraph(facts("leader")) is None
+    assert "om bench labelled" not in flow_paragraph(facts("leader")).text

@@ -178,6 +178,7 @@ def test_the_command_line_reports_what_it_wrote_and_refusals(
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_the_analysis_of_a_replica_is_the_source_s_k_times_over(
         spark: SparkSession, bench_report: Report, tmp_path: Path) -> None:
     destination = tmp_path / "replica"
