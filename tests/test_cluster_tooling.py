@@ -57,6 +57,7 @@ def test_a_node_that_dies_at_start_fails_up_with_its_log(tmp_path: Path) -> None
     assert not any(directory.glob("*.pid"))
 
 
+@pytest.mark.slow
 def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Path) -> None:
     directory = tmp_path / "c"
     started = om("cluster", "up", "--dir", str(directory), "--port-base",

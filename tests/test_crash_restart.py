@@ -19,7 +19,7 @@ import pytest
 from om.cluster import lifecycle as om_cluster
 from tests import cluster_harness as harness
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CRASHY = """
 compaction_min_entries = 40

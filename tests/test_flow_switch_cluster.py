@@ -103,6 +103,7 @@ def test_types_move_both_ways_and_retries_get_their_stored_answers(
     assert len({json.dumps(d, sort_keys=True) for d in digests.values()}) == 1, digests
 
 
+@pytest.mark.slow
 def test_the_switch_under_load_loses_duplicates_and_re_executes_nothing(
         tmp_path: Path) -> None:
     duration = 20.0

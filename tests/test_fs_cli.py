@@ -35,6 +35,7 @@ def ok(server: ServerProcess, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_the_verbs_people_type(server: ServerProcess) -> None:
     ok(server, "sh", "volume", "create", "/vol1")
     ok(server, "sh", "bucket", "create", "/vol1/lake", "--layout", "fso")

@@ -22,6 +22,8 @@ from om.cluster import lifecycle as om_cluster
 from om.protocol import om_pb2
 from tests import cluster_harness as harness
 
+pytestmark = pytest.mark.integration   # real 3-node clusters
+
 V, B = "vol", "mpu"
 MIB = 1024 * 1024
 BIG = 5 * MIB

@@ -144,11 +144,12 @@ def test_the_secret_keys_are_not_for_users_to_read(secure: om_cluster.Cluster) -
     get_token(secure, "alice")
     with as_user(secure, "alice") as alice:
         raw = alice.call_raw(om_pb2.OMRequest(
-            cmd_type=om_pb2.ReadVerifyRange,
-            read_verify_range=om_pb2.ReadVerifyRangeRequest(table="secretKeyTable")))
+            cmd_type=om_pb2.ReadVerifyLeaves,
+            read_verify_leaves=om_pb2.ReadVerifyLeavesRequest(table="secretKeyTable",
+                                                              leaves=[0], values=True)))
     assert raw.status == om_pb2.PERMISSION_DENIED
     assert "hold the keys that sign delegation tokens" in raw.message
-    assert not raw.read_verify_range.rows
+    assert not raw.read_verify_leaves.rows
 
 
 def test_a_retried_get_answers_the_same_token(secure: om_cluster.Cluster) -> None:

@@ -38,6 +38,8 @@ from om.protocol.framing import encode_frame
 from tests import cluster_harness as harness
 from tests.processes import read_answer
 
+pytestmark = pytest.mark.integration   # real 3-node clusters
+
 V, B = "vol", "bkt"
 LAYOUT_TOML = "\n[upgrade]\ninit_layout_version = 1\n"
 
@@ -102,6 +104,7 @@ def assert_refused_while_prepared(om: OMClient, key: str) -> None:
     assert om.info_bucket(V, B).bucket_name == B
 
 
+@pytest.mark.slow
 def test_prepare_restart_leader_change_cancel_and_finalize(
         cluster: om_cluster.Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     nodes = [n.id for n in cluster.nodes]
