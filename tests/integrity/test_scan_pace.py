@@ -20,7 +20,6 @@ from om.integrity.verifier import Verifier
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
-
 from tests.test_digests import batch_of
 
 
@@ -55,7 +54,8 @@ async def test_a_crawling_pace_is_refused_before_anything_runs(
     answer = await service.handle(make(pace))
     assert answer.status == om_pb2.INVALID_REQUEST
     assert str(SCAN_PACE_MIN_ROWS_PER_S) in answer.message
-    assert service._scrubber.passes == 0 and service.audits == 0
+    assert service._scrubber.passes == 0
+    assert service.audits == 0
     store.close()
 
 
@@ -65,6 +65,7 @@ async def test_the_slowest_pace_allowed_and_the_default_run_a_whole_scrub(
     service, store = _service(tmp_path)
     answer = await service.handle(_scrub(pace))
     assert answer.status == om_pb2.OK, answer.message
-    assert answer.scrub_replica.rows >= 3 and not answer.scrub_replica.drift
+    assert answer.scrub_replica.rows >= 3
+    assert not answer.scrub_replica.drift
     assert service._scrubber.passes == 1
     store.close()
