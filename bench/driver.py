@@ -401,7 +401,7 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
     except Exception as error:  # one flow's failure must not lose the others' results
         log.step(f"{flow.name}: FAILED: {type(error).__name__}: {error}")
         return FlowMeasurement(flow.name, None, error=f"{type(error).__name__}: {error}")
-    sizes = _collect_traces(dirs, phases.measure)
+    sizes = _collect_traces(dirs, phases.measure) if config.traces else None
     _write_reports(dirs, phases)
     preloaded = seed.result.keys if seed is not None and not flow.etcd else 0
     measured = FlowMeasurement(flow.name, phases.measure, phases.mixed, sizes, phases.rss_mb,

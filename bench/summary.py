@@ -75,7 +75,7 @@ class FlowMeasurement:
     name: str
     measure: FreonResult | None
     mixed: FreonResult | None = None
-    batch_sizes: list[int] = field(default_factory=list)
+    batch_sizes: list[int] | None = field(default_factory=list)  # None: traces were off
     rss_mb: dict[str, float] = field(default_factory=dict)
     preloaded_keys: int = 0
     leader: str = ""
@@ -128,8 +128,11 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     if flow.measure is not None:
         summary.update(_phase(flow.measure))
     sizes = flow.batch_sizes
-    summary["requests_per_batch"] = sum(sizes) / len(sizes) if sizes else 1.0
-    summary["batches"] = len(sizes)
+    if sizes is None:       # no traces: the batch sizes are unknown, not 1
+        summary["requests_per_batch"] = summary["batches"] = None
+    else:
+        summary["requests_per_batch"] = sum(sizes) / len(sizes) if sizes else 1.0
+        summary["batches"] = len(sizes)
     summary["om_rss_mb"] = sum(flow.rss_mb.values()) if flow.rss_mb else None
     summary["om_rss_mb_by_process"] = dict(flow.rss_mb)
     summary["cpu_percent"] = {label: use["cpu"] for label, use in flow.cpu.items()}

@@ -60,6 +60,18 @@ def test_flow_headlines() -> None:
     assert summary["profile"] == {"name": "quick"}
 
 
+def test_a_flow_run_without_traces_has_no_batch_size_rather_than_one() -> None:
+    """--no-traces leaves the batch sizes unknown: the table says "-", never 1.0."""
+    untraced = FlowMeasurement("leader", result(3000, 1.5, [1]), batch_sizes=None)
+    summary = build_summary([untraced], {"profile": {"name": "quick"}, "keys": 0})
+    assert summary["flows"]["leader"]["requests_per_batch"] is None
+    assert summary["flows"]["leader"]["batches"] is None
+    row = next(line for line in render_table(summary).splitlines()
+               if line.startswith("leader "))
+    assert " 1.0 " not in row
+    assert " - " in row
+
+
 def test_ratios_divide_write_throughputs() -> None:
     summary = build_summary(measurements(), {})
     assert summary["ratios"] == {
