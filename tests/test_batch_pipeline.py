@@ -10,6 +10,7 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
+from om.flows.template import wall_clock_ms
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
@@ -22,9 +23,12 @@ class SlowReplicator:
 
     def __init__(self) -> None:
         self.batches: list[int] = []
+        self.stamps: list[int] = []
 
     async def replicate(self, entry: bytes) -> ReplicateResult:
-        self.batches.append(om_pb2.PersistDbBatch.FromString(entry[1:]).request_count)
+        batch = om_pb2.PersistDbBatch.FromString(entry[1:])
+        self.batches.append(batch.request_count)
+        self.stamps.append(batch.timestamp_ms)
         await asyncio.sleep(CYCLE_S)
         return ReplicateResult(ReplicateStatus.COMMITTED, len(self.batches))
 
@@ -41,7 +45,7 @@ def _write(index: int) -> PendingWrite:
 async def _steady_load(inflight: int, writes: int, gap_s: float) -> list[int]:
     replicator = SlowReplicator()
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=inflight), "om1",
-                             NullTracer(), NodeMetrics().batches)
+                             NullTracer(), NodeMetrics().batches, wall_clock_ms)
     pipeline.start()
     settled: list[ReplicateResult] = []
     all_settled = asyncio.Event()
@@ -63,7 +67,7 @@ async def _steady_load(inflight: int, writes: int, gap_s: float) -> list[int]:
 async def test_a_lone_write_is_sealed_at_once() -> None:
     replicator = SlowReplicator()
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=2), "om1",
-                             NullTracer(), NodeMetrics().batches)
+                             NullTracer(), NodeMetrics().batches, wall_clock_ms)
     pipeline.start()
     done = asyncio.get_running_loop().create_future()
     pipeline.submit(_write(1), lambda result, wait, batch: done.set_result(wait))
@@ -77,3 +81,17 @@ async def test_two_in_flight_split_a_steady_load_evenly() -> None:
     steady = batches[3:-3]          # past the first cycle's measurement, before the tail
     assert min(steady) >= max(steady) / 4, batches
     assert min(steady) > 1, batches
+
+
+async def test_each_batch_is_stamped_by_the_clock_the_service_was_given() -> None:
+    """The stamp is replicated data: it comes from the injected clock, not the wall's."""
+    replicator = SlowReplicator()
+    readings = iter(range(7_000, 7_010))
+    pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=1), "om1",
+                             NullTracer(), NodeMetrics().batches, lambda: next(readings))
+    pipeline.start()
+    done = asyncio.get_running_loop().create_future()
+    pipeline.submit(_write(1), lambda result, wait, batch: done.set_result(batch))
+    await asyncio.wait_for(done, 1.0)
+    await pipeline.close()
+    assert replicator.stamps == [7_000]

@@ -69,8 +69,12 @@ class BatchPipeline:
     """Seals and replicates batches; settles every write exactly once."""
 
     def __init__(self, replicator: Replicator, config: BatchConfig, leader_id: str,
-                 tracer: TraceSink, metrics: BatchMetrics) -> None:
+                 tracer: TraceSink, metrics: BatchMetrics,
+                 clock_ms: Callable[[], int]) -> None:
+        """``clock_ms``: the service's clock, which stamps each batch (replicated data,
+        so never the wall clock read here: a simulator drives the same clock)."""
         self._replicator = replicator
+        self._clock_ms = clock_ms
         self._metrics = metrics
         self.config = config
         self._leader_id = leader_id
@@ -179,7 +183,7 @@ class BatchPipeline:
             taken.append(queued)
         batch_id = self._next_batch_id
         self._next_batch_id += 1
-        sealed = builder.seal(batch_id, time.time_ns() // 1_000_000, self._leader_id,
+        sealed = builder.seal(batch_id, self._clock_ms(), self._leader_id,
                               self._replicator.role().term)
         assert len(builder.writes) == len(taken)
         rounds, self._read_rounds = self._read_rounds, []

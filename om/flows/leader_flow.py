@@ -117,7 +117,7 @@ class LeaderService(RequestService):
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
-                                      self.metrics.batches)
+                                      self.metrics.batches, clock_ms)
         self._sweeper: asyncio.Task[None] | None = None
         self.purger = Purger(store, self.submit,
                              lambda: self.role().ready and not self.prepare_gate_closed(),
