@@ -161,6 +161,36 @@ class _TableLeaves:
         at = leaf * LEAF_VALUE.size
         return bytes(self._values[at:at + LEAF_VALUE.size])
 
+    def added(self, deltas: dict[int, list[int]]) -> list[tuple[int, bytes]]:
+        """(leaf, stored form) of each leaf of ``deltas`` whose value changes, once its
+        [sum delta, rows delta] is added (wrapping); the cache is not changed (``set_all``
+        once the values are written). One call per table and batch: apply's hot path."""
+        few, values = self._few, self._values
+        found: list[tuple[int, bytes]] = []
+        for leaf, (total_delta, rows_delta) in deltas.items():
+            if rows_delta == 0 and total_delta % SUM_MODULUS == 0:
+                continue                    # as it was (a row put back as the batch found it)
+            if few is not None:
+                raw: bytes | bytearray = few.get(leaf, _ZERO_LEAF)
+                at = 0
+            else:
+                raw, at = values, leaf * LEAF_VALUE.size
+            total = (int.from_bytes(raw[at:at + 32], "big") + total_delta) % SUM_MODULUS
+            rows = (int.from_bytes(raw[at + 32:at + 40], "big") + rows_delta) % COUNT_MODULUS
+            found.append((leaf, total.to_bytes(32, "big") + rows.to_bytes(8, "big")))
+        return found
+
+    def set_all(self, written: list[tuple[int, bytes]]) -> None:
+        """Records each (leaf, stored form) of ``written``."""
+        if self._few is not None:
+            for leaf, raw in written:
+                self.set(leaf, raw)
+            return
+        values, size = self._values, LEAF_VALUE.size
+        for leaf, raw in written:
+            at = leaf * size
+            values[at:at + size] = raw
+
     def set(self, leaf: int, raw: bytes) -> None:
         assert len(raw) == LEAF_VALUE.size
         if self._few is None:
@@ -261,9 +291,9 @@ class Digests:
         """(sum, rows) of a leaf now (the caller holds ``lock``)."""
         return decode_leaf(self._leaves[table].get(leaf))
 
-    def cached(self, table: TableId, leaf: int, raw: bytes) -> None:
-        """Records a leaf's value just written (the caller holds ``lock``)."""
-        self._leaves[table].set(leaf, raw)
+    def leaves(self, table: TableId) -> _TableLeaves:
+        """``table``'s cached leaves (the caller holds ``lock``)."""
+        return self._leaves[table]
 
     # -- the builder and the mender ---------------------------------------------------------
 
@@ -361,12 +391,16 @@ class DigestChanges:
         self._set_index: list[tuple[bytes, bytes | None]] = []
 
     def put(self, table: TableId, key: bytes, value: bytes, old: OldRow = LOOKUP) -> None:
-        """``table[key] = value`` is in the batch."""
-        self.change(table, key, old, value)
+        """``table[key] = value`` is in the batch (``change``, inlined: apply's hot path)."""
+        row = (table, key)
+        self._before.setdefault(row, old)
+        self._after[row] = value
 
     def delete(self, table: TableId, key: bytes, old: OldRow = LOOKUP) -> None:
-        """A delete of ``table[key]`` is in the batch."""
-        self.change(table, key, old, None)
+        """A delete of ``table[key]`` is in the batch (``change``, inlined)."""
+        row = (table, key)
+        self._before.setdefault(row, old)
+        self._after[row] = None
 
     def ops(self, ops: Iterable[om_pb2.TableOp]) -> None:
         """Every put and delete of a batch's ``ops``, in order."""
@@ -403,24 +437,26 @@ class DigestChanges:
         it to the store in one atomic write, then remembers the leaves written."""
         digests, store = self._digests, self._digests.store
         deltas, entries = self._digest(self._net_changes())
-        written: list[tuple[TableId, int, bytes]] = []
-        for (table, leaf), (total_delta, rows_delta) in deltas.items():
-            if total_delta % SUM_MODULUS == 0 and rows_delta == 0:
-                continue                    # put back as it was (a put, then its delete)
-            assert (table, leaf) not in self._absolute, "a leaf set outright and changed"
-            total, rows = digests.leaf_value(table, leaf)
-            written.append((table, leaf, _raw((total + total_delta) % SUM_MODULUS,
-                                              (rows + rows_delta) % COUNT_MODULUS)))
-        written += [(table, leaf, _raw(*value)) for (table, leaf), value in self._absolute.items()]
-        entries += [(leaf_key(table, leaf), None if raw == _ZERO_LEAF else raw)
-                    for table, leaf, raw in written]
+        written: list[tuple[TableId, list[tuple[int, bytes]]]] = []
+        for table, changed in deltas.items():
+            values = digests.leaves(table).added(changed)
+            written.append((table, values))
+            head = leaf_prefix(table)
+            entries += [(head + leaf.to_bytes(4, "big"), None if raw == _ZERO_LEAF else raw)
+                        for leaf, raw in values]
+        for (table, leaf), value in self._absolute.items():
+            assert table not in deltas or leaf not in deltas[table], \
+                "a leaf set outright and changed"
+            raw = _raw(*value)
+            written.append((table, [(leaf, raw)]))
+            entries.append((leaf_key(table, leaf), None if raw == _ZERO_LEAF else raw))
         entries += self._set_index
         if meta is not None:
             entries.append((META_KEY, meta.SerializeToString()))
         store.batch_entries(write, DIGESTS, entries)
         store.write(write)
-        for table, leaf, raw in written:
-            digests.cached(table, leaf, raw)
+        for table, values in written:
+            digests.leaves(table).set_all(values)
         if meta is not None:
             digests.meta = meta
 
@@ -451,25 +487,29 @@ class DigestChanges:
 
     def _digest(self, changed: list[tuple[TableId, bytes, bytes | RowDigest | None,
                                           bytes | None]]
-                ) -> tuple[dict[tuple[TableId, int], list[int]], list[tuple[bytes, bytes | None]]]:
-        """The (sum, rows) delta of each leaf the changes touch, and the index entries
-        they add (a row that appears) or remove (a row that goes)."""
-        leaf_of, digest = self._digests.hasher.leaf, self._digests.hasher.digest
-        deltas: dict[tuple[TableId, int], list[int]] = {}
+                ) -> tuple[dict[TableId, dict[int, list[int]]], list[tuple[bytes, bytes | None]]]:
+        """The (sum, rows) delta of each leaf the changes touch, by table, and the index
+        entries they add (a row that appears) or remove (a row that goes)."""
+        hashed = self._digests.hasher.change
+        deltas: dict[TableId, dict[int, list[int]]] = {}
         index: list[tuple[bytes, bytes | None]] = []
         for table, key, old, new in changed:
-            leaf = leaf_of(key)
-            slot = (table, leaf)
-            delta = deltas.get(slot)
+            if isinstance(old, RowDigest):
+                leaf, total_delta = hashed(key, None, new)
+                total_delta -= old.value
+            else:
+                leaf, total_delta = hashed(key, old, new)
+            rows_delta = (new is not None) - (old is not None)
+            leaves = deltas.get(table)
+            if leaves is None:
+                leaves = deltas[table] = {}
+            delta = leaves.get(leaf)
             if delta is None:
-                delta = deltas[slot] = [0, 0]
-            if old is not None:
-                delta[0] -= old.value if isinstance(old, RowDigest) else digest(key, old)
-                delta[1] -= 1
-            if new is not None:
-                delta[0] += digest(key, new)
-                delta[1] += 1
-            if (old is None) != (new is None):
+                leaves[leaf] = [total_delta, rows_delta]
+            else:
+                delta[0] += total_delta
+                delta[1] += rows_delta
+            if rows_delta:
                 index.append((INDEX_TAG + bytes((table,)) + leaf.to_bytes(4, "big") + key,
-                              b"" if old is None else None))
+                              b"" if rows_delta > 0 else None))
         return deltas, index
