@@ -17,10 +17,11 @@ which no log entry names and no table scan sees:
 * ``I`` + table + leaf + row key: empty; the index that finds a leaf's rows with a
   seek and a short read (hash leaves scatter a leaf over the whole table).
 
-How the old row's contribution is removed: ``put`` and ``delete`` look the old
-value up (the batch's own earlier changes first, then the store: a get per change)
-unless the caller passes it, or a ``RowDigest`` of it (a writer that read it). The
-figures that chose the get are in docs/OPERATIONS.md, *What digests cost*.
+How the old row's contribution is removed: ``write`` digests each row's net change
+over the batch (``DigestChanges``), its value before the batch being what the first
+change's caller passed (the value, or a ``RowDigest`` of it from a writer that read
+it) or else read from the store, all such reads in one multi-get per table. The
+figures that chose the lookup are in docs/OPERATIONS.md, *What digests cost*.
 
 Invariants:
 
