@@ -11,8 +11,8 @@ Each way first writes as many batches untimed (the leaf cache warms, as on a nod
 that has been serving), then the timed ones:
 
 * ``rows``: the rows alone (what apply wrote before digests);
-* ``lookup``: the rows and their digests, apply looking each old row up (a get per
-  change: the way kept);
+* ``lookup``: the rows and their digests, apply looking the old rows up (one
+  multi-get per table and batch, of the rows the batch changes: the way kept);
 * ``shipped``: the rows and their digests, each old row's digest handed over by the
   writer (as a leader that read the rows while executing would ship it), computed
   outside the timed part.

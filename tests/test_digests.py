@@ -167,3 +167,38 @@ def test_a_row_changed_behind_the_store_is_drift_and_recompute_leaf_mends_it(
             digests.recompute_leaf(om_pb2.KEY, digests.hasher.leaf(key), {key})
     assert maintained(store) == recomputed(store)
     store.close()
+
+
+def test_the_leaf_cache_is_dropped_when_a_snapshot_replaces_the_store(tmp_path: Path) -> None:
+    """Apply adds to the leaves it holds in memory: after a snapshot install puts older
+    files in place, it must add to those files' leaves, never to the ones it held."""
+    store = Store(tmp_path / "db")
+    Digests.attach(store, b"k" * 32, 1, 1)        # two leaves: every change hits a held one
+    machine = StateMachine(store)
+    machine.apply(1, batch_of(1, [(0, 0, 1), (0, 1, 2)]))
+    store.checkpoint(tmp_path / "snapshot")
+    machine.apply(2, batch_of(2, [(0, 0, 3), (0, 2, 1)]))
+    with machine.applying():
+        store.replace_with(tmp_path / "snapshot")
+        machine.reload()
+    assert machine.applied_index == 1
+    machine.apply(2, batch_of(2, [(0, 3, 1)]))
+    assert maintained(store) == recomputed(store)
+    store.close()
+
+
+def test_a_mended_leaf_is_what_the_next_apply_adds_to(tmp_path: Path) -> None:
+    """After ``recompute_leaf`` the cache holds the mended leaf, not the drifted one."""
+    store = Store(tmp_path / "db")
+    Digests.attach(store, b"k" * 32, 1, 1)
+    machine = StateMachine(store)
+    machine.apply(1, batch_of(1, [(0, 0, 1), (0, 1, 2)]))
+    write = store.new_batch()     # a tool writing RocksDB directly
+    store.batch_put(write, om_pb2.KEY, KEYS[0], b"rotten")
+    store.write(write)
+    digests = machine.digests
+    with machine.applying():
+        digests.recompute_leaf(om_pb2.KEY, digests.hasher.leaf(KEYS[0]), {KEYS[0]})
+    machine.apply(2, batch_of(2, [(0, 0, 2), (0, 4, 1)]))
+    assert maintained(store) == recomputed(store)
+    store.close()

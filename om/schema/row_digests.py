@@ -57,6 +57,27 @@ class RowHasher:
         hasher.update(key)
         return int.from_bytes(hasher.digest(), "big") >> self._shift
 
+    def change(self, key: bytes, old: bytes | None, new: bytes | None) -> tuple[int, int]:
+        """(leaf, sum delta) of ``key``'s row going from ``old`` to ``new`` (None: absent):
+        ``leaf(key)`` and ``digest(key, new) - digest(key, old)``, in one call (apply's
+        hot path; the same hashes, inlined)."""
+        hasher = self._leaf.copy()
+        hasher.update(key)
+        leaf = int.from_bytes(hasher.digest(), "big") >> self._shift
+        head = _LENGTH.pack(len(key)) + key
+        delta = 0
+        if old is not None:
+            hasher = self._row.copy()
+            hasher.update(head)
+            hasher.update(old)
+            delta = -int.from_bytes(hasher.digest(), "big")
+        if new is not None:
+            hasher = self._row.copy()
+            hasher.update(head)
+            hasher.update(new)
+            delta += int.from_bytes(hasher.digest(), "big")
+        return leaf, delta
+
     def digest(self, key: bytes, value: bytes) -> int:
         """The row's digest, as an integer below ``SUM_MODULUS``."""
         hasher = self._row.copy()

@@ -17,10 +17,11 @@ which no log entry names and no table scan sees:
 * ``I`` + table + leaf + row key: empty; the index that finds a leaf's rows with a
   seek and a short read (hash leaves scatter a leaf over the whole table).
 
-How the old row's contribution is removed: ``put`` and ``delete`` look the old
-value up (the batch's own earlier changes first, then the store: a get per change)
-unless the caller passes it, or a ``RowDigest`` of it (a writer that read it). The
-figures that chose the get are in docs/OPERATIONS.md, *What digests cost*.
+How the old row's contribution is removed: ``write`` digests each row's net change
+over the batch (``DigestChanges``), its value before the batch being what the first
+change's caller passed (the value, or a ``RowDigest`` of it from a writer that read
+it) or else read from the store, all such reads in one multi-get per table. The
+figures that chose the lookup are in docs/OPERATIONS.md, *What digests cost*.
 
 Invariants:
 
@@ -161,6 +162,36 @@ class _TableLeaves:
         at = leaf * LEAF_VALUE.size
         return bytes(self._values[at:at + LEAF_VALUE.size])
 
+    def added(self, deltas: dict[int, list[int]]) -> list[tuple[int, bytes]]:
+        """(leaf, stored form) of each leaf of ``deltas`` whose value changes, once its
+        [sum delta, rows delta] is added (wrapping); the cache is not changed (``set_all``
+        once the values are written). One call per table and batch: apply's hot path."""
+        few, values = self._few, self._values
+        found: list[tuple[int, bytes]] = []
+        for leaf, (total_delta, rows_delta) in deltas.items():
+            if rows_delta == 0 and total_delta % SUM_MODULUS == 0:
+                continue                    # as it was (a row put back as the batch found it)
+            if few is not None:
+                raw: bytes | bytearray = few.get(leaf, _ZERO_LEAF)
+                at = 0
+            else:
+                raw, at = values, leaf * LEAF_VALUE.size
+            total = (int.from_bytes(raw[at:at + 32], "big") + total_delta) % SUM_MODULUS
+            rows = (int.from_bytes(raw[at + 32:at + 40], "big") + rows_delta) % COUNT_MODULUS
+            found.append((leaf, total.to_bytes(32, "big") + rows.to_bytes(8, "big")))
+        return found
+
+    def set_all(self, written: list[tuple[int, bytes]]) -> None:
+        """Records each (leaf, stored form) of ``written``."""
+        if self._few is not None:
+            for leaf, raw in written:
+                self.set(leaf, raw)
+            return
+        values, size = self._values, LEAF_VALUE.size
+        for leaf, raw in written:
+            at = leaf * size
+            values[at:at + size] = raw
+
     def set(self, leaf: int, raw: bytes) -> None:
         assert len(raw) == LEAF_VALUE.size
         if self._few is None:
@@ -261,9 +292,9 @@ class Digests:
         """(sum, rows) of a leaf now (the caller holds ``lock``)."""
         return decode_leaf(self._leaves[table].get(leaf))
 
-    def cached(self, table: TableId, leaf: int, raw: bytes) -> None:
-        """Records a leaf's value just written (the caller holds ``lock``)."""
-        self._leaves[table].set(leaf, raw)
+    def leaves(self, table: TableId) -> _TableLeaves:
+        """``table``'s cached leaves (the caller holds ``lock``)."""
+        return self._leaves[table]
 
     # -- the builder and the mender ---------------------------------------------------------
 
@@ -339,97 +370,147 @@ def _raw(total: int, rows: int) -> bytes:
 
 
 class DigestChanges:
-    """The digest changes of one write batch: report each row change, then ``write``."""
+    """The digest changes of one write batch: report each row change, then ``write``.
+
+    A change is recorded as it is reported, not digested: ``write`` digests each row's
+    *net* change over the batch, its value before the batch (the first change's ``old``)
+    against its value after (the last change's ``new``). The digests of a row's
+    values in between cancel in the sum, so the leaves come out exactly as if every
+    change had been digested in turn, but a row the batch changes twice (an open key
+    put then deleted, a bucket's usage rewritten by each commit) costs one old and one
+    new digest, or none when the batch leaves it as it found it. The old values no
+    caller passed are read in one multi-get per table, after the last change and
+    before the write (the writers' lock keeps the store as it was meanwhile).
+    """
 
     def __init__(self, digests: Digests) -> None:
         self._digests = digests
-        self._store = digests.store
-        self._hasher = digests.hasher
-        self._current: dict[tuple[TableId, bytes], bytes | None] = {}
-        # (table, leaf) -> [sum delta, rows delta]; or an absolute value (set_leaf)
-        self._deltas: dict[tuple[TableId, int], list[int]] = {}
+        self._before: dict[tuple[TableId, bytes], OldRow] = {}      # the first old
+        self._after: dict[tuple[TableId, bytes], bytes | None] = {}  # the last new
+        self._forced: set[tuple[TableId, bytes]] = set()             # covered=True
         self._absolute: dict[tuple[TableId, int], tuple[int, int]] = {}
-        self._index: dict[bytes, bool] = {}          # index key -> the row exists
-        self._complete = digests.complete
+        self._set_index: list[tuple[bytes, bytes | None]] = []
 
     def put(self, table: TableId, key: bytes, value: bytes, old: OldRow = LOOKUP) -> None:
-        """``table[key] = value`` is in the batch."""
-        self.change(table, key, old, value)
+        """``table[key] = value`` is in the batch (``change``, inlined: apply's hot path)."""
+        row = (table, key)
+        self._before.setdefault(row, old)
+        self._after[row] = value
 
     def delete(self, table: TableId, key: bytes, old: OldRow = LOOKUP) -> None:
-        """A delete of ``table[key]`` is in the batch."""
-        self.change(table, key, old, None)
+        """A delete of ``table[key]`` is in the batch (``change``, inlined)."""
+        row = (table, key)
+        self._before.setdefault(row, old)
+        self._after[row] = None
 
     def ops(self, ops: Iterable[om_pb2.TableOp]) -> None:
         """Every put and delete of a batch's ``ops``, in order."""
+        before = self._before.setdefault
+        after = self._after
         for op in ops:
-            self.change(op.table, op.key, LOOKUP, None if op.delete else op.value)
+            row = (op.table, op.key)
+            before(row, LOOKUP)
+            after[row] = None if op.delete else op.value
 
     def change(self, table: TableId, key: bytes, old: OldRow, new: bytes | None,
                covered: bool = False) -> None:
         """``table[key]`` goes from ``old`` (LOOKUP: as the store and this batch say) to
-        ``new`` (None: deleted). ``covered``: count it even while building (the builder)."""
+        ``new`` (None: deleted). ``covered``: count it even while building (the builder).
+        An ``old`` given for a row this batch already changed is ignored: the batch's
+        own change is what the row held."""
         row = (table, key)
-        if row in self._current:
-            old = self._current[row]        # this batch changed it already
-        elif isinstance(old, _Lookup):
-            old = self._store.get(table, key)
-        self._current[row] = new
-        if not (covered or self._complete or self._digests.covers(table, key)):
-            return                          # the builder will read it when it gets there
-        hasher = self._hasher
-        leaf = hasher.leaf(key)
-        slot = (table, leaf)
-        delta = self._deltas.get(slot)
-        if delta is None:
-            delta = self._deltas[slot] = [0, 0]
-        if old is not None:
-            delta[0] -= old.value if isinstance(old, RowDigest) else hasher.digest(key, old)
-            delta[1] -= 1
-        if new is not None:
-            delta[0] += hasher.digest(key, new)
-            delta[1] += 1
-            if old is None:
-                self._index[INDEX_TAG + bytes((table,)) + leaf.to_bytes(4, "big") + key] = True
-        elif old is not None:
-            self._index[INDEX_TAG + bytes((table,)) + leaf.to_bytes(4, "big") + key] = False
+        self._before.setdefault(row, old)
+        self._after[row] = new
+        if covered:
+            self._forced.add(row)
 
     def set_leaf(self, table: TableId, leaf: int, total: int, rows: int,
                  listed: set[bytes], unlisted: set[bytes]) -> None:
         """Sets a leaf outright (``recompute_leaf``), its index gaining ``listed`` and
         losing ``unlisted``."""
-        assert (table, leaf) not in self._deltas
         self._absolute[(table, leaf)] = (total % SUM_MODULUS, rows % COUNT_MODULUS)
         prefix = index_prefix(table, leaf)
-        self._index.update({prefix + key: True for key in listed})
-        self._index.update({prefix + key: False for key in unlisted})
+        self._set_index += [(prefix + key, b"") for key in listed]
+        self._set_index += [(prefix + key, None) for key in unlisted]
 
     def write(self, write: WriteBatch, meta: om_pb2.DigestMeta | None = None) -> None:
         """Adds the changed leaves and index entries (and ``meta``) to ``write``, writes
         it to the store in one atomic write, then remembers the leaves written."""
-        digests, store = self._digests, self._store
-        written: list[tuple[TableId, int, bytes]] = []
-        for (table, leaf), (total_delta, rows_delta) in self._deltas.items():
-            if total_delta % SUM_MODULUS == 0 and rows_delta == 0:
-                continue                    # put back as it was (a put, then its delete)
-            total, rows = digests.leaf_value(table, leaf)
-            written.append((table, leaf, _raw((total + total_delta) % SUM_MODULUS,
-                                              (rows + rows_delta) % COUNT_MODULUS)))
-        written += [(table, leaf, _raw(*value)) for (table, leaf), value in self._absolute.items()]
-        for table, leaf, raw in written:
-            if raw == _ZERO_LEAF:
-                store.batch_delete(write, DIGESTS, leaf_key(table, leaf))
-            else:
-                store.batch_put(write, DIGESTS, leaf_key(table, leaf), raw)
-        for key, present in self._index.items():
-            if present:
-                store.batch_put(write, DIGESTS, key, b"")
-            else:
-                store.batch_delete(write, DIGESTS, key)
+        digests, store = self._digests, self._digests.store
+        deltas, entries = self._digest(self._net_changes())
+        written: list[tuple[TableId, list[tuple[int, bytes]]]] = []
+        for table, changed in deltas.items():
+            values = digests.leaves(table).added(changed)
+            written.append((table, values))
+            head = leaf_prefix(table)
+            entries += [(head + leaf.to_bytes(4, "big"), None if raw == _ZERO_LEAF else raw)
+                        for leaf, raw in values]
+        for (table, leaf), value in self._absolute.items():
+            assert table not in deltas or leaf not in deltas[table], \
+                "a leaf set outright and changed"
+            raw = _raw(*value)
+            written.append((table, [(leaf, raw)]))
+            entries.append((leaf_key(table, leaf), None if raw == _ZERO_LEAF else raw))
+        entries += self._set_index
         if meta is not None:
-            store.batch_put(write, DIGESTS, META_KEY, meta.SerializeToString())
+            entries.append((META_KEY, meta.SerializeToString()))
+        store.batch_entries(write, DIGESTS, entries)
         store.write(write)
-        for table, leaf, raw in written:
-            digests.cached(table, leaf, raw)
+        for table, values in written:
+            digests.leaves(table).set_all(values)
         if meta is not None:
             digests.meta = meta
+
+    def _net_changes(self) -> list[tuple[TableId, bytes, bytes | RowDigest | None,
+                                         bytes | None]]:
+        """(table, key, before, after) of every covered row the batch changed, the values
+        before it looked up (one multi-get per table)."""
+        digests = self._digests
+        complete, forced, before = digests.complete, self._forced, self._before
+        known: list[tuple[TableId, bytes, bytes | RowDigest | None, bytes | None]] = []
+        looked: dict[TableId, tuple[list[bytes], list[bytes | None]]] = {}
+        for row, new in self._after.items():
+            table, key = row
+            if not (complete or row in forced or digests.covers(table, key)):
+                continue                    # the builder will read it when it gets there
+            old = before[row]
+            if isinstance(old, _Lookup):
+                keys, news = looked.setdefault(table, ([], []))
+                keys.append(key)
+                news.append(new)
+            elif old != new:
+                known.append((table, key, old, new))
+        for table, (keys, news) in looked.items():
+            olds = digests.store.get_many(table, keys)
+            known += [(table, key, old, new) for key, old, new in zip(keys, olds, news, strict=True)
+                      if old != new]
+        return known
+
+    def _digest(self, changed: list[tuple[TableId, bytes, bytes | RowDigest | None,
+                                          bytes | None]]
+                ) -> tuple[dict[TableId, dict[int, list[int]]], list[tuple[bytes, bytes | None]]]:
+        """The (sum, rows) delta of each leaf the changes touch, by table, and the index
+        entries they add (a row that appears) or remove (a row that goes)."""
+        hashed = self._digests.hasher.change
+        deltas: dict[TableId, dict[int, list[int]]] = {}
+        index: list[tuple[bytes, bytes | None]] = []
+        for table, key, old, new in changed:
+            if isinstance(old, RowDigest):
+                leaf, total_delta = hashed(key, None, new)
+                total_delta -= old.value
+            else:
+                leaf, total_delta = hashed(key, old, new)
+            rows_delta = (new is not None) - (old is not None)
+            leaves = deltas.get(table)
+            if leaves is None:
+                leaves = deltas[table] = {}
+            delta = leaves.get(leaf)
+            if delta is None:
+                leaves[leaf] = [total_delta, rows_delta]
+            else:
+                delta[0] += total_delta
+                delta[1] += rows_delta
+            if rows_delta:
+                index.append((INDEX_TAG + bytes((table,)) + leaf.to_bytes(4, "big") + key,
+                              b"" if rows_delta > 0 else None))
+        return deltas, index
