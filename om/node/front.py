@@ -33,7 +33,13 @@ import uvloop
 
 from om.config import ServerConfig
 from om.node import gc_policy
-from om.node.connections import ClientConnection, Connections, Requester, raise_fd_limit
+from om.node.connections import (
+    ClientConnection,
+    Connections,
+    Requester,
+    listen_backlog,
+    raise_fd_limit,
+)
 from om.protocol.channel import FrameReader, Message, encode
 from om.security.tls import PeerIdentity, server_context
 
@@ -121,7 +127,7 @@ async def _report(link: NodeLink, connections: Connections) -> None:
     while True:
         state = connections.state()
         link.send(("connections", int(state["open"]), int(state["refused"]),
-                   int(state["closed_idle"])))
+                   int(state["closed_idle"]), int(state["cut_unsent"])))
         await asyncio.sleep(REPORT_INTERVAL_S)
 
 
@@ -142,7 +148,7 @@ async def serve(link_socket: socket.socket, listener: socket.socket) -> None:
                               limits.connection_idle_s)
     server = await loop.create_server(
         lambda: ClientConnection(limits, connections, link.forward), sock=listener,
-        backlog=1024, ssl=client_context(config))
+        backlog=listen_backlog(limits.listen_backlog_max), ssl=client_context(config))
     tasks = [loop.create_task(_report(link, connections)),
              loop.create_task(connections.close_idle_forever())]
     logger.info("front %d of OM %s serving", index, config.node_id)

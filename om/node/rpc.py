@@ -21,6 +21,7 @@ from om.node.connections import (
     CONNECTION_GAUGES,
     ClientConnection,
     Connections,
+    listen_backlog,
     raise_fd_limit,
 )
 from om.node.front import client_context
@@ -94,7 +95,8 @@ class _OwnConnections:
         intake = Intake(node)
         server = await asyncio.get_running_loop().create_server(
             lambda: ClientConnection(limits, connections, intake), address.host, address.port,
-            reuse_address=True, backlog=1024, start_serving=False, ssl=context)
+            reuse_address=True, backlog=listen_backlog(limits.listen_backlog_max),
+            start_serving=False, ssl=context)
         node.metrics.add_state(CONNECTION_GAUGES, connections.state)
         return cls(server, connections)
 
@@ -140,7 +142,8 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
         if workers == 1:
             own = await _OwnConnections.bind(node, context)
         else:
-            listeners = listening_sockets(address.host, address.port, workers)
+            listeners = listening_sockets(address.host, address.port, workers,
+                                          listen_backlog(node.config.limits.listen_backlog_max))
     except OSError:
         if endpoint is not None:
             endpoint.close()
