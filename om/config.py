@@ -111,6 +111,9 @@ class Limits:
     connection_unsent_bytes_max: int = 16 * 1024 * 1024
     # The client port's listen backlog: the kernel's limit (somaxconn), at most this.
     listen_backlog_max: int = 65_535
+    # TLS handshakes in progress per serving process; more connections wait in the
+    # listen queue, so a burst of them leaves requests their share (om/node/accept.py).
+    tls_handshakes_max: int = 4
     # Frames of one connection handed to the node in one turn of the event loop; the
     # rest wait for the next turn, so a commit notice waits behind at most this many
     # requests, not a whole read's (om/node/connections.py).

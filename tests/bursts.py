@@ -1,10 +1,12 @@
 """Connection bursts for tests and measurements: many clients that each open a
 connection and send one request, at once or spread over an interval.
 
-``python -m tests.bursts ADDRESS COUNT SPREAD_S [CERT KEY CA]`` runs one burst in a
-process of its own (on uvloop, so its handshakes do not share the caller's GIL) and
-prints one JSON line: the seconds each connection took from its start to its answer
-(``null``: none within the timeout).
+``python -m tests.bursts burst ADDRESS COUNT SPREAD_S [CERT KEY CA]`` runs one burst
+in a process of its own (on uvloop, so its handshakes do not share the caller's GIL)
+and prints one JSON line: the seconds each connection took from its start to its
+answer (``null``: none within the timeout). ``python -m tests.bursts load ADDRESS
+SECONDS WRITERS [CERT KEY CA]`` runs a write load beside it: each write's start and
+latency.
 """
 
 from __future__ import annotations
@@ -80,14 +82,60 @@ async def burst(address: str, count: int, spread_s: float,
         for i in range(count))))
 
 
+async def _writer(host: str, port: int, context: ssl.SSLContext | None, name: str,
+                  until: float, latencies: list[tuple[float, float]]) -> None:
+    """Sequential CreateVolume writes on one connection until ``until``
+    (``time.monotonic``, the same clock in every process): (start, seconds) of each."""
+    reader, writer = await asyncio.open_connection(host, port, ssl=context)
+    decoder = FrameDecoder()
+    client_id = str(uuid.uuid4())
+    try:
+        for call_id in range(1, 1_000_000):
+            begun = time.monotonic()
+            if begun >= until:
+                return
+            writer.write(create_volume_frame(f"load-{name}-{call_id}", client_id, call_id))
+            frames: list[bytes] = []
+            while not frames:
+                data = await asyncio.wait_for(reader.read(65536), ANSWER_TIMEOUT_S)
+                if not data:
+                    raise ConnectionError("the node closed a load connection")
+                frames = decoder.feed(data)
+            assert om_pb2.OMResponse.FromString(frames[0]).status == om_pb2.OK
+            latencies.append((begun, time.monotonic() - begun))
+    finally:
+        writer.close()
+
+
+async def write_load(address: str, seconds: float, writers: int,
+                     context: ssl.SSLContext | None = None) -> list[tuple[float, float]]:
+    """``writers`` connections each writing one volume after another for ``seconds``:
+    (start, latency) of every write, starts on ``time.monotonic``'s clock."""
+    host, port = address.rsplit(":", 1)
+    start = time.monotonic()
+    latencies: list[tuple[float, float]] = []
+    run = uuid.uuid4().hex[:8]
+    await asyncio.gather(*(_writer(host, int(port), context, f"{run}-{i}", start + seconds,
+                                   latencies) for i in range(writers)))
+    return sorted(latencies)
+
+
 def main(argv: list[str]) -> int:
-    address, count, spread_s = argv[0], int(argv[1]), float(argv[2])
+    """``burst ADDRESS COUNT SPREAD_S [CERT KEY CA]`` or ``load ADDRESS SECONDS WRITERS
+    [CERT KEY CA]``: one JSON line on stdout."""
+    kind, address, size, shape = argv[0], argv[1], argv[2], argv[3]
     context = None
-    if len(argv) > 3:
-        context = ClientTls(Path(argv[3]), Path(argv[4]), Path(argv[5])).context()
+    if len(argv) > 4:
+        context = ClientTls(Path(argv[4]), Path(argv[5]), Path(argv[6])).context()
     started = time.monotonic()
-    times = uvloop.run(burst(address, count, spread_s, context))
-    print(json.dumps({"times": times, "wall_s": time.monotonic() - started}), flush=True)
+    if kind == "burst":
+        times = uvloop.run(burst(address, int(size), float(shape), context))
+        print(json.dumps({"times": times, "began": started,
+                          "wall_s": time.monotonic() - started}), flush=True)
+    else:
+        assert kind == "load", f"burst or load, not {kind}"
+        latencies = uvloop.run(write_load(address, float(size), int(shape), context))
+        print(json.dumps({"latencies": latencies}), flush=True)
     return 0
 
 

@@ -33,6 +33,7 @@ import uvloop
 
 from om.config import ServerConfig
 from om.node import gc_policy
+from om.node.accept import client_server
 from om.node.connections import (
     ClientConnection,
     Connections,
@@ -146,9 +147,11 @@ async def serve(link_socket: socket.socket, listener: socket.socket) -> None:
     workers = max(config.workers_count(), 1)
     connections = Connections(max(raise_fd_limit(limits.connections_max) // workers, 1),
                               limits.connection_idle_s)
-    server = await loop.create_server(
-        lambda: ClientConnection(limits, connections, link.forward), sock=listener,
-        backlog=listen_backlog(limits.listen_backlog_max), ssl=client_context(config))
+    server = await client_server(
+        listener, lambda: ClientConnection(limits, connections, link.forward),
+        client_context(config), limits.tls_handshakes_max,
+        listen_backlog(limits.listen_backlog_max))
+    await server.start_serving()
     tasks = [loop.create_task(_report(link, connections)),
              loop.create_task(connections.close_idle_forever())]
     logger.info("front %d of OM %s serving", index, config.node_id)

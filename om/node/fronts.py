@@ -44,16 +44,20 @@ CLOSE_TIMEOUT_S = 10.0
 
 
 def listening_sockets(host: str, port: int, count: int, backlog: int) -> list[socket.socket]:
-    """``count`` sockets listening on host:port with SO_REUSEPORT (OSError: taken)."""
+    """``count`` sockets listening on host:port, with SO_REUSEPORT when more than one
+    (the kernel spreads connections over them; one alone keeps the port its own) and
+    nonblocking (OSError: taken)."""
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets.append(listener)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if count > 1:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             listener.bind((host, port))
             listener.listen(backlog)
+            listener.setblocking(False)
     except OSError:
         for listener in sockets:
             listener.close()

@@ -17,6 +17,7 @@ import ssl
 from dataclasses import dataclass
 
 from om.node import gc_policy
+from om.node.accept import ClientServer, client_server
 from om.node.connections import (
     CONNECTION_GAUGES,
     ClientConnection,
@@ -84,7 +85,7 @@ def start_line(node: Node, context: ssl.SSLContext | None, workers: int,
 class _OwnConnections:
     """Clients served by this process (workers = 1)."""
 
-    server: asyncio.Server
+    server: ClientServer
     connections: Connections
 
     @classmethod
@@ -93,10 +94,15 @@ class _OwnConnections:
         connections = Connections(raise_fd_limit(limits.connections_max),
                                   limits.connection_idle_s)
         intake = Intake(node)
-        server = await asyncio.get_running_loop().create_server(
-            lambda: ClientConnection(limits, connections, intake), address.host, address.port,
-            reuse_address=True, backlog=listen_backlog(limits.listen_backlog_max),
-            start_serving=False, ssl=context)
+        backlog = listen_backlog(limits.listen_backlog_max)
+        listener = listening_sockets(address.host, address.port, 1, backlog)[0]
+        try:
+            server = await client_server(
+                listener, lambda: ClientConnection(limits, connections, intake), context,
+                limits.tls_handshakes_max, backlog)
+        except BaseException:
+            listener.close()
+            raise
         node.metrics.add_state(CONNECTION_GAUGES, connections.state)
         return cls(server, connections)
 
