@@ -28,10 +28,12 @@ import pytest
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
 from om.config import ConfigError, Limits, ServerConfig
+from om.node.accept import HANDSHAKE_SLOT_S
 from om.node.connections import SOMAXCONN, SOMAXCONN_UNKNOWN, listen_backlog
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder
 from om.security.certificates import CertificateAuthority
+from om.security.tls import ClientTls
 from tests.bursts import burst, create_volume_frame
 from tests.processes import REPO, ServerProcess, free_port, read_answer
 
@@ -348,3 +350,41 @@ def test_500_new_tls_connections_in_a_second_keep_the_write_p99(
           f"{TLS_BURST} new TLS connections in 1 s {[round(b * 1000, 1) for b in bursty]} ms: "
           f"x{ratio:.2f} (medians); load average {os.getloadavg()[0]:.2f}")
     assert ratio <= RATIO_MAX
+
+
+@pytest.fixture
+def one_handshake_node(tmp_path: Path) -> Iterator[tuple[str, ClientTls]]:
+    """A TLS node that runs one handshake at a time (tls_handshakes_max = 1)."""
+    authority = CertificateAuthority.create(tmp_path / "ca")
+    server_cert = authority.issue_server("om1")
+    client_cert = authority.issue_client("bursts")
+    config = tmp_path / "om.toml"
+    config.write_text(f'[limits]\ntls_handshakes_max = 1\n[tls]\n'
+                      f'cert_file = "{server_cert.cert_file}"\n'
+                      f'key_file = "{server_cert.key_file}"\nca_file = "{authority.ca_file}"\n')
+    server = ServerProcess(tmp_path / "data", free_port(), "--config", str(config))
+    yield server.address, ClientTls(client_cert.cert_file, client_cert.key_file,
+                                    authority.ca_file)
+    server.stop()
+
+
+@pytest.mark.integration
+def test_silent_connections_do_not_hold_the_handshake_slots(
+        one_handshake_node: tuple[str, ClientTls]) -> None:
+    """Four connections that never start their handshake delay a good client by at most
+    HANDSHAKE_SLOT_S each, not until the handshake timeout (10 s) closes them."""
+    address, tls = one_handshake_node
+    host, port = address.rsplit(":", 1)
+    time.sleep(0.3)   # the start-up probe's connection is gone
+    silent = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+    try:
+        started = time.monotonic()
+        with OMClient([address], user="bursts", tls=tls,
+                      policy=RetryPolicy(deadline_s=30, attempt_timeout_s=30)) as om:
+            om.create_volume("behind-silent-ones")
+        waited = time.monotonic() - started
+        print(f"a good client behind 4 silent connections answered in {waited:.2f} s")
+        assert waited < 4 * HANDSHAKE_SLOT_S + 2.0
+    finally:
+        for conn in silent:
+            conn.close()

@@ -3,9 +3,9 @@
 A TLS handshake costs the serving process's event loop about a millisecond of
 CPU (key exchange, signature, the client certificate's check), in a few steps
 that each run whole. A server that accepts whatever the listen queue holds runs
-a burst's handshakes back to back: 500 new connections in one second held the
-loop long enough to raise a running write load's p99 4.5-fold (docs/PERFORMANCE.md,
-*Connection bursts*). ``PacedTlsServer`` accepts a connection only while fewer
+a burst's handshakes back to back: 500 new connections in one second raised a
+running write load's p99 4.1-4.5-fold on 2 cores, 2.8-fold paced at 4
+(docs/PERFORMANCE.md, *Connection bursts*). ``PacedTlsServer`` accepts a connection only while fewer
 than ``limits.tls_handshakes_max`` handshakes are in progress; the others wait
 in the kernel's listen queue (sized to the kernel's limit, ``listen_backlog``),
 costing nothing, and each loop turn runs at most that many handshake steps
