@@ -105,6 +105,15 @@ class Limits:
     connections_max: int = 10_000
     connection_idle_s: float = 600.0
     connection_in_flight_max: int = 1024
+    # Reply bytes queued for one connection and not yet taken by the kernel (a
+    # client that sends and never reads): past it the connection is cut off
+    # (om/node/connections.py). At least max_frame_bytes: one reply must fit.
+    connection_unsent_bytes_max: int = 16 * 1024 * 1024
+    # The client port's listen backlog: the kernel's limit (somaxconn), at most this.
+    listen_backlog_max: int = 65_535
+    # TLS handshakes in progress per serving process; more connections wait in the
+    # listen queue, so a burst of them leaves requests their share (om/node/accept.py).
+    tls_handshakes_max: int = 4
     # Frames of one connection handed to the node in one turn of the event loop; the
     # rest wait for the next turn, so a commit notice waits behind at most this many
     # requests, not a whole read's (om/node/connections.py).
@@ -507,6 +516,9 @@ class ServerConfig:
                 value = getattr(section, item.name)
                 if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
                     raise ConfigError(f"{item.name} must be positive, not {value}")
+        if self.limits.connection_unsent_bytes_max < self.limits.max_frame_bytes:
+            raise ConfigError("[limits] connection_unsent_bytes_max must be at least "
+                              "max_frame_bytes: one reply must fit")
         if min(self.limits.store_memtable_bytes, self.limits.store_block_cache_bytes) < 1 << 20:
             raise ConfigError("[limits] store_memtable_bytes and store_block_cache_bytes must "
                               "be at least 1 MiB")

@@ -28,6 +28,9 @@ class _Transport:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def get_write_buffer_size(self) -> int:
+        return 0   # the kernel took every write
+
     def close(self) -> None:
         self.closing = True
 

@@ -114,7 +114,7 @@ def test_a_node_that_dies_takes_its_fronts_with_it(server: ServerProcess) -> Non
 
 def test_a_front_whose_node_dies_before_its_setup_exits() -> None:
     """The node killed while its front was still starting: the front must not wait forever."""
-    listener = listening_sockets("127.0.0.1", free_port(), 1)[0]
+    listener = listening_sockets("127.0.0.1", free_port(), 1, 128)[0]
     ours, theirs = socket.socketpair()
     front = subprocess.Popen(
         [sys.executable, "-m", "om.node.front", str(theirs.fileno()), str(listener.fileno())],

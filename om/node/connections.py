@@ -17,13 +17,22 @@ It cuts the stream into frames and hands each read's frames, in order, to a
   TLS record for a committed batch's answers instead of one each);
 * closes on a frame over the size limit, after an INVALID_REQUEST answer (the
   stream cannot be resynchronised); a client that half-closes after sending
-  still gets every answer.
+  still gets every answer;
+* cuts off (aborts) a connection whose replies waiting to be sent pass
+  ``connection_unsent_bytes_max``: a client that sends and never reads. Reading
+  pauses only on requests in flight, so without this bound its answered replies
+  would pile up in the transport's buffer without end. The requests it had
+  handed on still run once (a retry with the same call id gets the stored
+  reply); those still waiting for their turn are dropped unrun.
 
 ``Connections`` bounds them: at most ``connections_max`` open (one more is
 answered with SERVER_BUSY and closed, logged at most once per
 ``REFUSAL_LOG_INTERVAL_S``), and a connection with nothing in flight that
 sends nothing for ``connection_idle_s`` is closed. ``raise_fd_limit`` raises the
-process's file-descriptor limit at start to fit the cap.
+process's file-descriptor limit at start to fit the cap; ``listen_backlog`` sizes
+the client port's accept queue to the kernel's limit, so a burst of connections
+waits there instead of having its handshakes dropped (and retried by the client's
+kernel one or more seconds later).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import math
 import resource
 import time
 from collections import deque
+from pathlib import Path
 from typing import Protocol, cast
 
 from om.config import Limits
@@ -45,6 +55,8 @@ from om.security.tls import PeerIdentity, peer_identity
 logger = logging.getLogger(__name__)
 FD_HEADROOM = 1024          # descriptors beyond client connections: RocksDB, Raft, logs
 REFUSAL_LOG_INTERVAL_S = 10.0
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+SOMAXCONN_UNKNOWN = 4096    # Linux's default since 5.4, where the file cannot be read
 
 CONNECTION_GAUGES = (
     StateGauge("open", "om_connections_open", "Client connections open now"),
@@ -52,7 +64,24 @@ CONNECTION_GAUGES = (
                "(limits.connections_max)", counter=True),
     StateGauge("closed_idle", "om_connections_closed_idle", "Client connections closed "
                "after limits.connection_idle_s without traffic", counter=True),
+    StateGauge("cut_unsent", "om_connections_cut_unsent", "Client connections cut off with "
+               "more reply bytes unsent than limits.connection_unsent_bytes_max (a client "
+               "that does not read)", counter=True),
 )
+
+
+def listen_backlog(limit: int, somaxconn: Path = SOMAXCONN) -> int:
+    """The listen backlog: the kernel's limit (``somaxconn``), at most ``limit``.
+
+    The kernel caps any backlog at somaxconn; asking for exactly it means a burst
+    of connections queues up to what the kernel allows, where a fixed smaller
+    backlog drops the SYNs past it."""
+    assert limit > 0
+    try:
+        kernel = int(somaxconn.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        kernel = SOMAXCONN_UNKNOWN
+    return max(1, min(kernel, limit))
 
 
 def status_frame(status: om_pb2.Status.ValueType, message: str, call_id: int = 0) -> bytes:
@@ -101,7 +130,9 @@ class Connections:
         self.open: set[ClientConnection] = set()
         self.refused = 0
         self.closed_idle = 0
+        self.cut_unsent = 0
         self._refusal_logged_s = -math.inf
+        self._cut_logged_s = -math.inf
 
     def admit(self, connection: ClientConnection) -> bool:
         """False (and logs, at most once per interval) when the cap is reached."""
@@ -117,9 +148,21 @@ class Connections:
         self.open.add(connection)
         return True
 
+    def cut_off(self, connection: ClientConnection, unsent: int) -> None:
+        """Counts (and logs, at most once per interval) a connection cut off for unsent
+        replies."""
+        self.cut_unsent += 1
+        now = time.monotonic()
+        if now - self._cut_logged_s >= REFUSAL_LOG_INTERVAL_S:
+            self._cut_logged_s = now
+            logger.warning("client %s does not read its replies: %d bytes unsent, more than "
+                           "limits.connection_unsent_bytes_max; connection cut off (%d so far)",
+                           connection.peer or "?", unsent, self.cut_unsent)
+
     def state(self) -> dict[str, float]:
         """Gauges for /prom."""
-        return {"open": len(self.open), "refused": self.refused, "closed_idle": self.closed_idle}
+        return {"open": len(self.open), "refused": self.refused, "closed_idle": self.closed_idle,
+                "cut_unsent": self.cut_unsent}
 
     def leave(self, connection: ClientConnection) -> None:
         self.open.discard(connection)
@@ -152,9 +195,12 @@ def raise_fd_limit(connections_max: int) -> int:
 class ClientConnection(asyncio.BufferedProtocol):
     """One client connection; reads land in one reused buffer (``FrameBuffer``).
 
-    Invariant: ``in_flight`` counts the frames handed to the sink and not yet
+    Invariants: ``in_flight`` counts the frames handed to the sink and not yet
     answered; it never exceeds ``connection_in_flight_max`` by more than one read's
-    frames (reading pauses at the limit and resumes at half of it)."""
+    frames (reading pauses at the limit and resumes at half of it). The reply bytes
+    in the transport's buffer exceed ``connection_unsent_bytes_max`` by at most one
+    write's (one loop iteration's replies), and then only until that write returns:
+    the connection is aborted, which frees them."""
 
     def __init__(self, limits: Limits, connections: Connections, sink: FrameSink) -> None:
         self._connections = connections
@@ -163,6 +209,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._frames = FrameBuffer(limits.max_frame_bytes)
         self._in_flight_max = limits.connection_in_flight_max
         self._frames_per_turn = limits.frames_per_turn
+        self._unsent_max = limits.connection_unsent_bytes_max
         # frames received, counted in flight, not yet handed to the sink (their turn is
         # to come: at most connection_in_flight_max plus one read's)
         self._waiting: deque[bytes] = deque()
@@ -269,3 +316,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         transport = self._transport
         if replies and transport is not None and not transport.is_closing():
             transport.write(b"".join(replies))
+            unsent = transport.get_write_buffer_size()
+            if unsent > self._unsent_max:
+                self._cut_off(transport, unsent)
+
+    def _cut_off(self, transport: asyncio.Transport, unsent: int) -> None:
+        """Aborts a connection whose client does not read: its unsent replies are freed
+        now (``close`` would keep them until the client read them, which it may never
+        do); the frames still waiting for their turn are dropped unrun."""
+        self._waiting.clear()
+        self._connections.cut_off(self, unsent)
+        transport.abort()

@@ -33,7 +33,14 @@ import uvloop
 
 from om.config import ServerConfig
 from om.node import gc_policy
-from om.node.connections import ClientConnection, Connections, Requester, raise_fd_limit
+from om.node.accept import client_server
+from om.node.connections import (
+    ClientConnection,
+    Connections,
+    Requester,
+    listen_backlog,
+    raise_fd_limit,
+)
 from om.protocol.channel import FrameReader, Message, encode
 from om.security.tls import PeerIdentity, server_context
 
@@ -121,7 +128,7 @@ async def _report(link: NodeLink, connections: Connections) -> None:
     while True:
         state = connections.state()
         link.send(("connections", int(state["open"]), int(state["refused"]),
-                   int(state["closed_idle"])))
+                   int(state["closed_idle"]), int(state["cut_unsent"])))
         await asyncio.sleep(REPORT_INTERVAL_S)
 
 
@@ -140,9 +147,11 @@ async def serve(link_socket: socket.socket, listener: socket.socket) -> None:
     workers = max(config.workers_count(), 1)
     connections = Connections(max(raise_fd_limit(limits.connections_max) // workers, 1),
                               limits.connection_idle_s)
-    server = await loop.create_server(
-        lambda: ClientConnection(limits, connections, link.forward), sock=listener,
-        backlog=1024, ssl=client_context(config))
+    server = await client_server(
+        listener, lambda: ClientConnection(limits, connections, link.forward),
+        client_context(config), limits.tls_handshakes_max,
+        listen_backlog(limits.listen_backlog_max))
+    await server.start_serving()
     tasks = [loop.create_task(_report(link, connections)),
              loop.create_task(connections.close_idle_forever())]
     logger.info("front %d of OM %s serving", index, config.node_id)

@@ -15,7 +15,7 @@ and sends each answer frame back. Messages:
   frame), ...])`` (one message per loop iteration), ``stop()`` (accept no more);
 * front to node: ``requests([(connection, peer, identity, [frame, ...]), ...])``
   (one message per loop iteration) and ``connections(open, refused, closed
-  idle)`` about once a second, summed into the node's connection gauges.
+  idle, cut unsent)`` about once a second, summed into the node's connection gauges.
 
 Bounds: each front admits ``connections_max / workers`` connections, each
 connection ``connection_in_flight_max`` frames in flight, so the messages
@@ -40,21 +40,24 @@ from om.protocol.channel import FrameReader, Message, encode
 from om.security.tls import PeerIdentity
 
 logger = logging.getLogger(__name__)
-BACKLOG = 1024
 CLOSE_TIMEOUT_S = 10.0
 
 
-def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
-    """``count`` sockets listening on host:port with SO_REUSEPORT (OSError: taken)."""
+def listening_sockets(host: str, port: int, count: int, backlog: int) -> list[socket.socket]:
+    """``count`` sockets listening on host:port, with SO_REUSEPORT when more than one
+    (the kernel spreads connections over them; one alone keeps the port its own) and
+    nonblocking (OSError: taken)."""
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets.append(listener)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if count > 1:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             listener.bind((host, port))
-            listener.listen(BACKLOG)
+            listener.listen(backlog)
+            listener.setblocking(False)
     except OSError:
         for listener in sockets:
             listener.close()
@@ -84,7 +87,8 @@ class FrontLink(asyncio.Protocol):
         self._outbox: list[tuple[int, bytes]] = []
         self._on_lost = on_lost
         self.transport: asyncio.Transport | None = None
-        self.connections = (0, 0, 0)   # open, refused, closed idle: as last reported
+        # open, refused, closed idle, cut unsent: as last reported
+        self.connections: tuple[int, ...] = (0, 0, 0, 0)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -163,9 +167,10 @@ class Fronts:
 
     def state(self) -> dict[str, float]:
         """The connection gauges, summed over the fronts' last reports."""
-        open_, refused, closed_idle = (sum(w.link.connections[i] for w in self.workers)
-                                       for i in range(3))
-        return {"open": open_, "refused": refused, "closed_idle": closed_idle}
+        open_, refused, closed_idle, cut_unsent = (
+            sum(w.link.connections[i] for w in self.workers) for i in range(4))
+        return {"open": open_, "refused": refused, "closed_idle": closed_idle,
+                "cut_unsent": cut_unsent}
 
     async def watch(self) -> int:
         """Returns the index of the first front whose link closed (it exited)."""

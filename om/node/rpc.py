@@ -17,10 +17,12 @@ import ssl
 from dataclasses import dataclass
 
 from om.node import gc_policy
+from om.node.accept import ClientServer, client_server
 from om.node.connections import (
     CONNECTION_GAUGES,
     ClientConnection,
     Connections,
+    listen_backlog,
     raise_fd_limit,
 )
 from om.node.front import client_context
@@ -83,7 +85,7 @@ def start_line(node: Node, context: ssl.SSLContext | None, workers: int,
 class _OwnConnections:
     """Clients served by this process (workers = 1)."""
 
-    server: asyncio.Server
+    server: ClientServer
     connections: Connections
 
     @classmethod
@@ -92,9 +94,15 @@ class _OwnConnections:
         connections = Connections(raise_fd_limit(limits.connections_max),
                                   limits.connection_idle_s)
         intake = Intake(node)
-        server = await asyncio.get_running_loop().create_server(
-            lambda: ClientConnection(limits, connections, intake), address.host, address.port,
-            reuse_address=True, backlog=1024, start_serving=False, ssl=context)
+        backlog = listen_backlog(limits.listen_backlog_max)
+        listener = listening_sockets(address.host, address.port, 1, backlog)[0]
+        try:
+            server = await client_server(
+                listener, lambda: ClientConnection(limits, connections, intake), context,
+                limits.tls_handshakes_max, backlog)
+        except BaseException:
+            listener.close()
+            raise
         node.metrics.add_state(CONNECTION_GAUGES, connections.state)
         return cls(server, connections)
 
@@ -140,7 +148,8 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
         if workers == 1:
             own = await _OwnConnections.bind(node, context)
         else:
-            listeners = listening_sockets(address.host, address.port, workers)
+            listeners = listening_sockets(address.host, address.port, workers,
+                                          listen_backlog(node.config.limits.listen_backlog_max))
     except OSError:
         if endpoint is not None:
             endpoint.close()
