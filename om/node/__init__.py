@@ -3,8 +3,13 @@ machine, the replicator and the request flows together, owns fail-stop, and open
 client port.
 
 * ``node.py``: the ``Node`` (wiring, fail-stop, the requests outside the flows);
-* ``rpc.py``: the client RPC server (frames over TCP or TLS, back-pressure, limits);
+* ``rpc.py``, ``accept.py``: the client port (TCP or TLS, paced handshakes);
+* ``connections.py``, ``intake.py``: a client connection's framing, bounds and hand-off;
+* ``front.py`` (one worker process), ``fronts.py`` (the node's set of them);
 * ``membership.py``, ``transfer.py``: the leader's side of ``om admin om``;
-* ``integrity.py``: the node's side of verify, repair and the auditor;
+* ``integrity.py``, ``integrity_peers.py``: the node's side of verify, repair and the
+  auditor, and its links to its peers for continuous verification;
+* ``catchup.py``: a follower's catch-up from a peer's checkpoint files;
+* ``peer_answer.py``: one answer off a blocking connection to a peer;
 * ``gc_policy.py``: the garbage collector's policy while a node serves.
 """

@@ -40,8 +40,9 @@ import time
 
 from om.config import ServerConfig
 from om.executor.registry import error_response
+from om.node.peer_answer import exchange
 from om.protocol import om_pb2
-from om.protocol.framing import FrameDecoder, encode_frame
+from om.protocol.framing import FrameDecoder
 from om.security.tls import ClientTls
 from om.statemachine.checkpoint_download import ReadChunk
 from om.statemachine.checkpoint_shelf import (
@@ -294,16 +295,8 @@ class CheckpointClient:
                 self._context.wrap_socket(plain, server_hostname=host)
             self._connected_to = address
             self._decoder = FrameDecoder(self._config.limits.max_frame_bytes)
-        self._socket.sendall(encode_frame(request.SerializeToString(),
-                                          self._config.limits.max_frame_bytes))
-        while True:
-            data = self._socket.recv(1 << 20)
-            if not data:
-                raise ConnectionResetError(f"OM at {address} closed the connection")
-            for payload in self._decoder.feed(data):
-                response = om_pb2.OMResponse.FromString(payload)
-                if response.call_id in (request.call_id, 0):
-                    return response
+        return exchange(self._socket, self._decoder, request,
+                        self._config.limits.max_frame_bytes, address)
 
     def _pace(self, size: int) -> None:
         """Sleeps so that the bytes fetched stay under ``rate_bytes_per_s``."""

@@ -16,8 +16,9 @@ import threading
 
 from om.config import ServerConfig
 from om.integrity.compare import ReplicaError
+from om.node.peer_answer import exchange
 from om.protocol import om_pb2
-from om.protocol.framing import FrameDecoder, encode_frame
+from om.protocol.framing import FrameDecoder
 from om.security.tls import ClientTls
 
 ANSWER_TIMEOUT_S = 60.0    # a level or a page of leaf rows from a busy peer's checkpoint
@@ -62,15 +63,7 @@ class PeerLink:
             self._socket = plain if self._context is None else \
                 self._context.wrap_socket(plain, server_hostname=host)
             self._decoder = FrameDecoder(self._frame_max)
-        self._socket.sendall(encode_frame(request.SerializeToString(), self._frame_max))
-        while True:
-            data = self._socket.recv(1 << 20)
-            if not data:
-                raise ConnectionResetError(f"OM at {self._address} closed the connection")
-            for payload in self._decoder.feed(data):
-                response = om_pb2.OMResponse.FromString(payload)
-                if response.call_id in (request.call_id, 0):
-                    return response
+        return exchange(self._socket, self._decoder, request, self._frame_max, self._address)
 
     def close(self) -> None:
         if self._socket is not None:
