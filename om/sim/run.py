@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -164,8 +163,9 @@ class Clients:
                         *(build.create_bucket(VOLUME, b) for b in ADD_BUCKETS),
                         build.create_bucket(VOLUME, RENAMES)]:
             response, _ = await self.call(0, request)
-            assert response is not None and response.status in (
-                om_pb2.OK, om_pb2.VOLUME_ALREADY_EXISTS, om_pb2.BUCKET_ALREADY_EXISTS), response
+            assert response is not None
+            assert response.status in (om_pb2.OK, om_pb2.VOLUME_ALREADY_EXISTS,
+                                       om_pb2.BUCKET_ALREADY_EXISTS), response
 
     async def run(self, process: int) -> None:
         while self.requests < self.budget:
@@ -387,20 +387,23 @@ async def _observe(clients: Clients) -> tuple[dict[str, int | None], dict[str, U
                       if response.status == om_pb2.OK else None)
     usage: dict[str, Usage] = {}
     violations: list[Violation] = []
+    present: set[str] = set()
     for bucket in (REGISTER, *ADD_BUCKETS, RENAMES):
         info, _ = await clients.call(0, build.info_bucket(VOLUME, bucket))
         listed, _ = await clients.call(0, build.list_keys(VOLUME, bucket, max_keys=10_000))
-        assert info is not None and listed is not None
+        assert info is not None
+        assert listed is not None
         bucket_info = info.info_bucket.bucket_info
         usage[bucket] = Usage(bucket_info.used_bytes, bucket_info.used_namespace)
         keys = listed.list_keys.key_info
+        if bucket == RENAMES:
+            present = {k.key_name for k in keys}
         size = sum(k.data_size * max(1, k.replication_factor) for k in keys)
         if (bucket_info.used_namespace, bucket_info.used_bytes) != (len(keys), size):
             violations.append(Violation("quota", "usage_not_keys",
                                         f"usage {bucket_info.used_namespace} keys / "
                                         f"{bucket_info.used_bytes} B, keys hold {len(keys)} / "
                                         f"{size} B", bucket))
-    present = {k.key_name for k in listed.list_keys.key_info}
     for source, target, outcome in clients.renames:
         if outcome is Outcome.OK and (source in present or target not in present):
             violations.append(Violation("renames", "rename_lost",
@@ -464,7 +467,11 @@ async def _main(world: World, requests: int, faults: Faults) -> Result:
 async def _as(world: World, owner: str, work: object) -> None:
     """Runs ``work`` (a coroutine) as a task owned by ``owner``."""
     done = asyncio.get_running_loop().create_future()
-    world.at(0.0, owner, lambda: asyncio.ensure_future(_wrap(work, done)))
+    running: list[asyncio.Task[None]] = []
+
+    def begin() -> None:
+        running.append(asyncio.ensure_future(_wrap(work, done)))
+    world.at(0.0, owner, begin)
     await done
 
 
@@ -506,5 +513,3 @@ def digest_of(results: list[Result]) -> str:
     """One digest over several seeds' digests."""
     return hashlib.sha256("".join(r.digest for r in results).encode()).hexdigest()
 
-
-__all__ = ["Result", "run_seed", "digest_of", "random"]

@@ -62,11 +62,11 @@ RAFT = Raft(election_timeout_min_s=0.4, election_timeout_max_s=0.8,
 class Faults:
     """How often each fault happens (per second of virtual time) and how hard."""
 
-    crash_rate: float = 0.08
-    partition_rate: float = 0.08
-    reset_rate: float = 0.1
-    stall_rate: float = 0.05
-    transfer_rate: float = 0.05
+    crash_rate: float = 0.3
+    partition_rate: float = 0.2
+    reset_rate: float = 0.3
+    stall_rate: float = 0.2
+    transfer_rate: float = 0.15
     spike_chance: float = 0.01     # a message delayed 5-50 ms (a retransmission)
 
 

@@ -29,6 +29,7 @@ and threads); it exists so that one seed replays a whole cluster.
 from __future__ import annotations
 
 import random
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -53,7 +54,7 @@ from om.consensus.pysyncobj.journal import (
     decode_records,
     encode_record,
 )
-from om.consensus.pysyncobj.raft_log import RaftLog, own_address, peers
+from om.consensus.pysyncobj.raft_log import RaftLog, peers
 from om.consensus.pysyncobj.replicator import RaftReplicator, syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 
@@ -149,7 +150,7 @@ class SimJournal(GroupCommitJournal):
     completes it runs (the bytes land, the sync makes them stable) and the
     transport is flushed, as the real sync thread's ``wake_fd`` does."""
 
-    def __init__(self, path: Path, disk: SimDisk) -> None:  # noqa: D107 - no super(): no file
+    def __init__(self, path: Path, disk: SimDisk) -> None:   # no super(): there is no file
         self._path = path
         self._disk = disk
         self._spec = JournalSpec(durable=True, snapshot_file=path.with_name("none"))
@@ -378,6 +379,15 @@ class SimRaftLog(RaftLog):
         return wire
 
 
+class StableNode(TCPNode):  # type: ignore[misc]
+    """A TCPNode whose hash does not depend on ``PYTHONHASHSEED``: pysyncobj keeps its
+    peers in sets and sends to them in set order, which must be the same in every
+    process for a seed to replay."""
+
+    def __hash__(self) -> int:
+        return zlib.crc32(str(self.id).encode())
+
+
 def address_id(address: str) -> str:
     """pysyncobj's id of a node at ``address``."""
     return str(TCPNode(address).id)
@@ -413,8 +423,9 @@ class SimRaftReplicator(RaftReplicator):
         conf.serializer = conf.deserializer = None
         register_disk(Path(conf.journalFile), disk)
         self.journal_spec = JournalSpec(durable=True, snapshot_file=data_dir / "none")
-        self._raft = SimRaftLog(network, own_address(node), peers(node, nodes, {}), conf,
-                                apply_entry, False, SimTransport)
+        own: Any = StableNode(node.raft_address)
+        others = [StableNode(str(peer)) for peer in peers(node, nodes, {})]
+        self._raft = SimRaftLog(network, own, others, conf, apply_entry, False, SimTransport)
         self.journal_spec.journal = self._raft.om_journal
 
     @property
