@@ -456,8 +456,11 @@ async def _main(world: World, requests: int, faults: Faults) -> Result:
     violations.extend(run_all(history, final_state=final, observed_usage=usage,
                               digests=digests if final is not None else None))
     for node in nodes:
-        world.cancel_tasks(node.name)
-    await asyncio.sleep(0)
+        node.alive = False        # no more ticks; then nothing of theirs may stay pending
+    for _ in range(3):
+        for node in nodes:
+            world.cancel_tasks(node.name)
+        await asyncio.sleep(0)
     for node in nodes:
         node.close()
     return Result(world.seed, world.digest.hexdigest(), violations, world.trace, len(history),
