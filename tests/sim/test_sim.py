@@ -1,16 +1,19 @@
 """The simulator: one seed replays a whole cluster; planted bugs are found and replayed.
 
 Default tier: two seeds run twice give identical digests (and differ from each
-other); the seam refuses unseeded sources and puts the machine's back; each
-planted bug (tests/sim/planted.py) is reproduced from the seed the sweep found
-it at, and that seed passes without the bug. Slow tier: 100 seeds run twice, and
-the sweep that finds each planted bug from seed 1.
+other), in processes of different hash seeds too; the seam refuses unseeded
+sources and puts the machine's back; each planted bug (tests/sim/planted.py) is
+reproduced from the seed the sweep found it at, and that seed passes without the
+bug. Slow tier: 100 seeds run twice, and the sweep that finds each planted bug
+from seed 1.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -33,6 +36,19 @@ def test_a_seed_replays_bit_for_bit() -> None:
     assert first[0].digest != first[1].digest
     assert all(r.ok for r in first), [r.violations for r in first]
     assert all(r.requests >= STEPS for r in first)
+
+
+def test_a_seed_replays_in_any_process() -> None:
+    """pysyncobj iterates its peers in hash order: the digest must not follow
+    ``PYTHONHASHSEED``."""
+    code = ("from om.sim.run import run_seed; "
+            f"print(run_seed(3, requests={STEPS // 2}).digest)")
+    digests = {subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                              text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+               for seed in ("1", "2")}
+    assert len(digests) == 1, digests
+    assert digests == {run_seed(3, requests=STEPS // 2).digest}
 
 
 def test_the_seam_takes_time_and_randomness_over_and_gives_them_back() -> None:
