@@ -8,9 +8,10 @@ lost answer); renames of fresh keys. A client retries a call with the same call
 id on another node after a timeout or a NOT_LEADER / LEADER_NOT_READY answer.
 
 Faults (``Nemesis``) are drawn from the seed while the workload runs: node
-crashes (the unsynced journal tail lost or torn) and restarts, partitions
-(one node cut off, or one direction of one link), connection resets, disk
-stalls and leadership transfers. Then everything heals, the cluster settles,
+crashes (the unsynced journal tail lost or torn) and restarts, pauses (the
+node's events held until it resumes), forward jumps of a node's Raft clock,
+partitions (one node cut off, or one direction of one link), connection
+resets, disk stalls and leadership transfers. Then everything heals, the cluster settles,
 and the checkers of ``om.chaos.checkers`` judge the history (linearizable
 registers, no lost acknowledged write, exactly-once adds, increasing unique
 object ids, byte-identical replicas), with two more of the simulator's own:
@@ -279,6 +280,7 @@ class Nemesis:
         f = self.faults
         kinds: list[tuple[str, float, Callable[[], None]]] = [
             ("crash", f.crash_rate, self.crash), ("partition", f.partition_rate, self.partition),
+            ("pause", f.pause_rate, self.pause), ("clock", f.clock_jump_rate, self.clock_jump),
             ("reset", f.reset_rate, self.reset), ("stall", f.stall_rate, self.stall),
             ("transfer", f.transfer_rate, self.transfer)]
         total = sum(rate for _, rate, _ in kinds)
@@ -311,6 +313,21 @@ class Nemesis:
                 if other is not node and other.alive:
                     self.network.reconnect_later(node.id, other.id)
         asyncio.get_running_loop().create_task(start())
+
+    def pause(self) -> None:
+        """The node stops (SIGSTOP, a VM pause): its events wait until it resumes."""
+        node = self.rng.choice([n for n in self.nodes if n.alive] or self.nodes)
+        until = self.world.clock.now + self.rng.uniform(0.2, 4.0)
+        self.world.paused_until[node.name] = max(self.world.paused_until.get(node.name, 0.0),
+                                                 until)
+        self._count("pause", f"pause {node.name} until {until:.3f}s")
+
+    def clock_jump(self) -> None:
+        """The node's monotonic clock jumps forward (as after a VM was suspended)."""
+        node = self.rng.choice(self.nodes)
+        jump = self.rng.uniform(0.3, 3.0)
+        self.world.skew[node.name] = self.world.skew.get(node.name, 0.0) + jump
+        self._count("clock", f"clock of {node.name} jumps {jump:.3f}s ahead")
 
     def partition(self) -> None:
         ids = [n.id for n in self.nodes]
@@ -498,7 +515,7 @@ def run_seed(seed: int, requests: int = 2000, faults: Faults | None = None,
     level = quiet.level
     quiet.setLevel(logging.CRITICAL + 1)
     try:
-        with seam(world.clock, world.stream("global-random")), take_over(lambda: world.clock.now):
+        with seam(world.clock, world.stream("global-random")), take_over(world.raft_time):
             return world.loop.run_until_complete(_main(world, requests, faults or Faults()))
     finally:
         quiet.setLevel(level)

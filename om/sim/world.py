@@ -63,6 +63,8 @@ class Faults:
     """How often each fault happens (per second of virtual time) and how hard."""
 
     crash_rate: float = 0.3
+    pause_rate: float = 0.15
+    clock_jump_rate: float = 0.1
     partition_rate: float = 0.2
     reset_rate: float = 0.3
     stall_rate: float = 0.2
@@ -93,6 +95,9 @@ class World:
         self.trace_limit = trace_limit
         self.events = 0
         self.tasks: dict[str, list[asyncio.Task[Any]]] = {}
+        self.paused_until: dict[str, float] = {}    # node name -> end of its pause
+        self.skew: dict[str, float] = {}            # node name -> its clock's jumps
+        self._held = 0
         self.loop.set_task_factory(self._task)
 
     def stream(self, name: str) -> random.Random:
@@ -114,7 +119,24 @@ class World:
         that node's, cancelled when it crashes)."""
         context = contextvars.copy_context()
         context.run(NODE.set, owner)
-        self.loop.call_at(self.clock.now + delay, callback, context=context)
+        self.loop.call_at(self.clock.now + delay, self._run_as, owner, callback,
+                          context=context)
+
+    def _run_as(self, owner: str, callback: Callable[[], None]) -> None:
+        """Runs an event of ``owner``, or, while that node is paused, holds it (in order)
+        until the pause ends: its ticks, messages, disk completions and requests."""
+        until = self.paused_until.get(owner, 0.0)
+        if until > self.clock.now:
+            self._held += 1
+            self.loop.call_at(until + self._held * 1e-12, self._run_as, owner, callback,
+                              context=contextvars.copy_context())
+            return
+        callback()
+
+    def raft_time(self) -> float:
+        """pysyncobj's clock for the node whose event runs: the virtual clock plus the
+        forward jumps that node's clock took."""
+        return self.clock.now + self.skew.get(NODE.get(), 0.0)
 
     def record(self, text: str, shown: bool = False) -> None:
         """Adds an event to the digest (and to the printed trace when ``shown``)."""
@@ -261,6 +283,7 @@ class SimNode:
     async def start(self) -> None:
         """Opens the store and builds the node's parts (inside the node's context)."""
         self.life += 1
+        self.world.paused_until.pop(self.name, None)
         self.store = Store(self.dir / "db", memory=StoreMemory(8 << 20, 8 << 20))
         Digests.attach(self.store, derive_key("sim"), 8, 4)
         self.machine = StateMachine(self.store)
