@@ -389,6 +389,17 @@ async def _settle(world: World, nodes: list[SimNode], network: Network) -> bool:
         machines = [n.machine for n in nodes]
         if all(m is not None and m.applied_index == commit for m in machines):
             return True
+    for node in nodes:    # why not: each node's view, for the trace
+        role = node.raft.role()
+        status = node.raft.raft.getStatus()
+        world.record(f"unsettled {node.name}: alive {node.alive} leader {role.is_leader} "
+                     f"ready {role.ready} term {role.term} commit {role.commit_index} "
+                     f"applied {node.machine.applied_index if node.machine else None} "
+                     f"log {status.get('log_len')} leader {status.get('leader')} "
+                     f"paused until {world.paused_until.get(node.name, 0.0):.3f} "
+                     f"skew {world.skew.get(node.name, 0.0):.3f} "
+                     f"connected {sorted(str(n) for n in node.raft.raft.transport.peers())}",
+                     shown=True)
     return False
 
 
@@ -474,9 +485,11 @@ async def _main(world: World, requests: int, faults: Faults) -> Result:
                               digests=digests if final is not None else None))
     for node in nodes:
         node.alive = False        # no more ticks; then nothing of theirs may stay pending
+    current = asyncio.current_task()
     for _ in range(3):
-        for node in nodes:
-            world.cancel_tasks(node.name)
+        for task in asyncio.all_tasks():
+            if task is not current:
+                task.cancel()
         await asyncio.sleep(0)
     for node in nodes:
         node.close()

@@ -34,6 +34,7 @@ import random
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,14 @@ class World:
             return
         callback()
 
+    def as_node(self, owner: str, work: Callable[[], None]) -> None:
+        """Runs ``work`` now as ``owner``: a call into a node's Raft code from an event
+        of no node (a reconnection, the end of a partition) must read that node's
+        clock."""
+        context = contextvars.copy_context()
+        context.run(NODE.set, owner)
+        context.run(work)
+
     def raft_time(self) -> float:
         """pysyncobj's clock for the node whose event runs: the virtual clock plus the
         forward jumps that node's clock took."""
@@ -196,7 +205,7 @@ class Network:
             node.raft.raft.transport.deliver(source, pickle.loads(data))
             node.kick()
 
-        self.world.at(arrival - now, target, arrive)
+        self.world.at(arrival - now, self.nodes[target].name, arrive)
 
     def connect(self, a: str, b: str) -> None:
         """Brings the connection a-b up (both alive, the link not cut)."""
@@ -210,8 +219,8 @@ class Network:
         self.last_arrival.pop((a, b), None)
         self.last_arrival.pop((b, a), None)
         self.world.record(f"connect {a}-{b}")
-        na.raft.raft.transport.connected(b)
-        nb.raft.raft.transport.connected(a)
+        self.world.as_node(na.name, lambda: na.raft.raft.transport.connected(b))
+        self.world.as_node(nb.name, lambda: nb.raft.raft.transport.connected(a))
 
     def disconnect(self, a: str, b: str, reconnect: bool = True) -> None:
         """Closes the connection a-b: both ends told, what was in flight lost."""
@@ -224,8 +233,7 @@ class Network:
         for here, there in ((a, b), (b, a)):
             node = self.nodes[here]
             if node.alive:
-                node.raft.raft.transport.disconnected(there)
-                node.kick()
+                self.world.as_node(node.name, partial(_disconnected, node, there))
         if reconnect:
             self.reconnect_later(a, b)
 
@@ -253,6 +261,11 @@ class Network:
 
     def heal(self, links: set[tuple[str, str]]) -> None:
         self.cut -= links
+
+
+def _disconnected(node: SimNode, peer: str) -> None:
+    node.raft.raft.transport.disconnected(peer)
+    node.kick()
 
 
 class SimNode:

@@ -332,6 +332,10 @@ class _SimWire(TCPTransport):  # type: ignore[misc]
     def destroy(self) -> None:
         self._connected.clear()
 
+    def peers(self) -> set[str]:
+        """The peers this node has a connection to."""
+        return set(self._connected)
+
     # -- the network's calls -------------------------------------------------------------
 
     def connected(self, peer: str) -> None:
