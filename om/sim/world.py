@@ -294,7 +294,11 @@ class SimNode:
         self.leader: LeaderService = None    # type: ignore[assignment]
 
     async def start(self) -> None:
-        """Opens the store and builds the node's parts (inside the node's context)."""
+        """Opens the store and builds the node's parts (inside the node's context); a
+        node already running is left alone (a restart the nemesis scheduled may come
+        after the end of the run restarted it)."""
+        if self.alive:
+            return
         self.life += 1
         self.world.paused_until.pop(self.name, None)
         self.store = Store(self.dir / "db", memory=StoreMemory(8 << 20, 8 << 20))
