@@ -95,6 +95,10 @@ EDGES: dict[str, tuple[str, ...]] = {
     "cluster": (*CORE, "config", "executor", "gatekeeper", "statemachine", "consensus",
                 "security", "client"),
     "chaos": ("protocol", "config", "security", "client", "cluster"),
+    # the simulator: whole nodes (leader flow, apply, store, Raft on a simulated wire and
+    # disk) on one virtual clock, judged by chaos's checkers (docs/RELIABILITY.md)
+    "sim": (*CORE, "config", "observe", "executor", "gatekeeper", "statemachine",
+            "consensus", "flows", "client", "chaos"),
     # The command line runs the benchmark: `om bench` and `om freon` are the user's
     # commands for bench/, which ships in the same distribution (pyproject's packages),
     # so the edge is real and declared here. Hidden behind importlib or an entry-point
@@ -113,7 +117,7 @@ EDGES: dict[str, tuple[str, ...]] = {
     "spark_analysis": (),
     # the tests' helpers: anything shipped; test modules are no one's to import
     "tests": ("om", *CORE, *LEAVES, "executor", "gatekeeper", "statemachine", "consensus",
-              "security", "integrity", "flows", "node", "client", "cluster", "chaos", "cli",
+              "security", "integrity", "flows", "node", "client", "cluster", "chaos", "sim", "cli",
               "__main__", "bench", "spark_analysis"),
 }
 OM_PACKAGES = tuple(p for p in EDGES if p not in ("bench", "spark_analysis", "tests"))

@@ -141,7 +141,7 @@ class JournalSpec:
 
 
 @dataclass(eq=False)
-class _Work:
+class SyncWork:
     """One piece of work for the sync thread, and how it went.
 
     ``target`` is the last index the work makes durable (None for work that holds
@@ -170,7 +170,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
     the last index. At most one piece of work holding records is outstanding
     at a time except a compaction, queued behind it (``self._outstanding``).
     The Raft thread alone calls the methods (appends, syncs, compaction,
-    close); the sync thread only runs the queued ``_Work``.
+    close); the sync thread only runs the queued ``SyncWork``.
     """
 
     def __init__(self, path: Path, spec: JournalSpec) -> None:
@@ -200,9 +200,9 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         self._meta_saved = True
         self._meta_lock = threading.Lock()  # orders renames of the meta file
         self._meta_version = 0              # bumped by every synchronous meta save
-        self._outstanding: list[_Work] = []
-        self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
-        self._done: deque[_Work] = deque()
+        self._outstanding: list[SyncWork] = []
+        self._queue: queue.SimpleQueue[SyncWork | None] = queue.SimpleQueue()
+        self._done: deque[SyncWork] = deque()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._thread = threading.Thread(target=self._serve, name="raft-journal-sync",
                                         daemon=True)
@@ -259,7 +259,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             write_synced(self._path, content, durable)
             self._fd = os.open(self._path, os.O_WRONLY)
 
-        self._submit(_Work("compact", rewrite, self.last_index))
+        self._submit(SyncWork("compact", rewrite, self.last_index))
 
     def align_to_dump(self, before_last: Entry, last: Entry) -> bool:
         """Compacts up to a snapshot found at start whose compaction a kill cut short.
@@ -355,7 +355,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
                 os.ftruncate(self._fd, cut)
             self._fdatasync()
 
-        self._submit(_Work("write", write, self.last_index))
+        self._submit(SyncWork("write", write, self.last_index))
 
     def collect(self) -> None:
         """Takes the sync thread's finished work: ``synced_index`` moves up to what
@@ -385,11 +385,11 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
     def _wait_idle(self) -> None:
         """Waits until the sync thread has done everything queued so far, and takes it."""
         idle = threading.Event()
-        self._queue.put(_Work("wait for", idle.set))
+        self._queue.put(SyncWork("wait for", idle.set))
         idle.wait()
         self.collect()
 
-    def _submit(self, work: _Work) -> None:
+    def _submit(self, work: SyncWork) -> None:
         if work.target is not None:
             work.floor = work.target
             self._outstanding.append(work)
@@ -402,7 +402,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             self._done.append(work)
             os.eventfd_write(self._wake_fd, 1)
 
-    def _perform(self, work: _Work) -> None:
+    def _perform(self, work: SyncWork) -> None:
         """Runs one piece of work on the sync thread, timed, keeping its error for the
         Raft thread (any error: a sync thread that died would leave every later entry
         unacknowledged without a word)."""
@@ -434,7 +434,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         whenever an append overlaps its log, and the file must not lose, even for a
         moment, records it acknowledged. A crash before that sync leaves the old
         records, as if the append had never arrived. Outstanding work no longer
-        vouches for the dropped indices (``_Work.floor``), and ``on_truncate`` is told."""
+        vouches for the dropped indices (``SyncWork.floor``), and ``on_truncate`` is told."""
         if keep >= len(self._entries):
             return
         end = self._ends[keep - 1] if keep else len(MAGIC)
@@ -496,7 +496,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             if durable:
                 fsync_path(self._meta_path.parent)
 
-        self._submit(_Work("write the commit index of", save))
+        self._submit(SyncWork("write the commit index of", save))
         self._meta_saved = True
 
 

@@ -14,7 +14,7 @@ Subclass overrides, each tested in ``tests/consensus/``:
   still does, so a follower that lost entries is still repaired, unless the
   reset is stale (as etcd's raft decides): one at or below what the follower
   has acknowledged, or one answering an append sent before the last reset was
-  acted on (each answer says which append it answers). Acting on a stale
+  acted on in this leader's term (each answer says which append it answers). Acting on a stale
   reset sends everything again, and pysyncobj's follower drops and re-appends
   whatever an append overlaps (its CRITICAL "truncating already-applied log
   entries").
@@ -393,6 +393,16 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         elif message["reset"]:
             self._probing[node] = message["next_node_idx"]
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _SyncObj__onBecomeLeader(self) -> None:
+        """pysyncobj's, after forgetting the probes of an earlier term: it sets every
+        follower's nextIndex past its own log, so a probe left from a term this node
+        led before would make every reset that answers the new appends look stale, and
+        a follower whose log is shorter would never be repaired (om/sim found it: a
+        leader deposed and re-elected while probing a restarted follower left it
+        behind for good, seed 16)."""
+        self._probing.clear()
+        SyncObj._SyncObj__onBecomeLeader(self)
 
     def _stale_reset(self, node: Any, message: dict[str, Any]) -> bool:
         if message["next_node_idx"] <= self._SyncObj__raftMatchIndex.get(node, 0):
