@@ -4,6 +4,7 @@ run by pytest in a subprocess with the same plugin, on real pytest-xdist workers
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -122,7 +123,9 @@ def test_costly_fixtures_are_made_once_across_workers(tmp_path: Path) -> None:
     suite = _suite(tmp_path)
     done = _pytest(suite, "-n", "3", "--dist", "loadgroup")
     assert done.returncode == 0, done.stdout
-    assert "20 passed in" in done.stdout   # the controller does not count deselections
+    # the controller does not count deselections; a warning under load (a worker's
+    # slow start) is reported, not a failure of the tiers
+    assert re.search(r" 20 passed(, \d+ warnings?)? in ", done.stdout), done.stdout
     assert len(_made(suite, "smoke_bench")) == 1     # two modules, one worker
     assert len(_made(suite, "cluster")) == 1          # one module's fixture, one worker
     # A per-worker session fixture is made by each worker that needs it: so the tests
