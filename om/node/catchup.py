@@ -33,17 +33,15 @@ import hmac
 import json
 import logging
 import socket
-import ssl
 import struct
 import threading
 import time
 
 from om.config import ServerConfig
 from om.executor.registry import error_response
-from om.node.peer_answer import exchange
+from om.node.peer_answer import client_context, connect, exchange
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder
-from om.security.tls import ClientTls
 from om.statemachine.checkpoint_download import ReadChunk
 from om.statemachine.checkpoint_shelf import (
     BadChunkRequest,
@@ -175,12 +173,7 @@ class CheckpointClient:
             else settings.unsafe_cut_at_fraction
         self._key = mac_key(config.raft.secret) if config.raft.secret else b""
         self._addresses = {n.id: n.address for n in config.nodes}
-        self._context: ssl.SSLContext | None = None
-        tls = config.tls
-        if tls.enabled:
-            self._context = ClientTls(config.tls_path(tls.client_cert_file),
-                                      config.tls_path(tls.client_key_file),
-                                      config.tls_path(tls.ca_file)).context()
+        self._context = client_context(config)
         self._socket: socket.socket | None = None
         self._connected_to = ""
         self._decoder = FrameDecoder(config.limits.max_frame_bytes)
@@ -289,10 +282,7 @@ class CheckpointClient:
     def _round_trip(self, address: str, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         if self._socket is None or self._connected_to != address:
             self.close()
-            host, _, port = address.rpartition(":")
-            plain = socket.create_connection((host, int(port)), timeout=ATTEMPT_TIMEOUT_S)
-            self._socket = plain if self._context is None else \
-                self._context.wrap_socket(plain, server_hostname=host)
+            self._socket = connect(address, self._context, ATTEMPT_TIMEOUT_S)
             self._connected_to = address
             self._decoder = FrameDecoder(self._config.limits.max_frame_bytes)
         return exchange(self._socket, self._decoder, request,

@@ -11,15 +11,13 @@ lost connection is a ``ReplicaError``: the check goes on without that peer.
 from __future__ import annotations
 
 import socket
-import ssl
 import threading
 
 from om.config import ServerConfig
 from om.integrity.compare import ReplicaError
-from om.node.peer_answer import exchange
+from om.node.peer_answer import client_context, connect, exchange
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder
-from om.security.tls import ClientTls
 
 ANSWER_TIMEOUT_S = 60.0    # a level or a page of leaf rows from a busy peer's checkpoint
 
@@ -31,12 +29,7 @@ class PeerLink:
         self._address = address
         self._frame_max = config.limits.max_frame_bytes
         self._client_id = f"verify-{config.node_id}"
-        self._context: ssl.SSLContext | None = None
-        tls = config.tls
-        if tls.enabled:
-            self._context = ClientTls(config.tls_path(tls.client_cert_file),
-                                      config.tls_path(tls.client_key_file),
-                                      config.tls_path(tls.ca_file)).context()
+        self._context = client_context(config)
         self._socket: socket.socket | None = None
         self._decoder = FrameDecoder(self._frame_max)
         self._next_call = 1
@@ -58,10 +51,7 @@ class PeerLink:
 
     def _round_trip(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         if self._socket is None:
-            host, _, port = self._address.rpartition(":")
-            plain = socket.create_connection((host, int(port)), timeout=ANSWER_TIMEOUT_S)
-            self._socket = plain if self._context is None else \
-                self._context.wrap_socket(plain, server_hostname=host)
+            self._socket = connect(self._address, self._context, ANSWER_TIMEOUT_S)
             self._decoder = FrameDecoder(self._frame_max)
         return exchange(self._socket, self._decoder, request, self._frame_max, self._address)
 

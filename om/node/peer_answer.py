@@ -1,4 +1,5 @@
-"""One answer off a blocking connection to a peer node (catch-up and integrity calls).
+"""Blocking connections to a peer node's client port (catch-up and integrity calls):
+the client TLS context, the connection, and one answer off it.
 
 A node calls its peers from worker threads over plain blocking sockets (the event
 loop keeps serving clients); the answer to a request is the first frame carrying
@@ -11,8 +12,27 @@ from __future__ import annotations
 import socket
 import ssl
 
+from om.config import ServerConfig
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder, encode_frame
+from om.security.tls import ClientTls
+
+
+def client_context(config: ServerConfig) -> ssl.SSLContext | None:
+    """The node's client TLS context towards its peers (None when TLS is off)."""
+    tls = config.tls
+    if not tls.enabled:
+        return None
+    return ClientTls(config.tls_path(tls.client_cert_file), config.tls_path(tls.client_key_file),
+                     config.tls_path(tls.ca_file)).context()
+
+
+def connect(address: str, context: ssl.SSLContext | None,
+            timeout_s: float) -> socket.socket | ssl.SSLSocket:
+    """A blocking connection to ``address`` ("host:port"), TLS when ``context``."""
+    host, _, port = address.rpartition(":")
+    plain = socket.create_connection((host, int(port)), timeout=timeout_s)
+    return plain if context is None else context.wrap_socket(plain, server_hostname=host)
 
 
 def exchange(sock: socket.socket | ssl.SSLSocket, decoder: FrameDecoder,
