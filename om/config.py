@@ -545,13 +545,7 @@ class ServerConfig:
         if not 0 <= auditor.jitter_fraction < 1:
             raise ConfigError("[auditor] jitter_fraction must be in [0, 1), not "
                               f"{auditor.jitter_fraction}")
-        verify = self.verify
-        if (verify.interval_s < 0 or verify.scrub_rows_per_s < 0 or verify.build_rows_per_s <= 0
-                or not 1 <= verify.leaf_bits <= 24 or not 1 <= verify.fanout_bits <= 8
-                or verify.keep < 1):
-            raise ConfigError("[verify] interval_s and scrub_rows_per_s must be >= 0 (0: off), "
-                              "build_rows_per_s > 0, leaf_bits in 1..24, fanout_bits in 1..8, "
-                              "keep >= 1")
+        _validate_verify(self.verify)
         return self
 
 
@@ -576,6 +570,15 @@ def read_secret(path: Path) -> str:
 _NAME_LISTS = ("admins", "admin_groups", "readonly_admins", "readonly_admin_groups",
                "blacklist_users", "blacklist_groups", "read_blacklist_users",
                "read_blacklist_groups", "decommissioned")
+
+
+def _validate_verify(verify: Verify) -> None:
+    if (verify.interval_s < 0 or verify.scrub_rows_per_s < 0 or verify.build_rows_per_s <= 0
+            or not 1 <= verify.leaf_bits <= 24 or not 1 <= verify.fanout_bits <= 8
+            or verify.keep < 1):
+        raise ConfigError("[verify] interval_s and scrub_rows_per_s must be >= 0 (0: off), "
+                          "build_rows_per_s > 0, leaf_bits in 1..24, fanout_bits in 1..8, "
+                          "keep >= 1")
 
 
 def _names(value: Any, key: str) -> tuple[str, ...]:
