@@ -248,6 +248,11 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
         self._file_bytes = offset
         self._pending = bytearray()
         self._dirty = False
+        self._submit(SyncWork("compact", self._rewrite(content), self.last_index))
+
+    def _rewrite(self, content: bytes) -> Callable[[], None]:
+        """The sync thread's work that replaces the journal's file by ``content`` (the
+        simulated journal writes its simulated disk instead)."""
         durable = self._spec.durable
         snapshot = self._spec.snapshot_file
 
@@ -259,7 +264,7 @@ class GroupCommitJournal(pysyncobj_journal.Journal):  # type: ignore[misc]
             write_synced(self._path, content, durable)
             self._fd = os.open(self._path, os.O_WRONLY)
 
-        self._submit(SyncWork("compact", rewrite, self.last_index))
+        return rewrite
 
     def align_to_dump(self, before_last: Entry, last: Entry) -> bool:
         """Compacts up to a snapshot found at start whose compaction a kill cut short.

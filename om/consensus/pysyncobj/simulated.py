@@ -52,7 +52,6 @@ from om.consensus.pysyncobj.journal import (
     JournalSpec,
     SyncWork,
     decode_records,
-    encode_record,
 )
 from om.consensus.pysyncobj.raft_log import RaftLog, peers
 from om.consensus.pysyncobj.replicator import RaftReplicator, syncobj_conf
@@ -228,28 +227,14 @@ class SimJournal(GroupCommitJournal):
             if work.action == "write":
                 self.syncs += 1
 
-    def deleteEntriesTo(self, entryTo: int) -> None:
-        if entryTo <= 0:
-            return
-        kept = self._entries[entryTo:]
-        content = MAGIC + b"".join(encode_record(*entry) for entry in kept)
-        self._entries = list(kept)
-        self._ends = []
-        offset = len(MAGIC)
-        for command, _, _ in kept:
-            offset += len(encode_record(command, 0, 0))
-            self._ends.append(offset)
-        self._written = offset
-        self._file_bytes = offset
-        self._pending = bytearray()
-        self._dirty = False
+    def _rewrite(self, content: bytes) -> Callable[[], None]:
         disk = self._disk
 
         def rewrite() -> None:      # a synced temporary file renamed over the journal
             disk.cache = bytearray(content)
             disk.sync()
 
-        self._submit(SyncWork("compact", rewrite, self.last_index))
+        return rewrite
 
     def _destroy(self) -> None:
         """Nothing to join: the node's disk outlives it."""
