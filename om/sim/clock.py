@@ -22,6 +22,7 @@ import asyncio
 import os
 import random
 import selectors
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -121,13 +122,21 @@ def seam(clock: VirtualClock, rng: random.Random) -> Iterator[None]:
         "monotonic": seconds, "monotonic_ns": lambda: int(seconds() * 1e9),
         "perf_counter": seconds, "perf_counter_ns": lambda: int(seconds() * 1e9),
         "sleep": _refuse("time.sleep")}
+    owner = threading.get_ident()
+
+    def ours(replacement: Any, original: Any) -> Any:
+        """The run's function on the thread that runs it; the process's own elsewhere
+        (a library's daemon thread in the same process must not read the run's clock)."""
+        return lambda *args, **kwargs: (replacement if threading.get_ident() == owner
+                                        else original)(*args, **kwargs)
+
     try:
         for name, value in replacements.items():
-            setattr(time, name, value)
+            setattr(time, name, ours(value, saved_time[name]))
         for name in _RANDOM_NAMES:
-            setattr(random, name, getattr(rng, name))
-        os.urandom = _refuse("os.urandom")
-        uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+            setattr(random, name, ours(getattr(rng, name), saved_random[name]))
+        os.urandom = ours(_refuse("os.urandom"), saved_urandom)
+        uuid.uuid4 = ours(lambda: uuid.UUID(int=rng.getrandbits(128), version=4), saved_uuid4)
         yield
     finally:
         for name, value in saved_time.items():
