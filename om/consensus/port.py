@@ -5,7 +5,15 @@ node's store*, or reports why it was not. Implementations:
 
 * ``om.consensus.local.LocalReplicator``: a single node; the entry is
   "committed" when applied.
-* ``om.consensus.pysyncobj.replicator.RaftReplicator``: pysyncobj across nodes.
+* ``om.consensus.pysyncobj.process.RaftProcessReplicator``: pysyncobj across nodes,
+  in a Raft child process (the default);
+* ``om.consensus.pysyncobj.replicator.RaftReplicator``: the same in a thread of this
+  process (``[raft] separate_process = false``; the simulator's base).
+
+Both Raft adapters are a ``RaftPort`` too: what the node asks of Raft beyond
+replication (transfers, membership, compaction, leadership lost), so the node holds
+one Raft part and never asks which. Every part also reports ``metrics()`` (state
+gauges by key) and has a ``close()``.
 
 Callers must treat every outcome but COMMITTED as "not applied here"; for
 LEADER_CHANGED the entry may still commit later under the new leader, which
@@ -18,6 +26,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from om.observe.histogram import Snapshot
 
 
 class ReplicateStatus(enum.Enum):
@@ -125,3 +135,42 @@ class BarrierEntry(Protocol):
     """Builds the empty entry a new leader commits in its term before it serves."""
 
     def __call__(self, term: int) -> bytes: ...
+
+
+class RaftPort(Replicator, Protocol):
+    """A Raft replicator as the node uses it, whichever adapter runs it.
+
+    ``catching_up``: a follower installing a peer's checkpoint (it refuses writes
+    meanwhile); only the Raft process installs in the background, so the in-thread
+    adapter is never catching up."""
+
+    leader_changes: LeaderChanges
+
+    @property
+    def catching_up(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def metrics(self) -> dict[str, float]:
+        """State gauges by ``StateGauge.key`` (``leader_changes``)."""
+        ...
+
+    def journal_syncs(self) -> Snapshot | None: ...
+
+    def on_leadership_lost(self, callback: Callable[[], None]) -> None: ...
+
+    def compact_log(self) -> None: ...
+
+    def transfer_leadership(self) -> None: ...
+
+    async def transfer_leadership_to(self, target: str,
+                                     timeout_s: float = 10.0) -> tuple[str, str, str]: ...
+
+    async def change_membership(self, op: str, address: str,
+                                timeout_s: float = 30.0) -> tuple[str, str]: ...
+
+    def members(self) -> list[str]: ...
+
+    def match_indexes(self) -> dict[str, int]: ...

@@ -53,8 +53,6 @@ TICK_S = 0.05
 JOURNAL_REPORT_S = 1.0     # how often the parent hears of journal sync times
 MATCH_REPORT_S = 0.25      # how often the parent hears of the followers' match indexes
 OWN_ENTRIES_MAX = 4096     # submitted entries remembered for apply_own (see _forward_apply)
-_CANDIDATE = 1
-_LEADER = 2
 
 
 @dataclass(frozen=True)
@@ -98,8 +96,7 @@ class Child:
         others = peers(node, nodes, settings.links)
         self.raft = RaftLog(own_address(node), others, conf, self._forward_apply,
                             settings.compress_transport, GroupCommitTransport)
-        self.raft._poller.subscribe(channel.fileno(), self._on_channel,
-                                    POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+        self.raft.om_watch(channel.fileno(), self._on_channel)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -114,7 +111,7 @@ class Child:
             self._report_state()
             self._report_journal()
             self._report_matches()
-        self.raft._destroy()
+        self.raft.om_destroy()
 
     def _wait_for_parent(self) -> None:
         logger.warning("the parent process is silent: Raft stops until it speaks again")
@@ -174,8 +171,8 @@ class Child:
 
     def _report_state(self) -> None:
         raft = self.raft
-        state = (bool(raft._isLeader()), int(raft.raftCurrentTerm), known_leader(raft),
-                 int(raft.raftCommitIndex), raft._SyncObj__raftState == _CANDIDATE)
+        state = (raft.om_is_leader(), int(raft.raftCurrentTerm), known_leader(raft),
+                 int(raft.raftCommitIndex), raft.om_candidate())
         if state != self._last_state:
             self._last_state = state
             self._send(("state", *state))
@@ -253,25 +250,10 @@ class Child:
         SUCCESS or FAILED once, then NOT_SERIALIZING."""
         state = self._snapshot_state
         if state == SERIALIZER_STATE.SUCCESS:
-            self._restart_transmissions()
+            self.raft.om_restart_transmissions()
         if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
             self._snapshot_state = SERIALIZER_STATE.NOT_SERIALIZING
         return state
-
-    def _restart_transmissions(self) -> None:
-        """Drops snapshot transmissions to followers that began with the previous dump.
-
-        pysyncobj's own serializers do this on success; its serializeChecker path does
-        not. A follower would then get the old file's state while the leader moves its
-        next index past the new dump's position: the entries in between never reach
-        it (tests/test_crash_restart.py caught the divergence). Restarted, they send
-        the new file from its start."""
-        serializer = self.raft._SyncObj__serializer
-        transmissions: dict[Any, dict[str, Any]] = serializer._Serializer__transmissions
-        for transmission in transmissions.values():
-            if "file" in transmission:
-                transmission["file"].close()
-        serializer._Serializer__transmissions = {}
 
     def _snapshot_written(self, error: str) -> None:
         """The parent's answer: the snapshot is in ``_writing_dump`` (synced when durable);

@@ -9,9 +9,9 @@ applies it to the store on the event loop, then resolves the ``replicate``
 call that submitted it, so an entry is answered only after it is committed
 (synced on a majority) and applied here, exactly as in-process.
 
-Leadership follows the same rules as ``replicator.RaftReplicator``: ready only
-once a barrier of the current term is applied; on losing leadership every
-pending entry fails with LEADER_CHANGED.
+Leadership follows the same rules as ``replicator.RaftReplicator``, in the same
+code (``leadership.py``): ready only once a barrier of the current term is applied;
+on losing leadership every pending entry fails with LEADER_CHANGED.
 
 The channel's messages (``om.protocol.channel`` frames them): parent to child,
 ``submit(request id, entry)``, ``keepalive()``, ``snapshot_written(error)``,
@@ -58,6 +58,7 @@ from om.consensus.port import (
     ReplicateStatus,
     Role,
 )
+from om.consensus.pysyncobj.leadership import LeadershipBarrier
 from om.consensus.pysyncobj.replicator import ENTRY_BYTES_MAX, status_of
 from om.observe.histogram import Snapshot
 from om.protocol.channel import FrameReader, Message, encode
@@ -103,7 +104,6 @@ class RaftProcessReplicator:
         self._by_raft = {n.raft_address: n for n in nodes}
         self._apply_entry = apply_entry
         self._snapshots = snapshots
-        self._barrier = barrier
         self._on_child_exit = on_child_exit
         self._commit_timeout_s = commit_timeout_s
         self._requests: dict[int, asyncio.Future[tuple[Any, int]]] = {}
@@ -113,12 +113,12 @@ class RaftProcessReplicator:
         self._recent: OrderedDict[int, tuple[Applied, int]] = OrderedDict()
         self._next_request = 1
         self._state: tuple[bool, int, str, int, bool] = (False, 0, "", 0, False)
-        self._barrier_term = -1
+        self._leadership = LeadershipBarrier(
+            node.id, lambda: self._state[0], lambda: self._state[1], self.replicate, barrier,
+            self._fail_pending, self._update_role)
         self._update_role()
-        self._barrier_task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
-        self._was_leader = False
         self.leader_changes = LeaderChanges()
         self._journal_syncs: Snapshot | None = None
         self._matches: dict[str, int] = {}
@@ -129,7 +129,6 @@ class RaftProcessReplicator:
         # while a snapshot's store is installed: the entries committed after it, held
         self._held: deque[tuple[int, bytes]] | None = None
         self._held_bytes = 0
-        self._on_leadership_lost: list[Callable[[], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
         if not settings.fsync:
             logger.warning("[raft] fsync = false: acknowledged writes survive a process crash "
@@ -161,7 +160,11 @@ class RaftProcessReplicator:
 
     def on_leadership_lost(self, callback: Callable[[], None]) -> None:
         """Registers a callback run on the loop when this node stops being leader."""
-        self._on_leadership_lost.append(callback)
+        self._leadership.on_leadership_lost(callback)
+
+    def metrics(self) -> dict[str, float]:
+        """State gauges by key (``om/observe/metrics.py``, NODE_STATE)."""
+        return {"leader_changes": self.leader_changes.count}
 
     # -- the port ----------------------------------------------------------------------------
 
@@ -243,7 +246,7 @@ class RaftProcessReplicator:
     def _update_role(self) -> None:
         is_leader, term, leader, commit_index, candidate = self._state
         known = self._by_raft.get(leader)
-        self._role = Role(is_leader=is_leader, ready=is_leader and self._barrier_term == term,
+        self._role = Role(is_leader=is_leader, ready=self._leadership.ready(is_leader, term),
                           leader_id=known.id if known else "",
                           leader_address=known.address if known else "",
                           term=term, commit_index=commit_index, candidate=candidate)
@@ -267,7 +270,7 @@ class RaftProcessReplicator:
             self._state = message[1:]
             self.leader_changes.saw(self._state[2])
             self._update_role()
-            self._leadership_changed()
+            self._leadership.changed()
         elif kind == "journal":
             self._journal_syncs = message[1]
         elif kind == "matches":
@@ -402,39 +405,13 @@ class RaftProcessReplicator:
         logger.critical("the Raft process exited (status %s): stopping the node", status)
         self._on_child_exit()
 
-    # -- leadership ------------------------------------------------------------------------
+    # -- leadership (leadership.py) ------------------------------------------------------
 
-    def _leadership_changed(self) -> None:
-        is_leader = self._state[0]
-        if self._was_leader and not is_leader:
-            self._leadership_lost()
-        self._was_leader = is_leader
-        if is_leader and self._barrier_term != self._state[1] and (
-                self._barrier_task is None or self._barrier_task.done()):
-            self._barrier_task = self._loop.create_task(self._commit_barrier())
-
-    async def _commit_barrier(self) -> None:
-        """Commits a barrier in the current term, retrying while this node leads it."""
-        term = self._state[1]
-        while self._state[0] and self._state[1] == term:
-            result = await self.replicate(self._barrier(term))
-            if result.status is ReplicateStatus.COMMITTED and self._state[1] == term:
-                self._barrier_term = term
-                self._update_role()
-                logger.warning("node %s leads term %d from position %d", self._node.id, term,
-                               result.position)
-                return
-            await asyncio.sleep(0.01)
-
-    def _leadership_lost(self) -> None:
-        logger.warning("node %s lost leadership", self._node.id)
-        self._barrier_term = -1
-        self._update_role()
+    def _fail_pending(self) -> None:
+        """Leadership lost: every entry awaiting the child's result fails at once."""
         for future in self._requests.values():
             if not future.done():
                 future.set_result((None, FAIL_REASON.LEADER_CHANGED))
-        for callback in self._on_leadership_lost:
-            callback()
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -452,10 +429,10 @@ class RaftProcessReplicator:
         self._closing = True
         if self._snapshot_task is not None:
             await asyncio.gather(self._snapshot_task, return_exceptions=True)
-        for task in (self._barrier_task, self._keepalive_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await self._leadership.close()
+        if self._keepalive_task is not None:
+            self._keepalive_task.cancel()
+            await asyncio.gather(self._keepalive_task, return_exceptions=True)
         self._send(("close",))
         try:
             await asyncio.to_thread(self._process.wait, CLOSE_TIMEOUT_S)

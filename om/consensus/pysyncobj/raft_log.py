@@ -90,6 +90,7 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import TCPNode
+from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.config import NodeAddress
 from om.consensus.port import Applied, ApplyEntry
@@ -101,6 +102,7 @@ from om.consensus.pysyncobj.transfer import Transfers
 logger = logging.getLogger(__name__)
 _REGULAR_COMMAND = 0  # pysyncobj's _COMMAND_TYPE.REGULAR
 _LEADER = 2            # pysyncobj's _RAFT_STATE.LEADER
+_CANDIDATE = 1         # pysyncobj's _RAFT_STATE.CANDIDATE
 LEADER_LOST_DELAY_S = (0.02, 0.15)
 Callback = Callable[[Any, int], None]
 
@@ -155,6 +157,40 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         (after the restart that usually follows a prepare it is on again)."""
         self._SyncObj__conf.logCompactionSplit = False
         self.forceLogCompaction()
+
+    # -- what the adapters read and do (replicator.py, child.py): pysyncobj's private
+    # -- members are touched in this package's tick-side modules only
+
+    def om_is_leader(self) -> bool:
+        """Whether this node is the Raft leader now."""
+        return bool(self._isLeader())
+
+    def om_candidate(self) -> bool:
+        """Whether this node is campaigning now."""
+        return bool(self._SyncObj__raftState == _CANDIDATE)
+
+    def om_watch(self, fd: int, callback: Callable[[int, int], None]) -> None:
+        """Has the tick's poller call ``callback`` when ``fd`` is readable or fails."""
+        self._poller.subscribe(fd, callback, POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+
+    def om_destroy(self) -> None:
+        """Stops this node's Raft from the tick's own thread (no tick thread to join)."""
+        self._destroy()
+
+    def om_restart_transmissions(self) -> None:
+        """Drops snapshot transmissions to followers that began with the previous dump.
+
+        pysyncobj's own serializers do this on success; its serializeChecker path does
+        not. A follower would then get the old file's state while the leader moves its
+        next index past the new dump's position: the entries in between never reach
+        it (tests/test_crash_restart.py caught the divergence). Restarted, they send
+        the new file from its start."""
+        serializer = self._SyncObj__serializer
+        transmissions: dict[Any, dict[str, Any]] = serializer._Serializer__transmissions
+        for transmission in transmissions.values():
+            if "file" in transmission:
+                transmission["file"].close()
+        serializer._Serializer__transmissions = {}
 
     @property
     def om_journal(self) -> Any:

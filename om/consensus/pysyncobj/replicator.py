@@ -6,12 +6,10 @@ event loop submits entries with a callback, and the callback hands the outcome
 back to the loop with ``call_soon_threadsafe``. pysyncobj reports role
 changes the same way (``onStateChanged``), so the loop never polls it.
 
-Leadership, as the flows see it (``role().ready``):
+Leadership, as the flows see it (``role().ready``), is ``leadership.py``'s (the
+barrier of each term, a loss failing every pending entry), shared with the Raft
+process's adapter; besides:
 
-* A node is ready to execute only when it is the Raft leader *and* an empty
-  entry of its own term (the barrier, built by the node) has been applied
-  locally. Raft commits the barrier only after every earlier entry, so by
-  then every write committed by earlier leaders is applied here.
 * Apply skips an entry whose proposer term is below the highest applied term,
   so an entry executed by a deposed leader (pysyncobj forwards a follower's
   queued commands to the new leader) can never commit changes computed
@@ -53,6 +51,7 @@ from om.consensus.port import (
     SnapshotHooks,
 )
 from om.consensus.pysyncobj import journal
+from om.consensus.pysyncobj.leadership import LeadershipBarrier
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.transport import GroupCommitTransport
 from om.observe.histogram import Snapshot
@@ -60,7 +59,6 @@ from om.observe.histogram import Snapshot
 logger = logging.getLogger(__name__)
 
 ENTRY_BYTES_MAX = 4 * 1024 * 1024
-_CANDIDATE = 1  # pysyncobj's _RAFT_STATE
 _STATUS_BY_REASON = {
     FAIL_REASON.QUEUE_FULL: ReplicateStatus.QUEUE_FULL,
     FAIL_REASON.NOT_LEADER: ReplicateStatus.NOT_LEADER,
@@ -124,18 +122,7 @@ class RaftReplicator:
                  settings: Raft, apply_entry: ApplyEntry, snapshots: SnapshotHooks,
                  barrier: BarrierEntry, entry_bytes_max: int,
                  commit_timeout_s: float = 30.0) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._node = node
-        self._by_raft = {n.raft_address: n for n in nodes}
-        self._barrier = barrier
-        self._commit_timeout_s = commit_timeout_s
-        self._pending: set[asyncio.Future[tuple[Any, int]]] = set()
-        self._barrier_term = -1
-        self._barrier_task: asyncio.Task[None] | None = None
-        self._was_leader = False
-        self.leader_changes = LeaderChanges()
-        self._raft_state = 0
-        self._on_leadership_lost: list[Callable[[], None]] = []
+        self._follow(node, nodes, barrier, commit_timeout_s)
         data_dir.mkdir(parents=True, exist_ok=True)
         if not settings.fsync:
             logger.warning("[raft] fsync = false: acknowledged writes survive a process crash "
@@ -149,6 +136,20 @@ class RaftReplicator:
                              settings.compress_transport, GroupCommitTransport)
         assert self.journal_spec.journal is not None, "pysyncobj built its own journal"
 
+    def _follow(self, node: NodeAddress, nodes: tuple[NodeAddress, ...], barrier: BarrierEntry,
+                commit_timeout_s: float) -> None:
+        """The loop's side of the adapter, before the Raft node exists (the simulator's
+        subclass builds its own Raft node)."""
+        self._loop = asyncio.get_running_loop()
+        self._node = node
+        self._by_raft = {n.raft_address: n for n in nodes}
+        self._commit_timeout_s = commit_timeout_s
+        self._pending: set[asyncio.Future[tuple[Any, int]]] = set()
+        self.leader_changes = LeaderChanges()
+        self._leadership = LeadershipBarrier(
+            node.id, lambda: self._raft.om_is_leader(), lambda: int(self._raft.raftCurrentTerm),
+            self.replicate, barrier, self._fail_pending)
+
     def journal_syncs(self) -> Snapshot | None:
         """The journal's sync times so far."""
         assert self.journal_spec.journal is not None
@@ -156,12 +157,21 @@ class RaftReplicator:
 
     def on_leadership_lost(self, callback: Callable[[], None]) -> None:
         """Registers a callback run on the loop when this node stops being leader."""
-        self._on_leadership_lost.append(callback)
+        self._leadership.on_leadership_lost(callback)
+
+    @property
+    def catching_up(self) -> bool:
+        """Never: pysyncobj installs a snapshot inside its tick, before it goes on."""
+        return False
+
+    def metrics(self) -> dict[str, float]:
+        """State gauges by key (``om/observe/metrics.py``, NODE_STATE)."""
+        return {"leader_changes": self.leader_changes.count}
 
     async def replicate(self, entry: bytes) -> ReplicateResult:
         """Commits ``entry``; resolves once it is applied on this node."""
         assert len(entry) <= ENTRY_BYTES_MAX, "the batcher's byte cap keeps entries small"
-        if not self._raft._isLeader():
+        if not self._raft.om_is_leader():
             return ReplicateResult(ReplicateStatus.NOT_LEADER)
         future: asyncio.Future[tuple[Any, int]] = self._loop.create_future()
         self._pending.add(future)
@@ -229,54 +239,30 @@ class RaftReplicator:
     def role(self) -> Role:
         """This node's view: leader or not, ready or not, who leads, term, commit."""
         raft = self._raft
-        is_leader = bool(raft._isLeader())
+        is_leader = raft.om_is_leader()
         term = int(raft.raftCurrentTerm)
         leader = known_leader(raft)
         self.leader_changes.saw(leader)
         known = self._by_raft.get(leader)
         return Role(is_leader=is_leader,
-                    ready=is_leader and self._barrier_term == term,
+                    ready=self._leadership.ready(is_leader, term),
                     leader_id=known.id if known else "",
                     leader_address=known.address if known else "",
                     term=term, commit_index=int(raft.raftCommitIndex),
-                    candidate=self._raft_state == _CANDIDATE)
+                    candidate=raft.om_candidate())
 
     async def start(self) -> None:
         """Starts following leadership (call once, on the loop)."""
-        self._leadership_changed()
+        self._leadership.changed()
 
     def _state_changed_on_raft_thread(self, old: int, new: int) -> None:
-        self._raft_state = new
-        self._loop.call_soon_threadsafe(self._leadership_changed)
+        self._loop.call_soon_threadsafe(self._leadership.changed)
 
-    def _leadership_changed(self) -> None:
-        is_leader = bool(self._raft._isLeader())
-        if self._was_leader and not is_leader:
-            self._leadership_lost()
-        self._was_leader = is_leader
-        if is_leader and (self._barrier_task is None or self._barrier_task.done()):
-            self._barrier_task = self._loop.create_task(self._commit_barrier())
-
-    async def _commit_barrier(self) -> None:
-        """Commits a barrier in the current term, retrying while this node leads it."""
-        term = int(self._raft.raftCurrentTerm)
-        while self._raft._isLeader() and self._raft.raftCurrentTerm == term:
-            result = await self.replicate(self._barrier(term))
-            if result.status is ReplicateStatus.COMMITTED and self._raft.raftCurrentTerm == term:
-                self._barrier_term = term
-                logger.warning("node %s leads term %d from position %d", self._node.id, term,
-                               result.position)
-                return
-            await asyncio.sleep(0.01)
-
-    def _leadership_lost(self) -> None:
-        logger.warning("node %s lost leadership", self._node.id)
-        self._barrier_term = -1
+    def _fail_pending(self) -> None:
+        """Leadership lost: every entry awaiting its callback fails at once."""
         for future in list(self._pending):
             if not future.done():
                 future.set_result((None, FAIL_REASON.LEADER_CHANGED))
-        for callback in self._on_leadership_lost:
-            callback()
 
     def status(self) -> dict[str, Any]:
         """pysyncobj's status dictionary (for ``om admin roles`` and tests)."""
@@ -285,9 +271,7 @@ class RaftReplicator:
 
     async def close(self) -> None:
         """Stops following leadership, the Raft thread, and closes the journal."""
-        if self._barrier_task is not None:
-            self._barrier_task.cancel()
-            await asyncio.gather(self._barrier_task, return_exceptions=True)
+        await self._leadership.close()
         self._raft.destroy_synchronous()
 
 

@@ -44,7 +44,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.transport import TCPTransport, Transport
 
 from om.config import NodeAddress, Raft
-from om.consensus.port import ApplyEntry, BarrierEntry, LeaderChanges, SnapshotHooks
+from om.consensus.port import ApplyEntry, BarrierEntry, SnapshotHooks
 from om.consensus.pysyncobj import raft_log, transfer, transport
 from om.consensus.pysyncobj.journal import (
     MAGIC,
@@ -390,20 +390,7 @@ class SimRaftReplicator(RaftReplicator):
                  settings: Raft, apply_entry: ApplyEntry, snapshots: SnapshotHooks,
                  barrier: BarrierEntry, entry_bytes_max: int, network: Network,
                  disk: SimDisk, commit_timeout_s: float = 30.0) -> None:
-        import asyncio
-
-        self._loop = asyncio.get_running_loop()
-        self._node = node
-        self._by_raft = {n.raft_address: n for n in nodes}
-        self._barrier = barrier
-        self._commit_timeout_s = commit_timeout_s
-        self._pending = set()
-        self._barrier_term = -1
-        self._barrier_task = None
-        self._was_leader = False
-        self.leader_changes = LeaderChanges()
-        self._raft_state = 0
-        self._on_leadership_lost = []
+        self._follow(node, nodes, barrier, commit_timeout_s)
         conf = syncobj_conf(settings, data_dir, snapshots, entry_bytes_max,
                             self._state_changed_on_raft_thread)
         conf.autoTick = False
