@@ -26,7 +26,7 @@ from om.executor.errors import OMError
 from om.executor.registry import KINDS
 from om.gatekeeper.authorize import AclPolicy, acl_policy, authorize, needs_of
 from om.gatekeeper.lock_plan import Level, Mode, plan_locks
-from om.node.node import leader_config
+from om.node.parts import leader_config
 from om.protocol import acls, om_pb2
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, OLD, Harness, status_name

@@ -23,7 +23,7 @@ from om.executor.fs import FSO
 from om.executor.registry import dispatch
 from om.gatekeeper.fs_locks import plan_fs, plan_fs_locks
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock, key_lock
-from om.node.node import leader_config
+from om.node.parts import leader_config
 from om.protocol import om_pb2
 from om.schema.read_view import Parsed, parse_row
 from om.schema.tables import TableId

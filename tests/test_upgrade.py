@@ -15,7 +15,7 @@ from om.client import requests as build
 from om.executor import upgrade
 from om.gatekeeper.authorize import AclPolicy
 from om.integrity import auditor
-from om.node.node import init_layout
+from om.node.parts import init_layout
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine.store import Store

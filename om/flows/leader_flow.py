@@ -147,6 +147,18 @@ class LeaderService(RequestService):
         self.pipeline.fail_queued(ReplicateStatus.LEADER_CHANGED)
         self.retry_cache.clear_memory()
 
+    def gauges(self) -> dict[str, float]:
+        """State gauges by key (``om/observe/metrics.py``, NODE_STATE): the purge, the
+        retry cache's memory and the lock table."""
+        retry, purger = self.retry_cache.statistics(), self.purger
+        return {"purge_pending_directories": purger.pending(), "purge_steps": purger.steps,
+                "purge_entries": purger.purged, "purge_deleted_keys": purger.keys_purged,
+                "purge_expired_open_keys": purger.open_keys_deleted,
+                "purge_expired_multipart_uploads": purger.uploads_aborted,
+                "retry_cache_hits": retry["hits"], "retry_cache_entries": retry["recent"],
+                "retry_cache_bytes": retry["recent_bytes"],
+                "lock_waiters": self.locks.table.statistics().waiters}
+
     def _view(self) -> ReadView:
         return self._store
 

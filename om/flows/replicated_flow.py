@@ -80,6 +80,10 @@ class ReplicatedFlowService(RequestService):
     def leadership_lost(self) -> None:
         """Nothing is queued on the request side; in-flight entries settle via Raft."""
 
+    def gauges(self) -> dict[str, float]:
+        """None of its own: apply holds the retry cache (the state machine reports it)."""
+        return {}
+
     def _view(self) -> ReadView:
         return self._state_machine.view
 

@@ -3,6 +3,8 @@ machine, the replicator and the request flows together, owns fail-stop, and open
 client port.
 
 * ``node.py``: the ``Node`` (wiring, fail-stop, the requests outside the flows);
+* ``parts.py``: the node's parts (state machine, write path, Raft adapter), picked from
+  the configuration once, and the clock and randomness it reads;
 * ``rpc.py``, ``accept.py``: the client port (TCP or TLS, paced handshakes);
 * ``connections.py``, ``intake.py``: a client connection's framing, bounds and hand-off;
 * ``front.py`` (one worker process), ``fronts.py`` (the node's set of them);

@@ -14,48 +14,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
-import time
 from collections.abc import Awaitable, Callable
 
-from om.config import ConfigError, ServerConfig
+from om.config import ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
-from om.consensus.pysyncobj.process import RaftProcessReplicator
-from om.consensus.pysyncobj.replicator import RaftReplicator
-from om.executor import tokens, upgrade, user_certificates
-from om.executor.context import Limits as HandlerLimits
+from om.executor import tokens, user_certificates
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, error_response
-from om.flows.batch_pipeline import BatchConfig
-from om.flows.leader_flow import LeaderConfig, LeaderService
-from om.flows.purge import PurgeConfig
-from om.flows.replicated_flow import ReplicatedFlowService
-from om.flows.template import audit_request, not_leader_response
+from om.flows.template import audit_request, not_leader_response, wall_clock_ms
 from om.gatekeeper import validation
-from om.gatekeeper.authorize import acl_policy
-from om.gatekeeper.retry_cache import RetryCacheConfig
-from om.node import gc_policy
+from om.node import gc_policy, parts
 from om.node import membership as node_membership
 from om.node import transfer as node_transfer
-from om.node.catchup import CheckpointClient, CheckpointServer
 from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
-from om.observe.audit import AuditLog, AuditSettings, AuditSink, NoAudit
+from om.observe.audit import NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
-from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
 from om.protocol.token_format import instant
 from om.schema import tables
 from om.schema.read_view import ReadView
 from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, StateMachine
-from om.statemachine.checkpoint_shelf import CheckpointShelf
-from om.statemachine.digests import Digests, derive_key
-from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
-from om.statemachine.snapshot import Snapshotter
+from om.statemachine.apply import ApplyResult
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
-from om.statemachine.store import Store, StoreMemory
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
@@ -86,168 +68,63 @@ def secret_rows_refused(request: om_pb2.OMRequest, config: ServerConfig) -> bool
             and request.user not in config.admins and "*" not in config.admins)
 
 
-def handler_limits(config: ServerConfig) -> HandlerLimits:
-    """What the handlers enforce, from the server configuration."""
-    tokens_ = config.tokens
-    return HandlerLimits(list_max_keys=config.limits.list_max_keys,
-                         token_renew_interval_ms=int(tokens_.renew_interval_s * 1000),
-                         token_max_lifetime_ms=int(tokens_.max_lifetime_s * 1000),
-                         token_key_rotation_ms=int(tokens_.key_rotation_s * 1000),
-                         tokens_max=tokens_.tokens_max,
-                         snapshots_per_bucket_max=config.snapshot.per_bucket_max)
-
-
-def leader_config(config: ServerConfig) -> LeaderConfig:
-    """The leader pipeline's settings from the server configuration."""
-    limits, batch = config.limits, config.batch
-    return LeaderConfig(
-        lock_timeout_s=limits.lock_timeout_s,
-        in_flight_max=limits.in_flight_max,
-        sweep_interval_s=limits.retry_sweep_interval_s,
-        retry=RetryCacheConfig(expiry_ms=int(limits.retry_cache_expiry_s * 1000),
-                               memory_entries=limits.retry_cache_memory_entries),
-        batch=BatchConfig(bytes_max=batch.bytes_max,
-                          writes_max=batch.writes_max if batch.enabled else 1,
-                          inflight_batches_max=batch.inflight_batches_max,
-                          queue_max=batch.queue_max),
-        acl=acl_policy(config),
-        limits=handler_limits(config),
-        retry_cache_enabled=not config.unsafe_disable_retry_cache,
-        read_mode=config.read_mode,
-        purge=PurgeConfig(config.purge.interval_s, config.purge.rows_max,
-                          config.purge.deleted_retention_s, config.purge.open_key_expire_s,
-                          config.purge.multipart_expire_s),
-        fso_lock_plan=config.fso.lock_plan,
-    )
-
-
-def init_layout(store: Store, version: int) -> None:
-    """Starts a new store (nothing applied, no layout row) at layout ``version`` when it
-    is below the software's ([upgrade] init_layout_version; -1: the software's, the
-    default, which needs no row). Every node of a new cluster writes the same row before
-    its first entry, so replicas stay identical; a store that exists keeps its own."""
-    if version > upgrade.SOFTWARE_LAYOUT_VERSION:
-        raise ConfigError(f"[upgrade] init_layout_version {version} is newer than this "
-                          f"software's layout {upgrade.SOFTWARE_LAYOUT_VERSION}")
-    if version < 0 or version == upgrade.SOFTWARE_LAYOUT_VERSION:
-        return
-    if (store.get(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY) is not None
-            or store.get(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY) is not None):
-        return
-    row = upgrade.layout_row(version)
-    with Digests.attach(store).changes() as digest:
-        batch = store.new_batch()
-        store.batch_put(batch, om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY, row)
-        digest.put(om_pb2.TRANSACTION_INFO, tables.LAYOUT_VERSION_KEY, row, old=None)
-        digest.write(batch)
-    logger.warning("a new store starts at layout %d of %d: features above it are refused "
-                   "until om admin om finalizeupgrade", version, upgrade.SOFTWARE_LAYOUT_VERSION)
-
-
 class Node:
     """The parts of one OM process, from store to leader service."""
 
-    def __init__(self, config: ServerConfig, fail_stop: Callable[[], None] = _exit_now) -> None:
+    def __init__(self, config: ServerConfig, fail_stop: Callable[[], None] = _exit_now,
+                 seam: parts.Seam | None = None) -> None:
+        """Opens the parts ``config`` names (``parts.py`` picks each, once); ``seam``: the
+        clock and the randomness this node reads (the wall's and the OS's by default)."""
         if config.unsafe_disable_retry_cache:
             logger.warning("the retry cache is DISABLED (unsafe_disable_retry_cache): retries "
                            "of committed writes execute again; for tests only")
         self.config = config
         self.fail_stop = fail_stop
+        self.seam = seam or parts.Seam(wall_clock_ms)
         NodeIntegrity.check_startable(config)   # before anything is opened or applied
-        self.tracer: TraceSink = NullTracer()
-        if config.trace_path is not None:
-            self.tracer = Tracer(config.trace_path, config.trace_flow or config.execution)
-        # With Raft, the durable journal is the write-ahead log: a restart replays
-        # what RocksDB lost (apply skips applied positions), and the journal is
-        # compacted only after a snapshot, whose checkpoint flushes RocksDB. A single
-        # node has no journal, so its RocksDB writes are its durability.
-        if config.unsafe_store_without_wal:
-            logger.warning("RocksDB's write-ahead log is DISABLED (unsafe_store_without_wal): "
-                           "a crash loses unflushed batches until the Raft journal replays "
-                           "them; for tests only")
-        self.store = Store(config.node_data_dir / "db",
-                           sync_writes=config.raft.fsync and len(config.nodes) == 1,
-                           wal=not config.unsafe_store_without_wal,
-                           memory=StoreMemory(config.limits.store_memtable_bytes,
-                                              config.limits.store_block_cache_bytes))
-        # the first to attach a store without digests gives it the cluster's key and shape
-        Digests.attach(self.store, derive_key(config.raft.secret), config.verify.leaf_bits,
-                       config.verify.fanout_bits)
-        init_layout(self.store, config.upgrade.init_layout_version)
-        settings = leader_config(config)
+        self.tracer = parts.tracer(config)
+        self.store = parts.open_store(config)
+        settings = parts.leader_config(config)
         self.handler_limits = settings.limits
         self.metrics = NodeMetrics()
-        self.audit: AuditLog | None = None
-        if config.audit.enabled:
-            self.audit = AuditLog(AuditSettings(config.audit_path, config.audit.reads,
-                                                config.audit.max_bytes, config.audit.backups,
-                                                config.audit.flush_interval_s),
-                                  config.node_id)
-        audit: AuditSink = self.audit or NoAudit()
-        self.state_machine: StateMachine | ReplicatedStateMachine
-        if config.execution in ("replicated", "switchable"):
-            self.state_machine = ReplicatedStateMachine(
-                self.store, settings.limits,
-                MemoryRetryCache(settings.retry.expiry_ms, settings.retry.memory_entries),
-                config.limits.unflushed_transactions_max, fail_stop,
-                groups=dict(config.user_groups))
-        else:
-            self.state_machine = StateMachine(self.store)
-        # OM snapshots: checkpoints a kill cut short are taken before anything replays
-        snapshot = config.snapshot
-        self.snapshot_checkpoints = SnapshotCheckpoints(
-            config.node_data_dir, self.store,
-            CheckpointSettings(max(2, snapshot.open_max), snapshot.headroom_bytes_min,
-                               snapshot.headroom_fraction_min))
-        self.snapshot_checkpoints.recover()
+        self.audit = parts.audit_log(config)
+        execution = parts.execution(config, self.store, settings, fail_stop)
+        self.state_machine = execution.machine
+        self.snapshot_checkpoints = self._recovered_checkpoints()
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
                                        self.state_machine.applying,
                                        lambda: self.state_machine.applied_index, fail_stop)
-        self.raft: RaftReplicator | RaftProcessReplicator | None = None
         self.membership_ledger = node_membership.Ledger()
-        self.replicator: Replicator
-        self.checkpoints: CheckpointServer | None = None
-        self.checkpoint_client: CheckpointClient | None = None
-        if len(config.nodes) == 1:
-            self.replicator = LocalReplicator(config.node_id, config.node.address,
-                                              self.state_machine.applied_index, self.apply_entry)
-        else:
-            shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
-                                    config.node_id, config.raft.fsync, config.catchup.lease_s)
-            self.checkpoints = CheckpointServer(config, shelf)
-            self.checkpoint_client = CheckpointClient(config)
-            snapshots = Snapshotter(
-                self.state_machine, config.node_data_dir, config.raft.fsync, shelf=shelf,
-                source=self.checkpoint_client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
-                unsafe_delay_if=self._leads, carried=self.snapshot_checkpoints)
-            raft_dir = config.node_data_dir / "raft"
-            if config.raft.separate_process:
-                self.raft = RaftProcessReplicator(
-                    config.node, config.nodes, raft_dir, config.raft, self.apply_entry,
-                    snapshots, self.barrier_entry, config.batch.bytes_max, fail_stop)
-            else:
-                self.raft = RaftReplicator(
-                    config.node, config.nodes, raft_dir, config.raft, self.apply_entry,
-                    snapshots, self.barrier_entry, config.batch.bytes_max)
-            self.replicator = self.raft
+        ring = parts.ring(config, self.state_machine, self.snapshot_checkpoints, parts.RaftHooks(
+            self.apply_entry, self.barrier_entry, self._leads, fail_stop))
+        self.raft, self.checkpoints = ring.raft, ring.checkpoints
+        self.checkpoint_client = ring.checkpoint_client
         # The flows never see a diverged node ready: it executes and answers nothing.
-        self.replicator = self.integrity.attach(
-            self.replicator, self.raft.transfer_leadership if self.raft is not None else None)
-        self.leader: LeaderService | ReplicatedFlowService
-        if config.execution == "switchable":   # both flows, per type (docs/FLOW_SWITCH.md)
-            assert isinstance(self.state_machine, ReplicatedStateMachine)
-            self.leader = LeaderService(config.node_id, self.state_machine.view,
-                                        self.state_machine, self.replicator, settings,
-                                        self.tracer, metrics=self.metrics, audit=audit)
-        elif isinstance(self.state_machine, ReplicatedStateMachine):
-            self.leader = ReplicatedFlowService(config.node_id, self.state_machine,
-                                                self.replicator, settings, self.tracer,
-                                                metrics=self.metrics, audit=audit)
-        else:
-            self.leader = LeaderService(config.node_id, self.store, self.state_machine,
-                                        self.replicator, settings, self.tracer,
-                                        metrics=self.metrics, audit=audit)
+        self.replicator: Replicator = self.integrity.attach(
+            self.raft or LocalReplicator(config.node_id, config.node.address,
+                                         self.state_machine.applied_index, self.apply_entry),
+            self.raft.transfer_leadership if self.raft is not None else None)
+        self.leader = execution.write_path(parts.FlowParts(
+            config.node_id, self.replicator, settings, self.tracer, self.metrics,
+            self.audit or NoAudit(), self.seam.clock_ms))
         self.leader.snapshot_views = self.snapshot_checkpoints
+        self._add_gauges()
+        if self.raft is not None:
+            self.raft.on_leadership_lost(self.leader.leadership_lost)
+        self.closing = False
+
+    def _recovered_checkpoints(self) -> SnapshotCheckpoints:
+        """OM snapshots: checkpoints a kill cut short are taken before anything replays."""
+        snapshot = self.config.snapshot
+        checkpoints = SnapshotCheckpoints(
+            self.config.node_data_dir, self.store,
+            CheckpointSettings(max(2, snapshot.open_max), snapshot.headroom_bytes_min,
+                               snapshot.headroom_fraction_min))
+        checkpoints.recover()
+        return checkpoints
+
+    def _add_gauges(self) -> None:
+        """The node's state gauges, read at every scrape (``state``)."""
         gc_gauges = tuple(StateGauge(name, f"om_{name}", "Python's garbage collector "
                                      "(om/node/gc_policy.py)") for name in gc_policy.metrics())
         self.metrics.add_state(NODE_STATE + gc_gauges, self.state)
@@ -257,9 +134,6 @@ class Node:
                 "om_journal_sync_duration_seconds",
                 "Time of one Raft journal sync: one pwrite and, when durable, one fdatasync "
                 "(reported by the Raft process about once a second)", self.raft.journal_syncs)
-        if self.raft is not None:
-            self.raft.on_leadership_lost(self.leader.leadership_lost)
-        self.closing = False
 
     def _leads(self) -> bool:
         return self.replicator.role().is_leader
@@ -267,7 +141,7 @@ class Node:
     def barrier_entry(self, term: int) -> bytes:
         """The empty batch a new leader commits in ``term`` before it serves."""
         return log_entry.encode_batch(om_pb2.PersistDbBatch(
-            term=term, leader_id=self.config.node_id, timestamp_ms=time.time_ns() // 1_000_000))
+            term=term, leader_id=self.config.node_id, timestamp_ms=self.seam.clock_ms()))
 
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies a committed entry; stops the process if that is impossible."""
@@ -344,10 +218,10 @@ class Node:
         if request.cmd_type == om_pb2.GetDelegationToken:
             # the next secret key, should one be due (om/executor/tokens.py); a client's
             # own bytes never get this far
-            request.secret_key_candidate = secrets.token_bytes(tokens.SECRET_BYTES)
+            request.secret_key_candidate = self.seam.randomness(tokens.SECRET_BYTES)
         elif request.secret_key_candidate:
             request.ClearField("secret_key_candidate")
-        if isinstance(self.raft, RaftProcessReplicator) and self.raft.catching_up:
+        if self.raft is not None and self.raft.catching_up:
             return _answered(error_response(
                 request, om_pb2.LEADER_NOT_READY, f"OM:{self.config.node_id} is installing "
                 "a checkpoint of the leader's store (catching up): ask another OM"))
@@ -377,9 +251,7 @@ class Node:
 
     def _read_view(self) -> ReadView:
         """What this node's readers see (the old flow's write cache over the store)."""
-        if isinstance(self.state_machine, ReplicatedStateMachine):
-            return self.state_machine.view
-        return self.store
+        return self.state_machine.view
 
     def token_user(self, request: om_pb2.OMRequest) -> str | om_pb2.OMResponse:
         """The user a request without a client certificate acts as: its delegation
@@ -393,7 +265,7 @@ class Node:
                 "`om sh token get` (--token FILE)")
         try:
             identifier = tokens.authenticate(request.token, self._read_view(),
-                                             time.time_ns() // 1_000_000)
+                                             self.seam.clock_ms())
         except OMError as error:
             role = self.replicator.role()
             if not role.ready:
@@ -467,45 +339,28 @@ class Node:
         return {ids.get(a, a): i for a, i in self.raft.match_indexes().items()}
 
     def state(self) -> dict[str, float]:
-        """This node's state gauges, by ``StateGauge.key`` (read at every scrape)."""
+        """This node's state gauges, by ``StateGauge.key`` (read at every scrape); a
+        gauge both the flow and the state machine report (a switchable node holds both
+        flows' retry caches) is their sum."""
         role = self.replicator.role()
-        service = self.leader
         memtables, block_cache = self.store.memory.usage()
         values: dict[str, float] = {
             "leader": float(role.is_leader), "ready": float(role.ready), "term": role.term,
             "commit_index": role.commit_index,
             "applied_index": self.state_machine.applied_index,
             "managed_index": self.state_machine.managed_index,
-            "writes_in_flight": service.in_flight,
-            "leader_changes": self.raft.leader_changes.count if self.raft else 0,
+            "writes_in_flight": self.leader.in_flight, "leader_changes": 0,
             "snapshot_checkpoints_taken": self.snapshot_checkpoints.taken,
             "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
             "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
             "store_memtable_bytes": memtables, "store_block_cache_bytes": block_cache,
             **gc_policy.metrics()}
-        if isinstance(service, LeaderService):
-            retry = service.retry_cache.statistics()
-            values.update(purge_pending_directories=service.purger.pending(),
-                          purge_steps=service.purger.steps,
-                          purge_entries=service.purger.purged,
-                          purge_deleted_keys=service.purger.keys_purged,
-                          purge_expired_open_keys=service.purger.open_keys_deleted,
-                          purge_expired_multipart_uploads=service.purger.uploads_aborted,
-                          retry_cache_hits=retry["hits"],
-                          retry_cache_entries=retry["recent"],
-                          retry_cache_bytes=retry["recent_bytes"],
-                          lock_waiters=service.locks.table.statistics().waiters)
-        machine = self.state_machine
-        if isinstance(machine, ReplicatedStateMachine):
-            buffer = machine.double_buffer
-            values.update(double_buffer_flushes=buffer.flushes,
-                          double_buffer_transactions=buffer.transactions,
-                          write_cache_rows=len(machine.cache),
-                          # a switchable node holds both flows' caches
-                          retry_cache_entries=values.get("retry_cache_entries", 0)
-                          + len(machine.retry),
-                          retry_cache_bytes=values.get("retry_cache_bytes", 0)
-                          + machine.retry.bytes)
+        parts_ = [self.leader.gauges(), self.state_machine.metrics()]
+        if self.raft is not None:
+            parts_.append(self.raft.metrics())
+        for gauges in parts_:
+            for key, value in gauges.items():
+                values[key] = values.get(key, 0) + value
         return values
 
     def service_list(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
@@ -524,8 +379,7 @@ class Node:
             self.checkpoint_client.stop()
         if self.raft is not None:
             await self.raft.close()
-        if isinstance(self.state_machine, ReplicatedStateMachine):
-            self.state_machine.close()
+        self.state_machine.close()
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()

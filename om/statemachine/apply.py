@@ -156,6 +156,18 @@ class StateMachine:
     def quiesce(self) -> None:
         """Nothing to wait for: apply writes RocksDB synchronously."""
 
+    @property
+    def view(self) -> Store:
+        """What readers see: the store itself (this flow has no write cache)."""
+        return self.store
+
+    def metrics(self) -> dict[str, float]:
+        """No gauges of its own: the store's and the flow's cover it."""
+        return {}
+
+    def close(self) -> None:
+        """Nothing runs behind apply."""
+
     def applying(self) -> threading.RLock:
         """The lock apply holds: take it to change the store under apply's feet."""
         return self._lock

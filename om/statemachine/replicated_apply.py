@@ -229,6 +229,14 @@ class ReplicatedStateMachine:
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
 
+    def metrics(self) -> dict[str, float]:
+        """State gauges by key (``om/observe/metrics.py``, NODE_STATE)."""
+        buffer = self.double_buffer
+        return {"double_buffer_flushes": buffer.flushes,
+                "double_buffer_transactions": buffer.transactions,
+                "write_cache_rows": len(self.cache),
+                "retry_cache_entries": len(self.retry), "retry_cache_bytes": self.retry.bytes}
+
     def close(self) -> None:
         """Flushes what is queued and stops the double buffer."""
         self.double_buffer.stop()

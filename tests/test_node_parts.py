@@ -1,0 +1,126 @@
+"""The node's parts are picked from the configuration once (``om/node/parts.py``).
+
+Each ``execution`` mode gets its state machine and write path, each ring its Raft
+adapter (or none), all real (rocksdict, pysyncobj, the Raft child process); and no
+module of ``om/node`` but ``parts.py`` names an implementation of a port, nor asks a
+part its type with ``isinstance`` (read from the source's syntax tree).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from om import config as om_config
+from om.consensus.pysyncobj.process import RaftProcessReplicator
+from om.consensus.pysyncobj.replicator import RaftReplicator
+from om.flows.leader_flow import LeaderService
+from om.flows.replicated_flow import ReplicatedFlowService
+from om.node import parts
+from om.node.node import Node
+from om.statemachine import log_entry
+from om.statemachine.apply import StateMachine
+from om.statemachine.replicated_apply import ReplicatedStateMachine
+from tests.processes import free_port
+
+NODE = Path(parts.__file__).parent
+# the implementations behind the node's ports: only parts.py picks among them
+IMPLEMENTATIONS = frozenset({
+    "StateMachine", "ReplicatedStateMachine", "LeaderService", "ReplicatedFlowService",
+    "RaftReplicator", "RaftProcessReplicator", "SimRaftReplicator"})
+
+
+def mode_dispatch(source: str) -> list[str]:
+    """Where ``source`` names an implementation: an import of one, or an ``isinstance``
+    against one (``line: text``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: set[str] = set()
+        if isinstance(node, ast.ImportFrom):
+            names = {alias.name for alias in node.names}
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "isinstance" and len(node.args) == 2):
+            names = {n.id if isinstance(n, ast.Name) else n.attr
+                     for n in ast.walk(node.args[1]) if isinstance(n, ast.Name | ast.Attribute)}
+        if names & IMPLEMENTATIONS:
+            found.append(f"{getattr(node, 'lineno', 0)}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_parts_names_an_implementation() -> None:
+    offenders = {path.name: found for path in sorted(NODE.glob("*.py"))
+                 if path.name != "parts.py" and (found := mode_dispatch(path.read_text()))}
+    assert offenders == {}
+
+
+@pytest.mark.parametrize("source", [
+    "from om.statemachine.replicated_apply import ReplicatedStateMachine\n",
+    "def f(m):\n    return isinstance(m, ReplicatedStateMachine)\n",
+    "def f(r):\n    return isinstance(r, (int, process.RaftProcessReplicator))\n",
+])
+def test_a_mode_asked_by_type_is_found(source: str) -> None:
+    assert mode_dispatch(source)
+
+
+def test_the_tree_check_passes_a_node_module_without_dispatch() -> None:
+    assert mode_dispatch("def f(x):\n    return isinstance(x, tuple)\n") == []
+
+
+def one_node(directory: Path, execution: str) -> om_config.ServerConfig:
+    path = directory / "om.toml"
+    path.write_text(f'execution = "{execution}"\n')
+    return om_config.load(path, data_dir=directory / "data")
+
+
+@pytest.mark.parametrize(("execution", "machine", "service"), [
+    ("leader", StateMachine, LeaderService),
+    ("replicated", ReplicatedStateMachine, ReplicatedFlowService),
+    ("switchable", ReplicatedStateMachine, LeaderService),
+])
+async def test_each_execution_gets_its_state_machine_and_write_path(
+        tmp_path: Path, execution: str, machine: type, service: type) -> None:
+    node = Node(one_node(tmp_path, execution))
+    try:
+        assert type(node.state_machine) is machine
+        assert type(node.leader) is service
+        assert node.raft is None
+        assert node.checkpoints is None
+        assert node.state()["writes_in_flight"] == 0
+    finally:
+        await node.close()
+
+
+async def test_the_seam_gives_the_node_its_clock_and_randomness(tmp_path: Path) -> None:
+    seam = parts.Seam(clock_ms=lambda: 1_234_000, randomness=lambda n: b"\x07" * n)
+    node = Node(one_node(tmp_path, "leader"), seam=seam)
+    try:
+        assert node.leader.clock_ms() == 1_234_000
+        barrier = node.barrier_entry(3)
+        decoded = log_entry.decode(barrier)
+        assert decoded.timestamp_ms == 1_234_000
+    finally:
+        await node.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("separate_process", "adapter"), [
+    (True, RaftProcessReplicator), (False, RaftReplicator)])
+async def test_a_ring_gets_the_raft_adapter_its_configuration_names(
+        tmp_path: Path, separate_process: bool, adapter: type) -> None:
+    nodes = "".join(f'[[nodes]]\nid = "om{i}"\nport = {free_port()}\n'
+                    f"raft_port = {free_port()}\nhttp_port = 0\n" for i in (1, 2, 3))
+    path = tmp_path / "om.toml"
+    path.write_text(f"{nodes}[raft]\nseparate_process = {str(separate_process).lower()}\n")
+    node = Node(om_config.load(path, data_dir=tmp_path / "data"))
+    try:
+        assert type(node.raft) is adapter
+        assert node.checkpoints is not None
+        assert node.checkpoint_client is not None
+        await node.start()
+        assert node.raft is not None
+        assert not node.raft.catching_up
+        assert node.state()["leader_changes"] == 0
+    finally:
+        await node.close()
