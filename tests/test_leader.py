@@ -15,7 +15,7 @@ from om.executor import registry
 from om.flows.async_locks import AsyncLocks
 from om.flows.batch_pipeline import BatchConfig
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode
-from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.gatekeeper.retry_cache import ForgetfulRetryKeys, RetryCacheConfig
 from om.protocol import om_pb2
 from om.schema import tables
 from tests.leader_harness import LeaderUnderTest, config
@@ -496,7 +496,7 @@ async def test_failed_requests_skip_indexes_without_reusing_them(
 
 
 async def test_disabled_retry_cache_executes_a_retry_again(tmp_path: Path) -> None:
-    leader = LeaderUnderTest(tmp_path / "db", config(retry_cache_enabled=False))
+    leader = LeaderUnderTest(tmp_path / "db", config(retry_keys=ForgetfulRetryKeys()))
     await leader.start()
     await _bucket(leader)
     session = await _open(leader, "k")

@@ -58,9 +58,11 @@ from om.gatekeeper.lock_plan import LockRequest, plan_locks
 from om.gatekeeper.retry_cache import (
     RetryCache,
     RetryCacheConfig,
+    RetryKeys,
     StoredReply,
     encode_reply,
     expired_row_deletes,
+    retry_key,
 )
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
@@ -88,7 +90,7 @@ class LeaderConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     acl: AclPolicy = field(default_factory=AclPolicy)
     limits: Limits = field(default_factory=Limits)
-    retry_cache_enabled: bool = True
+    retry_keys: RetryKeys = retry_key   # ForgetfulRetryKeys: a fault for chaos's red case
     read_mode: str = READ_LINEARIZABLE
     purge: PurgeConfig = field(default_factory=PurgeConfig)
     fso_lock_plan: str = FSO_LOCK_OBJECT_ID   # [fso] lock_plan: "object-id" or "bucket"
@@ -107,7 +109,7 @@ class LeaderService(RequestService):
         every write type runs the flow the ``#FLOWS`` row names, om/executor/flow_switch.py)."""
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
+                         clock_ms, config.retry_keys, config.read_mode, metrics,
                          audit)
         self.config = config
         self._store = store
@@ -173,7 +175,7 @@ class LeaderService(RequestService):
 
     def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
         if committed is not None and write.key != (committed.client_id, committed.call_id):
-            committed = None  # the retry cache is disabled for a test: remember nothing
+            committed = None  # a key of ForgetfulRetryKeys (a fault): remember nothing
         self.retry_cache.finish(write.key, committed)
 
     # -- the write path ------------------------------------------------------------------

@@ -37,7 +37,7 @@ class ReplicatedFlowService(RequestService):
                  audit: AuditSink | None = None) -> None:
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_cache_enabled, config.read_mode, metrics,
+                         clock_ms, config.retry_keys, config.read_mode, metrics,
                          audit)
         self._state_machine = state_machine
         self._config = config

@@ -16,8 +16,9 @@ was done yet that would need undoing):
     fails; then run the handler against what this flow's readers see; an older
     client's answer of keys it cannot understand (om/gatekeeper/old_clients.py,
     Ozone's post-process validators) -> NOT_SUPPORTED_OPERATION
- 5. writes: retry cache: committed before? -> the stored response, if it is the same
-            request (fingerprint), else INVALID_REQUEST;
+ 5. writes: retry cache (the write's key from the ``RetryKeys`` port the factory
+            picked, om/gatekeeper/retry_cache.py): committed before? -> the stored
+            response, if it is the same request (fingerprint), else INVALID_REQUEST;
             in flight? -> wait for the original (the same request) or refuse
  6. an older client's key write (om/gatekeeper/old_clients.py, Ozone's pre-process
     validators; a current client's costs no read) -> NOT_SUPPORTED_OPERATION, or the
@@ -77,7 +78,7 @@ from om.flows.read_rounds import ReadRound
 from om.gatekeeper import old_clients, validation
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
-from om.gatekeeper.retry_cache import StoredReply
+from om.gatekeeper.retry_cache import RetryKeys, StoredReply, retry_key
 from om.observe.audit import AuditSink, NoAudit
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import LineFormat, TraceSink
@@ -228,7 +229,7 @@ class RequestService(abc.ABC):
     def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
                  acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
                  tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
-                 retry_cache_enabled: bool = True, read_mode: str = READ_LINEARIZABLE,
+                 retry_keys: RetryKeys = retry_key, read_mode: str = READ_LINEARIZABLE,
                  metrics: NodeMetrics | None = None, audit: AuditSink | None = None) -> None:
         assert in_flight_max > 0
         assert retry_wait_s > 0
@@ -246,7 +247,7 @@ class RequestService(abc.ABC):
         self._request_line = LineFormat("server_request", {"flow": tracer.flow, "node": node_id},
                                         SERVER_REQUEST_FIELDS)
         self.clock_ms = clock_ms
-        self._retry_cache_enabled = retry_cache_enabled
+        self._retry_key = retry_keys
         self.managed_index = ManagedIndex(managed_index)
         self._originals: dict[RetryKey, Write] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -392,41 +393,13 @@ class RequestService(abc.ABC):
             self._end(request, peer, answer, trace,
                       not_leader_response(request, self.node_id, role))
             return
-        key = (request.client_id, request.call_id)
-        if not self._retry_cache_enabled:  # test-only: every retry executes again
-            key = (f"{request.client_id}#retry-cache-off#{self.requests}", request.call_id)
+        key = self._retry_key(request)
         request_fingerprint = fingerprint(request)
-        stored = self._committed_response(key)
-        if stored is not None:
-            response = stored_answer(request, request_fingerprint, stored)
-            trace.replayed = response is stored.response
-            self._end(request, peer, answer, trace, response)
+        if self._answered_as_retry(request, peer, answer, trace, key, request_fingerprint):
             return
-        original = self._originals.get(key)
-        if original is not None:
-            if original.fingerprint != request_fingerprint:
-                response = reused_call_id(request, original.request.cmd_type)
-                self._end(request, peer, answer, trace, response)
-            else:
-                self.spawn(self._answer_as_original(request, peer, answer, trace,
-                                                    original.wait()))
-            return
-        gate = (old_clients.pre_process_refusal(request, self._view())
-                or self._upgrade_refusal(request))
-        if gate is not None:
-            self._end(request, peer, answer, trace,
-                      error_response(request, gate.status, gate.message))
-            return
-        if len(self._originals) >= self._in_flight_max:
-            self._end(request, peer, answer, trace, error_response(
-                request, om_pb2.SERVER_BUSY,
-                f"{len(self._originals)} writes in flight; retry shortly"))
-            return
-        try:
-            self.authorize(request)
-        except OMError as error:
-            self._end(request, peer, answer, trace,
-                      error_response(request, error.status, error.message))
+        refused = self._admission_refusal(request)
+        if refused is not None:
+            self._end(request, peer, answer, trace, refused)
             return
         write = Write(request, peer, answer, trace, key, request_fingerprint)
         self._originals[key] = write
@@ -434,6 +407,42 @@ class RequestService(abc.ABC):
             self._start_prepare(write)
         else:
             self._start_write(write)
+
+    def _answered_as_retry(self, request: om_pb2.OMRequest, peer: str, answer: Answer,
+                           trace: Trace, key: RetryKey, request_fingerprint: bytes) -> bool:
+        """Step 5: whether the write is a retry, answered now (a committed original's
+        stored response, or a reused call id) or once its original in flight ends."""
+        stored = self._committed_response(key)
+        if stored is not None:
+            response = stored_answer(request, request_fingerprint, stored)
+            trace.replayed = response is stored.response
+            self._end(request, peer, answer, trace, response)
+            return True
+        original = self._originals.get(key)
+        if original is None:
+            return False
+        if original.fingerprint != request_fingerprint:
+            response = reused_call_id(request, original.request.cmd_type)
+            self._end(request, peer, answer, trace, response)
+        else:
+            self.spawn(self._answer_as_original(request, peer, answer, trace, original.wait()))
+        return True
+
+    def _admission_refusal(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse | None:
+        """Steps 6-8: the answer refusing a new write (an older client's, the upgrade
+        gate, the in-flight limit, its user's rights), or None: it is admitted."""
+        gate = (old_clients.pre_process_refusal(request, self._view())
+                or self._upgrade_refusal(request))
+        if gate is not None:
+            return error_response(request, gate.status, gate.message)
+        if len(self._originals) >= self._in_flight_max:
+            return error_response(request, om_pb2.SERVER_BUSY,
+                                  f"{len(self._originals)} writes in flight; retry shortly")
+        try:
+            self.authorize(request)
+        except OMError as error:
+            return error_response(request, error.status, error.message)
+        return None
 
     # -- prepare (om/executor/upgrade.py) -------------------------------------------------
 

@@ -15,17 +15,47 @@ once ``now - timestamp > expiry``; the leader deletes expired rows through
 ordinary batches (``expired_row_deletes``). Only committed writes are stored:
 a request that failed before replication (an error status, a lost leadership)
 changed nothing, so its retry executes afresh, as Ratis does for failed entries.
+
+The template names each write by a ``RetryKeys`` port (the factory, om/node/parts.py,
+picks one): ``retry_key`` in production; ``ForgetfulRetryKeys``, the fault chaos runs
+inject (``unsafe_disable_retry_cache``) to show the exactly-once checker catches a
+cache that forgets.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Protocol
 
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
 from om.schema.recent_replies import RecentReplies
+
+
+class RetryKeys(Protocol):
+    """Names an admitted write for the retry cache and the writes in flight."""
+
+    def __call__(self, request: om_pb2.OMRequest) -> RetryKey: ...
+
+
+def retry_key(request: om_pb2.OMRequest) -> RetryKey:
+    """(client id, call id): a retry resends both, so it finds its original."""
+    return request.client_id, request.call_id
+
+
+class ForgetfulRetryKeys:
+    """A fault, for tests only: a key no other request has, so a retry finds neither
+    its stored answer nor its original in flight, and executes again. The reply row is
+    still written under the request's own key; lookups simply never ask for it."""
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+
+    def __call__(self, request: om_pb2.OMRequest) -> RetryKey:
+        return f"{request.client_id}#retry-cache-off#{next(self._count)}", request.call_id
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.template import Clock
 from om.gatekeeper.authorize import acl_policy
-from om.gatekeeper.retry_cache import RetryCacheConfig
+from om.gatekeeper.retry_cache import ForgetfulRetryKeys, RetryCacheConfig, retry_key
 from om.node.catchup import CheckpointClient, CheckpointServer
 from om.observe.audit import AuditLog, AuditSettings, AuditSink
 from om.observe.metrics import NodeMetrics
@@ -134,7 +134,7 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
                           queue_max=batch.queue_max),
         acl=acl_policy(config),
         limits=handler_limits(config),
-        retry_cache_enabled=not config.unsafe_disable_retry_cache,
+        retry_keys=ForgetfulRetryKeys() if config.unsafe_disable_retry_cache else retry_key,
         read_mode=config.read_mode,
         purge=PurgeConfig(config.purge.interval_s, config.purge.rows_max,
                           config.purge.deleted_retention_s, config.purge.open_key_expire_s,
