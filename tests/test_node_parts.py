@@ -16,8 +16,12 @@ import pytest
 from om import config as om_config
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
-from om.flows.leader_flow import LeaderService
+from om.executor.context import Limits as HandlerLimits
+from om.flows.batch_pipeline import BatchConfig
+from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import ReplicatedFlowService
+from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import parts
 from om.node.node import Node
 from om.statemachine import log_entry
@@ -124,3 +128,16 @@ async def test_a_ring_gets_the_raft_adapter_its_configuration_names(
         assert node.state()["leader_changes"] == 0
     finally:
         await node.close()
+
+
+def test_a_default_configuration_gives_each_part_the_defaults_it_states() -> None:
+    """Each limit is defined once (om/config.py): the flows' own settings default to
+    what a default server configuration gives them."""
+    settings = parts.leader_config(om_config.ServerConfig())
+    default = LeaderConfig()
+    assert settings.batch == BatchConfig()
+    assert settings.retry == RetryCacheConfig()
+    assert settings.purge == PurgeConfig()
+    assert settings.limits == HandlerLimits()
+    assert (settings.lock_timeout_s, settings.in_flight_max, settings.sweep_interval_s) == (
+        default.lock_timeout_s, default.in_flight_max, default.sweep_interval_s)

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from om.config import Batch
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.flows.read_rounds import ReadRound
@@ -40,16 +41,17 @@ logger = logging.getLogger(__name__)
 
 Settle = Callable[[ReplicateResult, int, int], None]  # result, batch wait ns, batch id
 CYCLE_WEIGHT = 0.2   # of the newest batch in the running mean of the replication time
+_DEFAULT = Batch()   # the limits' defaults are stated once, in om/config.py
 
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """Limits of group commit."""
+    """Limits of group commit (``[batch]``; the defaults are ``om.config.Batch``'s)."""
 
-    bytes_max: int = 1024 * 1024
-    writes_max: int = 2000
-    inflight_batches_max: int = 1
-    queue_max: int = 20_000
+    bytes_max: int = _DEFAULT.bytes_max
+    writes_max: int = _DEFAULT.writes_max
+    inflight_batches_max: int = _DEFAULT.inflight_batches_max
+    queue_max: int = _DEFAULT.queue_max
 
     def __post_init__(self) -> None:
         assert self.bytes_max > 0

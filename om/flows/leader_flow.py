@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from om.config import FSO_LOCK_OBJECT_ID, READ_LINEARIZABLE
+from om.config import Limits as ServerLimits
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor import flow_switch
 from om.executor.batcher import PendingWrite
@@ -79,12 +80,13 @@ PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no
 
 @dataclass(frozen=True)
 class LeaderConfig:
-    """Limits and policies of the request services."""
+    """Limits and policies of the request services (the defaults of those a server
+    configures are ``om.config``'s, stated there once)."""
 
-    lock_timeout_s: float = 60.0
-    in_flight_max: int = 10_000
+    lock_timeout_s: float = ServerLimits.lock_timeout_s
+    in_flight_max: int = ServerLimits.in_flight_max
     retry_wait_s: float = 60.0
-    sweep_interval_s: float = 30.0
+    sweep_interval_s: float = ServerLimits.retry_sweep_interval_s
     sweep_rows_max: int = 10_000
     retry: RetryCacheConfig = field(default_factory=RetryCacheConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from om.config import Purge
 from om.executor.multipart import UPLOADS_MAX
 from om.protocol import om_pb2
 from om.schema import tables
@@ -54,18 +55,17 @@ Submit = Callable[[om_pb2.OMRequest], asyncio.Future[om_pb2.OMResponse]]
 
 
 SCAN_PAGES = 4    # a keys step scans at most this many times rows_max rows
-DAY_S = 86_400.0
 
 
 @dataclass(frozen=True)
 class PurgeConfig:
     """How fast and after how long the purges remove rows."""
 
-    interval_s: float = 1.0
-    rows_max: int = 1000
-    deleted_retention_s: float = DAY_S
-    open_key_expire_s: float = 7 * DAY_S   # Ozone's ozone.om.open.key.expire.threshold
-    multipart_expire_s: float = 30 * DAY_S  # Ozone's ozone.om.mpu.expire.threshold
+    interval_s: float = Purge.interval_s     # the defaults: om.config.Purge's ([purge])
+    rows_max: int = Purge.rows_max
+    deleted_retention_s: float = Purge.deleted_retention_s
+    open_key_expire_s: float = Purge.open_key_expire_s
+    multipart_expire_s: float = Purge.multipart_expire_s
 
     def __post_init__(self) -> None:
         assert self.interval_s > 0

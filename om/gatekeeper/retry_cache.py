@@ -28,6 +28,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Protocol
 
+from om.config import Limits
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import RetryKey
@@ -68,10 +69,10 @@ class StoredReply:
 
 @dataclass(frozen=True)
 class RetryCacheConfig:
-    """Limits of the retry cache."""
+    """Limits of the retry cache (the defaults are ``om.config.Limits``'s)."""
 
-    expiry_ms: int = 600_000
-    memory_entries: int = 100_000
+    expiry_ms: int = int(Limits.retry_cache_expiry_s * 1000)
+    memory_entries: int = Limits.retry_cache_memory_entries
 
     def __post_init__(self) -> None:
         assert self.expiry_ms > 0
