@@ -464,6 +464,15 @@ class ServerConfig:
 
     def validate(self) -> ServerConfig:
         """Raises ConfigError on an inconsistent configuration; returns self."""
+        self._validate_choices()
+        self._validate_nodes()
+        self._validate_limits()
+        self._validate_sections()
+        _validate_verify(self.verify)
+        return self
+
+    def _validate_choices(self) -> None:
+        """The purges, and each setting that names one of a few choices."""
         if self.purge.interval_s <= 0 or self.purge.rows_max < 1:
             raise ConfigError("[purge] interval_s must be > 0 and rows_max >= 1")
         if (self.purge.deleted_retention_s < 0 or self.purge.open_key_expire_s <= 0
@@ -483,6 +492,9 @@ class ServerConfig:
             raise ConfigError(f"execution must be one of {EXECUTIONS}, not '{self.execution}'")
         if self.read_mode not in READ_MODES:
             raise ConfigError(f"read_mode must be one of {READ_MODES}, not '{self.read_mode}'")
+
+    def _validate_nodes(self) -> None:
+        """Node ids, membership, ports and Raft links."""
         ids = [n.id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"node ids must be unique: {ids}")
@@ -504,6 +516,9 @@ class ServerConfig:
                 raise ConfigError(f"[raft.links] {link!r} must name two nodes as \"a>b\"")
             if not 0 < port < 65536:
                 raise ConfigError(f"[raft.links] {link!r}: {port} is not a port")
+
+    def _validate_limits(self) -> None:
+        """TLS files, token lifetimes, and every limit positive and consistent."""
         server_files = (self.tls.cert_file, self.tls.key_file, self.tls.ca_file)
         if any(server_files) and not all(server_files):
             raise ConfigError("[tls] needs cert_file, key_file and ca_file together")
@@ -522,6 +537,9 @@ class ServerConfig:
         if min(self.limits.store_memtable_bytes, self.limits.store_block_cache_bytes) < 1 << 20:
             raise ConfigError("[limits] store_memtable_bytes and store_block_cache_bytes must "
                               "be at least 1 MiB")
+
+    def _validate_sections(self) -> None:
+        """[snapshot], [catchup] and [auditor]."""
         snapshot = self.snapshot
         if (snapshot.per_bucket_max < 1 or snapshot.open_max < 1 or snapshot.headroom_bytes_min < 0
                 or not 0 <= snapshot.headroom_fraction_min < 1):
@@ -545,8 +563,6 @@ class ServerConfig:
         if not 0 <= auditor.jitter_fraction < 1:
             raise ConfigError("[auditor] jitter_fraction must be in [0, 1), not "
                               f"{auditor.jitter_fraction}")
-        _validate_verify(self.verify)
-        return self
 
 
 SECRET_MODE_MASK = 0o077   # a secret file readable by group or others is refused
