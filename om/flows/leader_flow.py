@@ -116,7 +116,7 @@ class LeaderService(RequestService):
         self.config = config
         self._store = store
         self._state_machine = state_machine
-        self.switchable = isinstance(state_machine, ReplicatedStateMachine)
+        self.switchable = state_machine.executes_requests
         self.locks = AsyncLocks(config.lock_timeout_s)
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()

@@ -76,6 +76,8 @@ class StateMachine:
     keeps two applies (replay and live) from interleaving.
     """
 
+    executes_requests = False   # applies batches of changes only (the leader flow's)
+
     def __init__(self, store: Store) -> None:
         self.store = store
         self.digests = Digests.attach(store)

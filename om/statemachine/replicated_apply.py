@@ -92,6 +92,10 @@ def reply_rows(view: ReadView, reply: om_pb2.ClientRequestReply
 class ReplicatedStateMachine:
     """Applies old-flow entries: executes each request, caches, flushes behind."""
 
+    # executes requests in apply, and applies batches too: a leader service over it
+    # runs both flows, per write type (docs/FLOW_SWITCH.md)
+    executes_requests = True
+
     def __init__(self, store: Store, limits: Limits, retry: MemoryRetryCache,
                  unflushed_max: int, fail_stop: Callable[[], None],
                  groups: Mapping[str, tuple[str, ...]] | None = None) -> None:
