@@ -6,8 +6,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from om.config import Limits as ServerLimits
-from om.config import Snapshot, Tokens
 from om.executor.fs import Resolved
 from om.protocol import om_pb2
 from om.schema.ids import MANAGED_INDEX_MAX, object_id_for
@@ -35,23 +33,27 @@ class NoReservations:
 
 @dataclass(frozen=True)
 class Limits:
-    """Limits a handler enforces."""
+    """Limits a handler enforces.
 
-    list_max_keys: int = ServerLimits.list_max_keys   # configured ones: om.config's defaults
+    The pure core imports no configuration (tests/test_layering.py), so the defaults
+    a server configures are repeated here; tests/test_node_parts.py checks they
+    equal om/config.py's, which are the ones stated."""
+
+    list_max_keys: int = 10_000
     list_default_keys: int = 1_000
     key_name_max_bytes: int = 1024
     # Delegation tokens (om/executor/tokens.py), Ozone's defaults: a token expires a
     # day after it was issued or last renewed and lives at most 7 days; a new secret
     # key signs tokens each day; at most this many tokens live at once.
-    token_renew_interval_ms: int = int(Tokens.renew_interval_s * 1000)
-    token_max_lifetime_ms: int = int(Tokens.max_lifetime_s * 1000)
-    token_key_rotation_ms: int = int(Tokens.key_rotation_s * 1000)
-    tokens_max: int = Tokens.tokens_max
+    token_renew_interval_ms: int = 86_400_000
+    token_max_lifetime_ms: int = 7 * 86_400_000
+    token_key_rotation_ms: int = 86_400_000
+    tokens_max: int = 1_000_000
     # Multipart upload (om/executor/multipart.py): every part of a complete but the last
     # holds at least this (Ozone's and S3's 5 MiB).
     multipart_min_part_bytes: int = 5 * 1024 * 1024
     # OM snapshots (om/executor/snapshots.py): at most this many per bucket.
-    snapshots_per_bucket_max: int = Snapshot.per_bucket_max
+    snapshots_per_bucket_max: int = 100
 
 
 def merged_groups(mapped: tuple[str, ...], certified: Iterable[str]) -> tuple[str, ...]:
