@@ -12,7 +12,8 @@ from typing import Any
 
 from om.consensus.local import LocalReplicator
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
+from om.flows.settings import LeaderConfig
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.schema import tables

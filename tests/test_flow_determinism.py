@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
 from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.settings import LeaderConfig
 from om.flows.template import RequestService
 from om.gatekeeper.authorize import AclPolicy
 from om.observe.tracing import NullTracer

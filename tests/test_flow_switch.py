@@ -18,7 +18,8 @@ from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.executor import upgrade
 from om.flows.batch_pipeline import BatchConfig
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
+from om.flows.settings import LeaderConfig
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.integrity import auditor

@@ -18,9 +18,10 @@ from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
 from om.flows.batch_pipeline import BatchConfig
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
 from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.settings import LeaderConfig
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import parts
 from om.node.node import Node

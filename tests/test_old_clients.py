@@ -15,8 +15,9 @@ import pytest
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.executor.fs import FSO
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.settings import LeaderConfig
 from om.gatekeeper import old_clients
 from om.observe.tracing import NullTracer
 from om.protocol import acls, om_pb2

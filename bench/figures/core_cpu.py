@@ -27,7 +27,8 @@ import uvloop
 from bench.figures.figure import Figure, positive_int
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
+from om.flows.settings import LeaderConfig
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine

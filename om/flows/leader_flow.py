@@ -28,23 +28,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from functools import partial
 
-from om.config import FSO_LOCK_OBJECT_ID, READ_LINEARIZABLE
-from om.config import Limits as ServerLimits
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
 from om.executor import flow_switch
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
-from om.executor.context import Limits, Planned
+from om.executor.context import Planned
 from om.executor.errors import OMError
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch, error_response
 from om.flows.async_locks import AsyncLocks, LockOwner
-from om.flows.batch_pipeline import BatchConfig, BatchPipeline
-from om.flows.purge import PurgeConfig, Purger
+from om.flows.batch_pipeline import BatchPipeline
+from om.flows.purge import Purger
 from om.flows.read_rounds import ReadRound
+from om.flows.settings import LeaderConfig
 from om.flows.template import (
     Clock,
     RequestService,
@@ -53,17 +51,13 @@ from om.flows.template import (
     not_leader_response,
     wall_clock_ms,
 )
-from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs
 from om.gatekeeper.lock_plan import LockRequest, plan_locks
 from om.gatekeeper.retry_cache import (
     RetryCache,
-    RetryCacheConfig,
-    RetryKeys,
     StoredReply,
     encode_reply,
     expired_row_deletes,
-    retry_key,
 )
 from om.observe.audit import AuditSink
 from om.observe.metrics import NodeMetrics
@@ -78,26 +72,6 @@ from om.statemachine.replicated_apply import ReplicatedStateMachine
 PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
-@dataclass(frozen=True)
-class LeaderConfig:
-    """Limits and policies of the request services (the defaults of those a server
-    configures are ``om.config``'s, stated there once)."""
-
-    lock_timeout_s: float = ServerLimits.lock_timeout_s
-    in_flight_max: int = ServerLimits.in_flight_max
-    retry_wait_s: float = 60.0
-    sweep_interval_s: float = ServerLimits.retry_sweep_interval_s
-    sweep_rows_max: int = 10_000
-    retry: RetryCacheConfig = field(default_factory=RetryCacheConfig)
-    batch: BatchConfig = field(default_factory=BatchConfig)
-    acl: AclPolicy = field(default_factory=AclPolicy)
-    limits: Limits = field(default_factory=Limits)
-    retry_keys: RetryKeys = retry_key   # ForgetfulRetryKeys: a fault for chaos's red case
-    read_mode: str = READ_LINEARIZABLE
-    purge: PurgeConfig = field(default_factory=PurgeConfig)
-    fso_lock_plan: str = FSO_LOCK_OBJECT_ID   # [fso] lock_plan: "object-id" or "bucket"
-
-
 class LeaderService(RequestService):
     """Executes writes on the leader and replicates their changes in batches."""
 
@@ -109,10 +83,8 @@ class LeaderService(RequestService):
         """``store``: applied state (the old flow's write cache over the store when
         ``state_machine`` is the old flow's, which applies both kinds of entry: then
         every write type runs the flow the ``#FLOWS`` row names, om/executor/flow_switch.py)."""
-        super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
-                         config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_keys, config.read_mode, metrics,
-                         audit)
+        super().__init__(node_id, replicator, state_machine.managed_index, config, tracer,
+                         clock_ms, metrics, audit)
         self.config = config
         self._store = store
         self._state_machine = state_machine

@@ -14,8 +14,8 @@ import time
 
 from om.consensus.port import ReplicateResult, Replicator
 from om.executor.registry import error_response
-from om.flows.leader_flow import LeaderConfig
 from om.flows.read_rounds import ReadRound, ReadRounds
+from om.flows.settings import LeaderConfig
 from om.flows.template import Clock, RequestService, Write, entry_answer, wall_clock_ms
 from om.gatekeeper.retry_cache import StoredReply, expired_row_deletes, reply_row
 from om.observe.audit import AuditSink
@@ -35,10 +35,8 @@ class ReplicatedFlowService(RequestService):
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
                  clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
                  audit: AuditSink | None = None) -> None:
-        super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
-                         config.limits, config.in_flight_max, config.retry_wait_s, tracer,
-                         clock_ms, config.retry_keys, config.read_mode, metrics,
-                         audit)
+        super().__init__(node_id, replicator, state_machine.managed_index, config, tracer,
+                         clock_ms, metrics, audit)
         self._state_machine = state_machine
         self._config = config
         self._sweeper: asyncio.Task[None] | None = None

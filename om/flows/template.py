@@ -61,7 +61,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
-from om.config import READ_LINEARIZABLE, READ_LOCAL, READ_MODES
+from om.config import READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor import upgrade
 from om.executor.change_recorder import ChangeRecorder
@@ -75,10 +75,11 @@ from om.executor.context import (
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
 from om.flows.read_rounds import ReadRound
+from om.flows.settings import LeaderConfig
 from om.gatekeeper import old_clients, validation
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
-from om.gatekeeper.retry_cache import RetryKeys, StoredReply, retry_key
+from om.gatekeeper.retry_cache import RetryKeys, StoredReply
 from om.observe.audit import AuditSink, NoAudit
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import LineFormat, TraceSink
@@ -227,27 +228,27 @@ class RequestService(abc.ABC):
     readers see."""
 
     def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
-                 acl: AclPolicy, limits: Limits, in_flight_max: int, retry_wait_s: float,
-                 tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
-                 retry_keys: RetryKeys = retry_key, read_mode: str = READ_LINEARIZABLE,
+                 settings: LeaderConfig, tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
                  metrics: NodeMetrics | None = None, audit: AuditSink | None = None) -> None:
-        assert in_flight_max > 0
-        assert retry_wait_s > 0
-        assert read_mode in READ_MODES
-        self._read_mode = read_mode
+        """``settings``: the template reads its ACL policy, handler limits, in-flight
+        limit, retry wait, retry keys and read mode."""
+        assert settings.in_flight_max > 0
+        assert settings.retry_wait_s > 0
+        assert settings.read_mode in READ_MODES
+        self._read_mode = settings.read_mode
         self.metrics = metrics or NodeMetrics()
         self._audit: AuditSink = audit or NoAudit()
         self.node_id = node_id
         self._replicator = replicator
-        self._acl = acl
-        self._limits = limits
-        self._in_flight_max = in_flight_max
-        self._retry_wait_s = retry_wait_s
+        self._acl: AclPolicy = settings.acl
+        self._limits: Limits = settings.limits
+        self._in_flight_max = settings.in_flight_max
+        self._retry_wait_s = settings.retry_wait_s
         self._tracer = tracer
         self._request_line = LineFormat("server_request", {"flow": tracer.flow, "node": node_id},
                                         SERVER_REQUEST_FIELDS)
         self.clock_ms = clock_ms
-        self._retry_key = retry_keys
+        self._retry_key: RetryKeys = settings.retry_keys
         self.managed_index = ManagedIndex(managed_index)
         self._originals: dict[RetryKey, Write] = {}
         self._tasks: set[asyncio.Task[None]] = set()

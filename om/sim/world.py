@@ -40,7 +40,8 @@ from typing import Any
 
 from om.config import NodeAddress, Raft
 from om.consensus.pysyncobj.simulated import SimDisk, SimRaftReplicator, address_id
-from om.flows.leader_flow import LeaderConfig, LeaderService
+from om.flows.leader_flow import LeaderService
+from om.flows.settings import LeaderConfig
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.sim.clock import EPOCH_S, VirtualClock, VirtualLoop
