@@ -34,7 +34,7 @@ NODE = Path(parts.__file__).parent
 # the implementations behind the node's ports: only parts.py picks among them
 IMPLEMENTATIONS = frozenset({
     "StateMachine", "ReplicatedStateMachine", "LeaderService", "ReplicatedFlowService",
-    "RaftReplicator", "RaftProcessReplicator", "SimRaftReplicator"})
+    "RaftReplicator", "RaftProcessReplicator", "SimRaftReplicator", "LocalReplicator"})
 
 
 def mode_dispatch(source: str) -> list[str]:
@@ -67,6 +67,10 @@ def test_only_parts_names_an_implementation() -> None:
 ])
 def test_a_mode_asked_by_type_is_found(source: str) -> None:
     assert mode_dispatch(source)
+
+
+def test_every_configurable_execution_has_its_parts() -> None:
+    assert set(parts.EXECUTIONS) == set(om_config.EXECUTIONS)
 
 
 def test_the_tree_check_passes_a_node_module_without_dispatch() -> None:

@@ -17,7 +17,6 @@ import os
 from collections.abc import Awaitable, Callable
 
 from om.config import ServerConfig
-from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
 from om.executor import tokens, user_certificates
 from om.executor.errors import OMError
@@ -101,8 +100,7 @@ class Node:
         self.checkpoint_client = ring.checkpoint_client
         # The flows never see a diverged node ready: it executes and answers nothing.
         self.replicator: Replicator = self.integrity.attach(
-            self.raft or LocalReplicator(config.node_id, config.node.address,
-                                         self.state_machine.applied_index, self.apply_entry),
+            parts.replicator(config, ring, self.state_machine.applied_index, self.apply_entry),
             self.raft.transfer_leadership if self.raft is not None else None)
         self.leader = execution.write_path(parts.FlowParts(
             config.node_id, self.replicator, settings, self.tracer, self.metrics,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from om.config import ConfigError, ServerConfig
+from om.consensus.local import LocalReplicator
 from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
@@ -344,3 +345,12 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
                             unsafe_delay_if=hooks.leads, carried=carried)
     raft = RAFT_ADAPTERS[config.raft.separate_process](config, snapshots, hooks)
     return Ring(raft, CheckpointServer(config, shelf), client)
+
+
+def replicator(config: ServerConfig, ring: Ring, applied_index: int,
+               apply_entry: ApplyEntry) -> Replicator:
+    """Raft for a ring; for a single node, ``LocalReplicator`` (an entry commits when
+    applied, at the position after ``applied_index``)."""
+    if ring.raft is not None:
+        return ring.raft
+    return LocalReplicator(config.node_id, config.node.address, applied_index, apply_entry)
