@@ -83,8 +83,8 @@ class LeaderService(RequestService):
         """``store``: applied state (the old flow's write cache over the store when
         ``state_machine`` is the old flow's, which applies both kinds of entry: then
         every write type runs the flow the ``#FLOWS`` row names, om/executor/flow_switch.py)."""
-        super().__init__(node_id, replicator, state_machine.managed_index, config, tracer,
-                         clock_ms, metrics, audit)
+        super().__init__(node_id, replicator, state_machine, store, config, tracer, clock_ms,
+                         metrics, audit)
         self.config = config
         self._store = store
         self._state_machine = state_machine
@@ -135,14 +135,8 @@ class LeaderService(RequestService):
                 "retry_cache_bytes": retry["recent_bytes"],
                 "lock_waiters": self.locks.table.statistics().waiters}
 
-    def _view(self) -> ReadView:
-        return self._store
-
     def _on_read_round(self, done: ReadRound) -> None:
         self.pipeline.on_read_round(done)
-
-    def _persisted_managed_index(self) -> int:
-        return self._state_machine.managed_index
 
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
         return self.retry_cache.committed_response(key, self._store, self.clock_ms())

@@ -23,7 +23,6 @@ from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.schema.ids import RetryKey
-from om.schema.read_view import ReadView
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
 
@@ -35,8 +34,8 @@ class ReplicatedFlowService(RequestService):
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
                  clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
                  audit: AuditSink | None = None) -> None:
-        super().__init__(node_id, replicator, state_machine.managed_index, config, tracer,
-                         clock_ms, metrics, audit)
+        super().__init__(node_id, replicator, state_machine, state_machine.view, config,
+                         tracer, clock_ms, metrics, audit)
         self._state_machine = state_machine
         self._config = config
         self._sweeper: asyncio.Task[None] | None = None
@@ -82,9 +81,6 @@ class ReplicatedFlowService(RequestService):
         """None of its own: apply holds the retry cache (the state machine reports it)."""
         return {}
 
-    def _view(self) -> ReadView:
-        return self._state_machine.view
-
     def _on_read_round(self, done: ReadRound) -> None:
         self.read_rounds.add(done)
 
@@ -93,9 +89,6 @@ class ReplicatedFlowService(RequestService):
         empty = om_pb2.PersistDbBatch(term=self.role().term, leader_id=self.node_id,
                                       timestamp_ms=self.clock_ms())
         return await self._replicator.replicate(log_entry.encode_batch(empty))
-
-    def _persisted_managed_index(self) -> int:
-        return self._state_machine.managed_index
 
     def _committed_response(self, key: RetryKey) -> StoredReply | None:
         """From memory, else from the reply row (which outlives a restart)."""

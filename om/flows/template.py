@@ -59,7 +59,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from om.config import READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
@@ -190,6 +190,15 @@ def stored_answer(request: om_pb2.OMRequest, request_fingerprint: bytes,
 Answer = asyncio.Future[om_pb2.OMResponse]
 
 
+class Positions(Protocol):
+    """The state machine's positions, as the template reads them."""
+
+    @property
+    def managed_index(self) -> int:
+        """The highest managed index this node has applied."""
+        ...
+
+
 class Write:
     """An admitted write, from admission until it ends: what ending it needs, and the
     retries waiting for its answer.
@@ -224,14 +233,17 @@ class Write:
 
 
 class RequestService(abc.ABC):
-    """The shared template; subclasses provide the write path, read rounds and what
-    readers see."""
+    """The shared template; subclasses provide the write path, read rounds and the
+    retry cache's committed answers (what readers see is given: ``view``)."""
 
-    def __init__(self, node_id: str, replicator: Replicator, managed_index: int,
-                 settings: LeaderConfig, tracer: TraceSink, clock_ms: Clock = wall_clock_ms,
-                 metrics: NodeMetrics | None = None, audit: AuditSink | None = None) -> None:
-        """``settings``: the template reads its ACL policy, handler limits, in-flight
-        limit, retry wait, retry keys and read mode."""
+    def __init__(self, node_id: str, replicator: Replicator, positions: Positions,
+                 view: ReadView, settings: LeaderConfig, tracer: TraceSink,
+                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
+                 audit: AuditSink | None = None) -> None:
+        """``positions``: the state machine, whose managed index a new term starts
+        from; ``view``: what readers of this flow see (the store, or the old flow's
+        write cache over it); ``settings``: the template reads its ACL policy, handler
+        limits, in-flight limit, retry wait, retry keys and read mode."""
         assert settings.in_flight_max > 0
         assert settings.retry_wait_s > 0
         assert settings.read_mode in READ_MODES
@@ -249,7 +261,9 @@ class RequestService(abc.ABC):
                                         SERVER_REQUEST_FIELDS)
         self.clock_ms = clock_ms
         self._retry_key: RetryKeys = settings.retry_keys
-        self.managed_index = ManagedIndex(managed_index)
+        self._positions = positions
+        self._reader = view
+        self.managed_index = ManagedIndex(positions.managed_index)
         self._originals: dict[RetryKey, Write] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._index_term = -1
@@ -261,14 +275,6 @@ class RequestService(abc.ABC):
         self._drained: asyncio.Event | None = None   # set when only the Prepare is in flight
 
     # -- what a subclass provides -------------------------------------------------------
-
-    @abc.abstractmethod
-    def _view(self) -> ReadView:
-        """What readers of this flow see."""
-
-    @abc.abstractmethod
-    def _persisted_managed_index(self) -> int:
-        """The highest managed index this node has applied."""
 
     @abc.abstractmethod
     def _on_read_round(self, done: ReadRound) -> None:
@@ -593,7 +599,7 @@ class RequestService(abc.ABC):
         """This node's role; advances the managed index when a new term becomes ready."""
         role = self._replicator.role()
         if role.ready and role.term != self._index_term:
-            self.managed_index.advance_to(self._persisted_managed_index())
+            self.managed_index.advance_to(self._positions.managed_index)
             self._index_term = role.term
         return role
 
@@ -606,6 +612,10 @@ class RequestService(abc.ABC):
         return ExecContext(request.user, managed_index, now_ms,
                            reservations or NoReservations(), self._limits, self._acl.groups,
                            tuple(request.groups), planned or {}, self.snapshot_views)
+
+    def _view(self) -> ReadView:
+        """What readers of this flow see."""
+        return self._reader
 
     def authorize(self, request: om_pb2.OMRequest) -> None:
         """PERMISSION_DENIED unless the request's user may run it."""
