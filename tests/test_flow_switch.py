@@ -291,11 +291,13 @@ async def test_an_unapplied_leader_flow_write_holds_its_quota_against_the_old_fl
     committed = node.send(build.commit_multipart_upload(V, B, "big", upload, 1, part,
                                                         KEY_SIZE))
     await asyncio.sleep(0.05)
-    refused = await node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))   # old flow
-    assert refused.status == om_pb2.QUOTA_EXCEEDED, refused.message
+    refused = node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))   # old flow
+    await asyncio.sleep(0.05)
     assert node.replicator.waiting == 1, "the refused commit was never replicated"
-    node.replicator.gate.set()
+    node.replicator.gate.set()   # the refusal is answered once a read round confirms
     assert (await _settles(committed))[0].status == om_pb2.OK
+    answer = await refused
+    assert answer.status == om_pb2.QUOTA_EXCEEDED, answer.message
     assert node.bucket().used_bytes == CHARGE
     await node.close()
 

@@ -223,6 +223,23 @@ async def test_a_read_whose_round_fails_is_refused_retryably(leader: LeaderUnder
     assert (await leader.call(build.info_volume("vol"))).status == om_pb2.OK
 
 
+async def test_a_refused_write_whose_round_fails_is_refused_retryably(
+        leader: LeaderUnderTest) -> None:
+    """A handler's refusal is read from this node's state, so it is answered only once a
+    read round confirms this node still leads; a deposed leader that did not know it
+    would otherwise tell a retry of a write the new leader committed KEY_NOT_FOUND
+    (om/sim seed 1). Round failed: the client hears a retryable status instead."""
+    await leader.ok(build.create_volume("vol"))
+    leader.replicator.fail_with = ReplicateStatus.LEADER_CHANGED
+    refused = await leader.call(build.delete_volume("nope"))
+    assert refused.status in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY), refused
+    leader.replicator.fail_with = None
+    entries = leader.replicator.entries
+    assert (await leader.call(build.delete_volume("nope"))).status == om_pb2.VOLUME_NOT_FOUND
+    assert leader.replicator.entries == entries + 1, "one read round, no write"
+    leader.assert_idle()
+
+
 async def test_local_reads_take_no_round(tmp_path: Path) -> None:
     leader = LeaderUnderTest(tmp_path / "db", config(read_mode="local"))
     await leader.start()

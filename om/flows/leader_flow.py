@@ -306,7 +306,7 @@ class LeaderService(RequestService):
                              self.context(request, index, now_ms, self.reservations, planned))
             trace.execute_ns = time.perf_counter_ns() - started
             if trial.status == om_pb2.QUOTA_EXCEEDED:
-                self._end_write(write, trial, None)
+                self._end_refused(write, trial)
                 return
             if trial.status == om_pb2.OK:
                 self.reservations.reserve(index, recorder.quota)
