@@ -289,7 +289,9 @@ def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
            workers: list[workload.Worker], recorder: workload.Recorder,
            violations: list[Violation], elapsed_s: float,
            observed: dict[str, Any], fs: FsObservation | None = None) -> dict[str, Any]:
-    (out / "history.jsonl").write_text(history.to_jsonl())
+    with (out / "history.jsonl").open("w") as lines:  # line by line: a long run's is large
+        for op in history:
+            lines.write(op.to_json() + "\n")
     traces = out / config.execution / "traces"
     traces.mkdir(parents=True, exist_ok=True)
     (traces / "faults.jsonl").write_text("".join(

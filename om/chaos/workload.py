@@ -59,6 +59,7 @@ class WorkloadConfig:
     deadline_s: float = 8.0
     attempt_timeout_s: float = 1.5
     seed: int = 1
+    op_pause_s: float = 0.0           # between one worker's operations: paces a long run
 
 
 @dataclass
@@ -131,6 +132,8 @@ class Worker:
                     return
                 step()
                 self.ops += 1
+                if self._config.op_pause_s:
+                    self._stop.wait(self._config.op_pause_s)
         finally:
             self._client.close()
 
