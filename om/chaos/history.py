@@ -35,6 +35,16 @@ is a path below the bucket and every name it creates is unique to its op:
 - `rmr`: DeleteKey of the directory `key` with `recursive` (`rm -r`); `value` is
   `None`.
 
+The multipart-upload workload (om/chaos/mpu_workload.py), where `key` is an
+object key used by one upload only and `extra["upload_id"]` is the upload's id
+(absent when InitiateMultiPartUpload gave none):
+
+- `mpu_complete`: the upload's parts committed, then CompleteMultiPartUpload;
+  `value` is the sum of the parts' sizes (> 0), the key's size once complete.
+  An upload that never got to send its complete is a `fail` complete.
+- `mpu_abort`: AbortMultiPartUpload of the upload; `value` is `None`. The key
+  of an upload meant to be aborted is never completed, whatever the outcome.
+
 Rules checked on construction (a violation raises `HistoryError`, since a
 malformed history cannot be judged): times are ordered, values fit the function
 and outcome, op ids are unique, put values are unique per key, and one process
@@ -84,9 +94,12 @@ class F(StrEnum):
     CREATE = "create"
     RENAME = "rename"
     RMR = "rmr"
+    MPU_COMPLETE = "mpu_complete"
+    MPU_ABORT = "mpu_abort"
 
 
-NO_VALUE: Final = frozenset({F.DELETE, F.MKDIR, F.RENAME, F.RMR})
+NO_VALUE: Final = frozenset({F.DELETE, F.MKDIR, F.RENAME, F.RMR, F.MPU_ABORT})
+UPLOAD_ID: Final = "upload_id"
 RENAME_TO: Final = "to"
 
 
@@ -277,6 +290,8 @@ def _check_value(op: Op) -> None:
         raise HistoryError(f"a {op.f} carries no value: {op.describe()}")
     if op.f is F.ADD and (op.value is None or op.value <= 0):
         raise HistoryError(f"an add needs a positive delta: {op.describe()}")
+    if op.f is F.MPU_COMPLETE and (op.value is None or op.value <= 0):
+        raise HistoryError(f"a complete needs the parts' positive size: {op.describe()}")
     if op.f is F.CREATE and (op.value is None or op.value <= 0):
         raise HistoryError(f"a create needs the file's positive size: {op.describe()}")
     to = op.extra.get(RENAME_TO)
