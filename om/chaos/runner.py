@@ -37,6 +37,8 @@ from om.chaos import (
     mpu_checkers,
     mpu_workload,
     resources,
+    snap_checkers,
+    snap_workload,
     workload,
 )
 from om.chaos.checkers import Usage, Violation
@@ -111,8 +113,13 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxi
     spec = config.workload
     namespace = fs_workload.Namespace()
     others = spec.register_workers + spec.add_workers + spec.fs_workers
-    for process in range(others + spec.mpu_workers):
-        if process >= others:
+    for process in range(others + spec.mpu_workers + spec.snap_workers):
+        if process >= others + spec.mpu_workers:
+            snap_worker = snap_workload.SnapWorker(process, cluster.addresses, recorder, spec,
+                                                   stop, cluster.client_tls())
+            worker = snap_worker
+            step = snap_worker.snap_step
+        elif process >= others:
             mpu_worker = mpu_workload.MpuWorker(process, cluster.addresses, recorder, spec,
                                                 stop, cluster.client_tls())
             worker = mpu_worker
@@ -199,6 +206,21 @@ def _observe_mpu(cluster: om_cluster.Cluster) -> MpuObservation:
         else:
             raise RuntimeError(f"the multipart bucket lists more than {LIST_PAGES_MAX} pages")
     return MpuObservation(keys, frozenset(uploads))
+
+
+def _observe_snapshots(cluster: om_cluster.Cluster) -> list[str]:
+    """The names of the register bucket's snapshots, every page."""
+    names: list[str] = []
+    with OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=60),
+                  tls=cluster.client_tls()) as client:
+        for _ in range(LIST_PAGES_MAX):
+            start = names[-1] if names else ""
+            page = client.list_snapshots(workload.VOLUME, workload.REGISTER_BUCKET,
+                                         start_after=start, max_results=1000)
+            names.extend(info.name for info in page.snapshot_info)
+            if not page.truncated:
+                return names
+    raise RuntimeError(f"the snapshots list more than {LIST_PAGES_MAX} pages")
 
 
 def _verify(cluster: om_cluster.Cluster) -> tuple[dict[str, Any], list[Violation]]:
@@ -374,7 +396,8 @@ def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
 
 def _workloads(spec: workload.WorkloadConfig) -> list[str]:
     counts = {"register": spec.register_workers, "add": spec.add_workers,
-              "fso": spec.fs_workers, "mpu": spec.mpu_workers}
+              "fso": spec.fs_workers, "mpu": spec.mpu_workers,
+              "snap": spec.snap_workers}
     return [name for name, workers in counts.items() if workers > 0]
 
 
@@ -424,6 +447,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
         final, usage, ids = _observe(cluster, config.workload.register_keys)
         fs = _observe_fs(cluster) if config.workload.fs_workers else None
         mpu = _observe_mpu(cluster) if config.workload.mpu_workers else None
+        snapshots = _observe_snapshots(cluster) if config.workload.snap_workers else None
         cluster.wait_converged(timeout_s=60)
         if fs is not None:
             fs = dataclasses.replace(fs, audits=_audits(cluster), nodes=len(cluster.addresses))
@@ -442,6 +466,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
                                   object_ids=ids + _acked_ids(history))
     violations += fs_checkers.check_fs(history, fs)
     violations += mpu_checkers.check_mpu(history, mpu)
+    violations += snap_checkers.check_snapshots(history, snapshots)
     samples = sampler.snapshot()
     violations += unverified + resources.check(samples, config.resource_bounds)
     (config.out / "resources.jsonl").write_text("".join(
@@ -449,4 +474,5 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     observed = {"resources": resources.summarize(samples, config.resource_bounds),
                 VERIFY: verified}
     return _write(config.out, config, history, nemesis, workers, recorder, violations,
-                  time.monotonic() - started, {**observed, **_mpu_summary(mpu)}, fs)
+                  time.monotonic() - started, {**observed, **_mpu_summary(mpu),
+                   **({"snapshots_listed": len(snapshots)} if snapshots is not None else {})}, fs)

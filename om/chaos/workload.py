@@ -12,6 +12,8 @@ The workloads run side by side, each worker its own history process id:
   retry cache on, the answer is the original one; off, the commit runs again;
 * **mpu** (``om/chaos/mpu_workload.py``): multipart uploads completed or
   aborted, for the multipart checker (``om/chaos/mpu_checkers.py``);
+* **snap** (``om/chaos/snap_workload.py``): OM snapshots of the register
+  bucket, read through, for the snapshot checker (``om/chaos/snap_checkers.py``);
 * **fs** (``om/chaos/fs_workload.py``): mkdir, create, rename and ``rm -r`` on
   the FILE_SYSTEM_OPTIMIZED bucket, for the tree, quota and audit checks
   (``om/chaos/fs_checkers.py``).
@@ -57,6 +59,7 @@ class WorkloadConfig:
     add_workers: int = 2
     fs_workers: int = 0
     mpu_workers: int = 0
+    snap_workers: int = 0
     register_keys: int = 24
     ops_per_worker_max: int = 20_000
     duplicate_send: float = 0.05

@@ -13,7 +13,7 @@ tell a slow leak from a cache filling to its bound.
 A long run paces its workers (``--op-pause``, default ``LONG_OP_PAUSE_S`` from
 an hour on): the recorder keeps every operation in memory and the checkers read
 them all (the linearizability search per key, with a step budget), so the rate,
-not the clock, must bound the history: at most 90 ops/s over two hours is ~0.65 M
+not the clock, must bound the history: at most 100 ops/s over two hours is ~0.7 M
 ops, about a 20-minute unpaced soak's (467k ops), which the checkers handled.
 
 Exits 0 when no checker found a violation, 1 when one did, 2 on bad usage.
@@ -41,8 +41,8 @@ SOAK_STORM_S = 120.0
 LONG_RUN_S = 3600.0        # from this duration on: long calm phases, paced workers
 LONG_CALM_S = 1200.0
 LONG_STORM_S = 180.0
-LONG_OP_PAUSE_S = 0.1      # per worker between operations: 9 workers, <= 90 ops/s
-WORKLOADS = {"register": 4, "add": 2, "fso": 2, "mpu": 1}   # workload -> its threads
+LONG_OP_PAUSE_S = 0.1      # per worker between operations: 10 workers, <= 100 ops/s
+WORKLOADS = {"register": 4, "add": 2, "fso": 2, "mpu": 1, "snap": 1}   # -> its threads
 
 
 def register(commands: Any) -> None:
@@ -69,7 +69,8 @@ def register(commands: Any) -> None:
     p.add_argument("--workload", default=",".join(WORKLOADS),
                    help=f"comma-separated workloads, from {', '.join(WORKLOADS)} (fso: mkdir, "
                    "create, rename and rm -r on a file-system bucket; mpu: multipart uploads "
-                   "completed or aborted)")
+                   "completed or aborted; snap: OM snapshots of the register bucket, read "
+                   "through)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--unsafe-disable-retry-cache", action="store_true",
                    help="red test: the exactly-once checker must then report violations")
@@ -146,7 +147,8 @@ def run_chaos(args: argparse.Namespace) -> int:
                                 ops_per_worker_max=ops_budget(duration_s),
                                 register_workers=threads["register"],
                                 add_workers=threads["add"], fs_workers=threads["fso"],
-                                mpu_workers=threads["mpu"], op_pause_s=pause_s),
+                                mpu_workers=threads["mpu"], snap_workers=threads["snap"],
+                                op_pause_s=pause_s),
         unsafe_disable_retry_cache=args.unsafe_disable_retry_cache,
         calm_s=calm_s, storm_s=storm_s)
     phases = f" in cycles of {calm_s:.0f} s calm, {storm_s:.0f} s storm" if soak else ""
