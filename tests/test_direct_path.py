@@ -92,9 +92,17 @@ async def test_a_retry_of_a_direct_write_in_flight_gets_its_answer(
 
 
 async def test_an_error_status_releases_everything_at_once(leader: LeaderUnderTest) -> None:
+    """Locks and reservations are released as the handler refuses, with no task; only
+    the answer waits, for a read round confirming this node still leads (a deposed
+    leader's refusal would come from stale state: om/flows/leader_flow.py,
+    _end_refused)."""
     answer = leader.service.submit(leader.stamp(build.commit_key("vol", "bkt", "nope", 7, 1)))
-    assert answer.done(), "an error status needs no batch"
-    assert answer.result().status == om_pb2.KEY_NOT_FOUND
+    assert leader.service.waiting == 0, "an error status needs no task"
+    stats = leader.service.locks.table.statistics()
+    assert (stats.resources, stats.holders, stats.waiters) == (0, 0, 0)
+    assert len(leader.service.reservations) == 0
+    assert not answer.done(), "the refusal is answered after a read round"
+    assert (await answer).status == om_pb2.KEY_NOT_FOUND
     leader.assert_idle()
 
 

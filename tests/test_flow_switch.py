@@ -266,11 +266,18 @@ async def test_an_unapplied_old_flow_write_holds_its_quota_against_the_leader_fl
     await asyncio.sleep(0.05)
     assert node.service.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
         == (CHARGE, 1)
-    refused = await node.send(build.commit_multipart_upload(V, B, "big", upload, 1, part,
-                                                            KEY_SIZE))
-    assert refused.status == om_pb2.QUOTA_EXCEEDED, refused.message
+    waiting = node.service.waiting
+    part_commit = node.send(build.commit_multipart_upload(V, B, "big", upload, 1, part,
+                                                          KEY_SIZE))
+    await asyncio.sleep(0.05)
+    assert node.service.waiting == waiting, "the part executed at once, the commit unapplied"
+    assert node.service.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
+        == (CHARGE, 1), "the part reserved nothing"
+    assert not part_commit.done(), "its refusal waits for a read round, held back too"
     node.replicator.gate.set()
-    assert (await _settles(commit))[0].status == om_pb2.OK
+    refused, committed = await _settles(part_commit, commit)
+    assert refused.status == om_pb2.QUOTA_EXCEEDED, refused.message
+    assert committed.status == om_pb2.OK
     assert len(node.service.reservations) == 0
     assert node.bucket().used_bytes == CHARGE
     await node.close()
@@ -285,11 +292,13 @@ async def test_an_unapplied_leader_flow_write_holds_its_quota_against_the_old_fl
     committed = node.send(build.commit_multipart_upload(V, B, "big", upload, 1, part,
                                                         KEY_SIZE))
     await asyncio.sleep(0.05)
-    refused = await node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))   # old flow
-    assert refused.status == om_pb2.QUOTA_EXCEEDED, refused.message
+    refused = node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))   # old flow
+    await asyncio.sleep(0.05)
     assert node.replicator.waiting == 1, "the refused commit was never replicated"
-    node.replicator.gate.set()
+    node.replicator.gate.set()   # the refusal is answered once a read round confirms
     assert (await _settles(committed))[0].status == om_pb2.OK
+    answer = await refused
+    assert answer.status == om_pb2.QUOTA_EXCEEDED, answer.message
     assert node.bucket().used_bytes == CHARGE
     await node.close()
 

@@ -50,6 +50,14 @@ async def _wait_until(condition: object, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _all_executed(leader: LeaderUnderTest, count: int) -> None:
+    """Waits until each of ``count`` writes has executed with the replicator's gate
+    shut: all are in flight (a refused one waits for a read round, which the gate holds
+    back too: om/flows/leader_flow.py, _end_refused) and none waits for a lock."""
+    await _wait_until(lambda: leader.service.in_flight == count
+                      and leader.service.waiting == 0)
+
+
 # -- quota -----------------------------------------------------------------------
 
 
@@ -65,7 +73,9 @@ async def test_concurrent_commits_fill_the_quota_exactly(leader: LeaderUnderTest
                                                                  KEY_SIZE)))
                for i, s in enumerate(sessions)]
     if held_back:
-        await _wait_until(lambda: leader.service.in_flight == fits)
+        await _all_executed(leader, 100)
+        assert leader.service.reservations.reserved(
+            om_pb2.BUCKET, tables.bucket_key("vol", "bkt")) == (fits * CHARGE, fits)
         leader.replicator.gate.set()
     statuses = [r.status for r in await asyncio.gather(*commits)]
     assert statuses.count(om_pb2.OK) == fits
@@ -82,7 +92,9 @@ async def test_namespace_quota_holds_under_concurrency(leader: LeaderUnderTest) 
     leader.replicator.gate.clear()
     commits = [asyncio.create_task(leader.call(build.commit_key("vol", "bkt", f"k{i}", s, 1)))
                for i, s in enumerate(sessions)]
-    await _wait_until(lambda: leader.service.in_flight == 5)
+    await _all_executed(leader, 20)
+    assert leader.service.reservations.reserved(
+        om_pb2.BUCKET, tables.bucket_key("vol", "bkt"))[1] == 5
     leader.replicator.gate.set()
     statuses = [r.status for r in await asyncio.gather(*commits)]
     assert statuses.count(om_pb2.OK) == 5
@@ -209,6 +221,23 @@ async def test_a_read_whose_round_fails_is_refused_retryably(leader: LeaderUnder
     assert refused.status in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY)
     leader.replicator.fail_with = None
     assert (await leader.call(build.info_volume("vol"))).status == om_pb2.OK
+
+
+async def test_a_refused_write_whose_round_fails_is_refused_retryably(
+        leader: LeaderUnderTest) -> None:
+    """A handler's refusal is read from this node's state, so it is answered only once a
+    read round confirms this node still leads; a deposed leader that did not know it
+    would otherwise tell a retry of a write the new leader committed KEY_NOT_FOUND
+    (om/sim seed 1). Round failed: the client hears a retryable status instead."""
+    await leader.ok(build.create_volume("vol"))
+    leader.replicator.fail_with = ReplicateStatus.LEADER_CHANGED
+    refused = await leader.call(build.delete_volume("nope"))
+    assert refused.status in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY), refused
+    leader.replicator.fail_with = None
+    entries = leader.replicator.entries
+    assert (await leader.call(build.delete_volume("nope"))).status == om_pb2.VOLUME_NOT_FOUND
+    assert leader.replicator.entries == entries + 1, "one read round, no write"
+    leader.assert_idle()
 
 
 async def test_local_reads_take_no_round(tmp_path: Path) -> None:

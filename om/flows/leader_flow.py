@@ -7,7 +7,8 @@ authorized it):
     must wait joins the lock's FIFO queue at once and waits in a task -> TIMEOUT
     after a bounded wait
  2. execute the pure handler with the next managed index against applied
-    state (an error status ends here: nothing is written or replicated)
+    state (an error status ends here: nothing is written or replicated; it is
+    answered once a read round confirms this node still leads, as a read is)
  3. reserve quota, queue for group commit (om/flows/batch_pipeline.py); the answer
     future resolves in the batch's settle callback, not in a task
  4. at settle, after commit and local apply: release the quota reservation and
@@ -225,7 +226,7 @@ class LeaderService(RequestService):
             response = dispatch(request, self._store, recorder, ctx)
             trace.execute_ns = time.perf_counter_ns() - started
             if response.status != om_pb2.OK:
-                self._end_write(write, response, None)
+                self._end_refused(write, response)
                 return
             assert not recorder.empty, "a successful write changes something"
             reply = om_pb2.ClientRequestReply(
@@ -245,6 +246,23 @@ class LeaderService(RequestService):
         finally:
             if not queued:
                 self.locks.release(owner)
+
+    def _end_refused(self, write: Write, response: om_pb2.OMResponse) -> None:
+        """Answers a write its handler refused (KEY_NOT_FOUND, ...) once a read round
+        that began after it executed confirms that this node still led: the refusal
+        was read from this node's state, and a leader deposed without knowing it (a
+        paused process, a partition) holds stale state. Unconfirmed, a retry of a
+        write the new leader committed heard a definite KEY_NOT_FOUND from the old
+        one (om/sim found it). Not confirmed: LEADER_NOT_READY or NOT_LEADER, and
+        the client retries elsewhere. The write stays in flight meanwhile, so a
+        retry of it waits for this answer."""
+        def confirmed(result: ReplicateResult) -> None:
+            if result.status is ReplicateStatus.COMMITTED:
+                self._end_write(write, response, None)
+            else:
+                self._end_write(write, not_leader_response(write.request, self.node_id,
+                                                           self.role()), None)
+        self._on_read_round(confirmed)
 
     def _execute_old(self, write: Write, owner: LockOwner, planned: Planned | None) -> None:
         """An old-flow write on a switchable node (docs/FLOW_SWITCH.md steps 3-4): under
@@ -270,7 +288,7 @@ class LeaderService(RequestService):
                              self.context(request, index, now_ms, self.reservations, planned))
             trace.execute_ns = time.perf_counter_ns() - started
             if trial.status == om_pb2.QUOTA_EXCEEDED:
-                self._end_write(write, trial, None)
+                self._end_refused(write, trial)
                 return
             if trial.status == om_pb2.OK:
                 self.reservations.reserve(index, recorder.quota)

@@ -24,17 +24,16 @@ from tests.sim.planted import PLANTED
 
 STEPS = 400
 # the first seed (from 1, STEPS requests) at which the sweep found each planted bug
-FOUND_AT = {"apply_forgets_position_after_restart": 12, "reply_outside_the_batch": 5,
+FOUND_AT = {"apply_forgets_position_after_restart": 24, "reply_outside_the_batch": 1,
             "locks_released_before_apply": 1}
 SWEEP_SEEDS_MAX = 1000
-# seeds (2,000 requests) that found a bug in the real code: each passes once it is fixed
+# seeds (2,000 requests) that found a bug in the real code, kept once it was fixed
 REGRESSIONS = {
     # a deposed leader that did not know it (paused) answered a retry of a write the new
-    # leader had committed with a definite KEY_NOT_FOUND from its stale state (not fixed
-    # yet: docs/RELIABILITY.md, The simulator, What it found)
+    # leader had committed with a definite KEY_NOT_FOUND from its stale state: a write's
+    # refusal now waits for a read round (om/flows/leader_flow.py, _end_refused)
     1: "refusal answered from a deposed leader's state",
 }
-OPEN = frozenset({1})    # found, not fixed: expected to fail until the fix lands
 
 
 def test_a_seed_replays_bit_for_bit() -> None:
@@ -76,9 +75,7 @@ def test_the_seam_takes_time_and_randomness_over_and_gives_them_back() -> None:
     assert len(os.urandom(4)) == 4
 
 
-@pytest.mark.parametrize("seed", [
-    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=REGRESSIONS[s]))
-    if s in OPEN else s for s in sorted(REGRESSIONS)])
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS))
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
     result = run_seed(seed)
     assert result.ok, (REGRESSIONS[seed], result.violations)
