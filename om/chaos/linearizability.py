@@ -277,21 +277,31 @@ class _Search:
                     continue
             else:
                 assert definite[i], "an indefinite op's +inf return was reached"
-            # Every way on from here fails: undo the last choice, and keep undoing
-            # while it was a read, since a read legal now dominates delaying it.
-            while True:
-                if not calls:
-                    return Verdict.VIOLATION, steps
-                i, state, passed = calls.pop()
-                linearized ^= bits[i]
-                self._unlift(i)
-                remaining += definite[i]
-                if kinds[i] != _GET:
-                    break
+            # Every way on from here fails: undo choices (``_backtrack``).
+            undone = self._backtrack(calls, linearized, remaining)
+            if undone is None:
+                return Verdict.VIOLATION, steps
+            i, state, passed, linearized, remaining = undone
             if classes[i] != _NO_CLASS:
                 passed[classes[i]] = min(passed[classes[i]], ranks[i])
             entry = nxt[self.call_node[i]]
         return Verdict.OK, steps
+
+    def _backtrack(self, calls: list[tuple[int, object, list[int]]], linearized: int,
+                   remaining: int) -> tuple[int, object, list[int], int, int] | None:
+        """Undoes the last choice, and keeps undoing while it was a read, since a read
+        legal now dominates delaying it: the write undone, with the state, passed ranks,
+        linearized set and remaining count from before it; None when nothing is left
+        to undo (no linearization exists)."""
+        kinds, bits, definite = self.model.kinds, self.bits, self.model.definite
+        while calls:
+            i, state, passed = calls.pop()
+            linearized ^= bits[i]
+            self._unlift(i)
+            remaining += definite[i]
+            if kinds[i] != _GET:
+                return i, state, passed, linearized, remaining
+        return None
 
     def _lift(self, i: int) -> None:
         nxt, prv = self.nxt, self.prv
