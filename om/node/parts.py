@@ -1,22 +1,24 @@
 """The node's parts, picked from its configuration once (issue 34: ports, chosen once).
 
-Three settings decide which implementation fills each port, and they are read here
+Four settings decide which implementation fills each port, and they are read here
 and nowhere else in ``om/node``:
 
-* ``execution`` picks the state machine and the write path (``MACHINES``,
-  ``WRITE_PATHS``): ``leader`` runs the leader flow over the plain state machine;
+* ``execution`` picks the state machine and the write path (``EXECUTIONS``, one
+  ``Execution`` each): ``leader`` runs the leader flow over the plain state machine;
   ``replicated`` runs Ozone's old flow over the old flow's state machine (execute in
   apply); ``switchable`` runs the leader flow over the old flow's state machine, both
   flows per write type (docs/FLOW_SWITCH.md).
-* The ring's size: one node replicates locally (no Raft, no checkpoints); more, over
-  Raft.
+* The ring's size (``ring``, ``replicator``): one node replicates locally (no Raft, no
+  checkpoints); more, over Raft.
 * ``[raft] separate_process`` picks the Raft adapter (``RAFT_ADAPTERS``): a Raft child
   process (the default) or pysyncobj in a thread of this process.
+* ``unsafe_disable_retry_cache`` picks the retry cache's keys (``leader_config``): the
+  fault ``ForgetfulRetryKeys`` for chaos's red case, else ``retry_key``.
 
 Invariant: the node holds each part through its port (``Machine``, ``WritePath``,
 ``om.consensus.port.RaftPort``) and never asks a part its type, so a mode is one row
 of these tables. The clock (``Clock``) and the randomness (``Randomness``) a node
-reads are passed in here too, so a simulator can drive a node.
+reads come in at the same seam (``Seam``), so a simulator can drive a node.
 """
 
 from __future__ import annotations
