@@ -10,7 +10,7 @@ position; the leader reads it from applied state for each write it admits
 (``om/flows/leader_flow.py``), as the prepare marker is read. Apply never reads it:
 each entry says by its kind how it is applied.
 
-``SetFlows`` needs layout feature LEADER_EXECUTION (``om/executor/upgrade.py``)
+``SetFlows`` needs layout feature LEADER_EXECUTION (``om/executor/admin/upgrade.py``)
 finalized, and always runs the leader flow itself. It is no barrier: both flows take
 the same locks in one request service and hold them until their entry applied
 locally, so a write routed by the old row and one routed by the new never overlap

@@ -34,7 +34,7 @@ from typing import NamedTuple
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView

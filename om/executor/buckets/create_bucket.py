@@ -1,7 +1,7 @@
 """CreateBucket.
 
 A bucket is OBJECT_STORE (flat keys; the default here, as Ozone's S3 gateway
-creates them) or FILE_SYSTEM_OPTIMIZED (directories as rows: ``om/executor/fs.py``;
+creates them) or FILE_SYSTEM_OPTIMIZED (directories as rows: ``om/executor/fso/fs.py``;
 Ozone's server default). Ozone's rules (the gate checked the names, owner, layout
 and quotas): VOLUME_NOT_FOUND, BUCKET_ALREADY_EXISTS; a volume with a space
 quota requires a bucket space quota (QUOTA_ERROR) and the bucket quotas must
@@ -17,10 +17,10 @@ from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import LAYOUTS
+from om.executor.fso.fs import LAYOUTS
 from om.executor.quota import UNLIMITED, check_volume_namespace, normalize_quota
 from om.executor.rows import encode, load_volume
-from om.executor.volume_buckets import sum_bucket_quotas
+from om.executor.volumes.volume_buckets import sum_bucket_quotas
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView

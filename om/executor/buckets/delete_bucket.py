@@ -7,7 +7,7 @@ from __future__ import annotations
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import is_fso
+from om.executor.fso.fs import is_fso
 from om.executor.rows import load_bucket, load_volume
 from om.protocol import om_pb2
 from om.schema import tables

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import (
+from om.executor.fso.fs import (
     Entry,
     Ids,
     Resolved,
@@ -39,7 +39,7 @@ from om.executor.fs import (
     resolve,
     walk,
 )
-from om.executor.fso_rows import (
+from om.executor.fso.fso_rows import (
     charge_namespace,
     encode_entry,
     make_directories,
@@ -49,9 +49,9 @@ from om.executor.fso_rows import (
     status,
     with_path,
 )
+from om.executor.keys.retired_keys import retire
 from om.executor.listing import page_size
 from om.executor.quota import check_bucket_quota, replicated_size
-from om.executor.retired_keys import retire
 from om.executor.rows import encode, read_bucket, read_volume
 from om.protocol import om_pb2
 from om.schema import tables

@@ -1,7 +1,7 @@
 """The rows file-system requests write: directories, open files, answers with paths.
 
 Shared by CreateDirectory, CreateFile and the key requests on FILE_SYSTEM_OPTIMIZED
-buckets (``om/executor/fso_keys.py``). Rules:
+buckets (``om/executor/fso/fso_keys.py``). Rules:
 
 * missing parents are created in the same request, top down, with the object ids
   ``ctx.object_id(0..n-1)`` of the request's window, so two requests never mint the
@@ -17,7 +17,7 @@ from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import Entry, Ids, Resolved, file_not_a_directory, is_fso
+from om.executor.fso.fs import Entry, Ids, Resolved, file_not_a_directory, is_fso
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.rows import encode
 from om.protocol import om_pb2

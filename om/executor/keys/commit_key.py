@@ -8,13 +8,13 @@ the old version to deletedTable under its object id and releases its bytes.
 
 from __future__ import annotations
 
-from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import is_fso
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import is_fso
+from om.executor.keys.retired_keys import retire
 from om.executor.quota import check_bucket_quota, replicated_size
-from om.executor.retired_keys import retire
 from om.executor.rows import encode, load_key, read_bucket
 from om.protocol import om_pb2
 from om.schema import tables

@@ -7,16 +7,17 @@ key is keyed by a session id unique to this request, so CreateKey takes no key
 lock and concurrent writers of one key never collide. Its ACLs: the creator's
 defaults plus the bucket's DEFAULT entries (om/executor/acl_rows.py); CommitKey
 keeps them. With ``multipart_upload_id`` it opens a part of that upload instead
-(``om.executor.multipart.create_part``).
+(``om.executor.multipart.uploads.create_part``).
 """
 
 from __future__ import annotations
 
-from om.executor import fso_keys, multipart
 from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
-from om.executor.fs import is_fso
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import is_fso
+from om.executor.multipart import uploads
 from om.executor.quota import check_bucket_quota, replicated_size
 from om.executor.rows import encode, read_bucket
 from om.protocol import om_pb2
@@ -39,7 +40,7 @@ def execute(request: om_pb2.OMRequest, view: ReadView, recorder: ChangeRecorder,
     replication = _replication(body.replication_factor)
     bucket = read_bucket(view, body.volume, body.bucket)
     if body.multipart_upload_id:
-        return multipart.create_part(request, view, recorder, ctx, bucket)
+        return uploads.create_part(request, view, recorder, ctx, bucket)
     if is_fso(bucket):
         return fso_keys.create_key(request, view, recorder, ctx)
     check_bucket_quota(bucket, ctx, replicated_size(body.data_size, replication), 1)

@@ -8,13 +8,13 @@ keep the blocks alive, so nothing is held as pending-delete usage.
 
 from __future__ import annotations
 
-from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import is_fso
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import is_fso
+from om.executor.keys.retired_keys import retire
 from om.executor.quota import replicated_size
-from om.executor.retired_keys import retire
 from om.executor.rows import read_bucket, require_key
 from om.protocol import om_pb2
 from om.schema import tables

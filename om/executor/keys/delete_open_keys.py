@@ -16,7 +16,7 @@ from __future__ import annotations
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.handlers.purge_keys import ROWS_MAX
+from om.executor.keys.purge_keys import ROWS_MAX
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

@@ -1,13 +1,14 @@
 """ListKeys: committed keys of a bucket by prefix, exclusive start key, max keys; a prefix
-``.snapshot/<name>/...`` lists that OM snapshot's (om/executor/snapshots.py)."""
+``.snapshot/<name>/...`` lists that OM snapshot's (om/executor/om_snapshots/snapshots.py)."""
 
 from __future__ import annotations
 
-from om.executor import fso_keys, snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
-from om.executor.fs import is_fso
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import is_fso
 from om.executor.listing import list_page, page_size
+from om.executor.om_snapshots import snapshots
 from om.executor.rows import read_bucket
 from om.protocol import om_pb2
 from om.schema import tables

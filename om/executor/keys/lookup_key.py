@@ -1,12 +1,13 @@
 """LookupKey: the committed key's row, or KEY_NOT_FOUND; ``.snapshot/<name>/<key>``: the
-key in that OM snapshot (om/executor/snapshots.py)."""
+key in that OM snapshot (om/executor/om_snapshots/snapshots.py)."""
 
 from __future__ import annotations
 
-from om.executor import fso_keys, snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
-from om.executor.fs import is_fso
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import is_fso
+from om.executor.om_snapshots import snapshots
 from om.executor.rows import read_bucket, require_key
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView

@@ -15,10 +15,10 @@ snapshot is deleted.
 
 from __future__ import annotations
 
-from om.executor import snapshots
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
+from om.executor.om_snapshots import snapshots
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

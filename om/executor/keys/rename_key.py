@@ -6,11 +6,11 @@ The key keeps its object id; its update id and modification time change.
 
 from __future__ import annotations
 
-from om.executor import fso_keys
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import is_fso
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import is_fso
 from om.executor.rows import encode, load_key, read_bucket, require_key
 from om.protocol import om_pb2
 from om.schema import tables

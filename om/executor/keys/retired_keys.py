@@ -3,7 +3,7 @@
 The version goes to deletedTable under ``/vol/bucket/key/<object id>`` with
 the retiring request's index as its update id, so a purge can tell versions
 apart, and its time as the deletion time, from which its retention counts
-(``om.executor.handlers.purge_keys``). Object ids are never reused, so a row is
+(``om.executor.keys.purge_keys``). Object ids are never reused, so a row is
 written once and never appended to. A version with no data is not kept: there
 is nothing to purge (Ozone skips such keys too).
 """

@@ -45,16 +45,16 @@ from __future__ import annotations
 
 import itertools
 
-from om.executor import fso_keys
 from om.executor.acl_rows import child_acls
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import Resolved, components, file_not_a_directory, is_fso
-from om.executor.fso_rows import make_directories, with_path
+from om.executor.fso import fso_keys
+from om.executor.fso.fs import Resolved, components, file_not_a_directory, is_fso
+from om.executor.fso.fso_rows import make_directories, with_path
+from om.executor.keys.retired_keys import retire
 from om.executor.listing import page_size
 from om.executor.quota import check_bucket_quota, replicated_size
-from om.executor.retired_keys import retire
 from om.executor.rows import encode, load_key, read_bucket
 from om.protocol import om_pb2
 from om.schema import tables

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.fs import ids_of, is_fso, join, walk
+from om.executor.fso.fs import ids_of, is_fso, join, walk
 from om.executor.listing import list_page, page_size
 from om.executor.rows import load_bucket, load_volume
 from om.protocol import om_pb2

@@ -1,11 +1,11 @@
 """AddUserCertificate: records a certificate ``om admin user add`` issued (administrators
-only: om/gatekeeper/authorize.py; the rules: om/executor/user_certificates.py)."""
+only: om/gatekeeper/authorize.py; the rules: om/executor/security/user_certificates.py)."""
 
 from __future__ import annotations
 
-from om.executor import user_certificates
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.security import user_certificates
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

@@ -1,11 +1,11 @@
 """CancelDelegationToken: by the token's owner or renewer; its row is marked cancelled
-and every later use is refused (om/executor/tokens.py)."""
+and every later use is refused (om/executor/security/tokens.py)."""
 
 from __future__ import annotations
 
-from om.executor import tokens
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.security import tokens
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

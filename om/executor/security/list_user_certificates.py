@@ -1,11 +1,11 @@
 """ListUserCertificates: the certificates on record, by user then serial, a page at a time
-(administrators only; om/executor/user_certificates.py)."""
+(administrators only; om/executor/security/user_certificates.py)."""
 
 from __future__ import annotations
 
-from om.executor import user_certificates
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.security import user_certificates
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

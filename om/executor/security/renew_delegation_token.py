@@ -1,12 +1,12 @@
 """RenewDelegationToken: by the token's renewer only; the expiry moves to
-min(max date, now + renew interval) (om/executor/tokens.py). An expired, cancelled,
+min(max date, now + renew interval) (om/executor/security/tokens.py). An expired, cancelled,
 forged or unknown-key token is refused (TOKEN_EXPIRED / INVALID_TOKEN)."""
 
 from __future__ import annotations
 
-from om.executor import tokens
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.security import tokens
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

@@ -1,12 +1,12 @@
 """RevokeUserCertificates: every certificate of a user on record is refused from then on,
 by every node once it applied this (administrators only; the rules:
-om/executor/user_certificates.py)."""
+om/executor/security/user_certificates.py)."""
 
 from __future__ import annotations
 
-from om.executor import user_certificates
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
+from om.executor.security import user_certificates
 from om.protocol import om_pb2
 from om.schema.read_view import ReadView
 

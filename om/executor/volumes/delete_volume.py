@@ -6,7 +6,7 @@ from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.rows import load_volume
-from om.executor.volume_buckets import has_buckets
+from om.executor.volumes.volume_buckets import has_buckets
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView

@@ -11,7 +11,7 @@ from om.executor.context import ExecContext
 from om.executor.errors import OMError
 from om.executor.quota import UNLIMITED, normalize_quota
 from om.executor.rows import encode, load_volume
-from om.executor.volume_buckets import sum_bucket_quotas
+from om.executor.volumes.volume_buckets import sum_bucket_quotas
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
