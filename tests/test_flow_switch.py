@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from om.cli import main
-from om.cli.admin_upgrade import flow_types
+from om.cli.admin.upgrade import flow_types
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.executor.admin import upgrade

@@ -1,5 +1,5 @@
 """Users of a secure cluster as an operator manages them: what ``om admin user add |
-revoke | list`` (``om/cli/admin_user.py``) and ``om cluster up`` run.
+revoke | list`` (``om/cli/admin/user.py``) and ``om cluster up`` run.
 
 A user is a client certificate from the cluster's CA: its CN is the user, its OU
 entries the user's groups (om/security/certificates.py). The cluster keeps the

@@ -2697,7 +2697,7 @@ Global___ListUserCertificatesRequest: _TypeAlias = ListUserCertificatesRequest  
 @_typing.final
 class StartVerifyRequest(_message.Message):
     """------------------------------------------------ integrity (admin) ---
-    om/integrity/service.py answers these; om/cli/verify.py sends them.
+    om/integrity/service.py answers these; om/cli/admin/verify.py sends them.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

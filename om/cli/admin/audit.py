@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from om.cli import integrity_rpc as rpc
+from om.cli.admin import integrity_rpc as rpc
 from om.cli.common import add_target, client_tls, targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError

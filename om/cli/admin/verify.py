@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from om import config as om_config
-from om.cli import integrity_rpc as rpc
+from om.cli.admin import integrity_rpc as rpc
 from om.cli.common import add_target, client_tls, targets
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError, ServerConfig

@@ -1,7 +1,7 @@
 """The ``om sh`` commands, one function each, behaving as Ozone's shell handlers do.
 
 Each takes the client, the parsed arguments and the checked address. What
-they print follows Ozone: info and list commands print JSON (om.cli.sh_json);
+they print follows Ozone: info and list commands print JSON (om.cli.sh.ozone_json);
 create, setquota, clrquota, put, rename and key delete print nothing (create
 prints the new info with ``--verbose``); volume and bucket delete print
 "Volume X is deleted" / "Bucket X is deleted"; ``volume update`` prints the
@@ -20,10 +20,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from om.cli import sh_list
-from om.cli.sh_address import Address
-from om.cli.sh_json import acl_json, bucket_json, key_json, pretty, volume_json
-from om.cli.sh_options import (
+from om.cli.sh import listing as sh_list
+from om.cli.sh.address import Address
+from om.cli.sh.options import (
     NotSupported,
     ShellError,
     UsageError,
@@ -33,6 +32,7 @@ from om.cli.sh_options import (
     parse_size,
     parse_space_quota,
 )
+from om.cli.sh.ozone_json import acl_json, bucket_json, key_json, pretty, volume_json
 from om.client import OMClient
 from om.client import requests as build
 from om.protocol import acls, om_pb2

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from om.cli.sh_options import UsageError
+from om.cli.sh.options import UsageError
 
 DEFAULT_PORT = 9862
 SCHEME = "o3"

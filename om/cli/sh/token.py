@@ -20,7 +20,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from om.cli.sh_options import ShellError
+from om.cli.sh.options import ShellError
 from om.client import OMClient
 from om.protocol import om_pb2, token_format
 from om.security.token_client import read_token_file, write_token_file

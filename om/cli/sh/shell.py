@@ -10,7 +10,7 @@
     om sh token get [-r RENEWER] -t FILE | renew -t FILE | cancel -t FILE | print -t FILE
     om sh snapshot create /vol/bucket [NAME] | list /vol/bucket | info|delete /vol/bucket NAME
     om sh snapshot diff /vol/bucket FROM [TO]   keys created, deleted, modified, renamed
-    om sh key info|list /vol/bucket/.snapshot/NAME/...   read a snapshot (om/cli/sh_snapshot.py)
+    om sh key info|list /vol/bucket/.snapshot/NAME/...   read a snapshot (om/cli/sh/snapshot.py)
     om sh --token FILE ...   act as a delegation token's owner, without a certificate
     om sh --dir DIR ...      the cluster in DIR (om cluster up --dir), with its certificate
 
@@ -33,8 +33,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from om.cli import sh_commands as do
-from om.cli import sh_snapshot, sh_token
 from om.cli.common import (
     add_dir_flag,
     add_tls_flags,
@@ -43,8 +41,11 @@ from om.cli.common import (
     target_addresses,
     token_credentials,
 )
-from om.cli.sh_address import parse_address
-from om.cli.sh_options import ShellError, UsageError
+from om.cli.sh import commands as do
+from om.cli.sh import snapshot as sh_snapshot
+from om.cli.sh import token as sh_token
+from om.cli.sh.address import parse_address
+from om.cli.sh.options import ShellError, UsageError
 from om.client import OMClient, OMConnectionError, OMStatusError
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy

@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from om.cli.sh_address import Address
-from om.cli.sh_json import iso_instant, pretty
-from om.cli.sh_options import list_limit
+from om.cli.sh.address import Address
+from om.cli.sh.options import list_limit
+from om.cli.sh.ozone_json import iso_instant, pretty
 from om.client import OMClient
 from om.client import requests as build
 from om.protocol import om_pb2
