@@ -260,7 +260,7 @@ class Fso:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """OM snapshots (``om sh snapshot``, docs/OPERATIONS.md). A bucket holds at most
+    """OM snapshots (``om sh snapshot``, docs/operations/om-snapshots.md). A bucket holds at most
     ``per_bucket_max`` snapshots; the leader refuses a create while the disk holding
     its data directory has less than ``headroom_bytes_min`` free, or less than
     ``headroom_fraction_min`` of its size (a checkpoint shares files with the store
@@ -302,7 +302,7 @@ class Catchup:
 
 @dataclass(frozen=True)
 class Upgrade:
-    """Layout versions (om/executor/upgrade.py, docs/OPERATIONS.md *Upgrade*).
+    """Layout versions (om/executor/upgrade.py, docs/operations/upgrade.md).
 
     ``init_layout_version``: the metadata layout version a *new* store starts at (Ozone's
     ``ozone.om.init.default.layout.version``); -1 (default): the software's own, every
