@@ -449,7 +449,7 @@ class ServerConfig:
         eight cores of ``cores`` (default: this machine's), at least one; 1 means the
         core serves them itself. Few: a front takes TLS, framing and connection
         handling off the core, but the link to it costs the core about what TLS did
-        (docs/PERFORMANCE.md, *Workers*), so fronts pay only where connections are
+        (docs/PERFORMANCE.md, *What limits one leader*), so fronts pay only where connections are
         many or handshakes frequent."""
         if self.workers:
             return self.workers
