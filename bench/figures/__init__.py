@@ -9,6 +9,8 @@
 * ``wipe-catch-up``: a follower wiped and restarted on a large namespace, caught
   up by snapshot while writes go on, and the elections it cost
   (docs/operations/raft-snapshots.md).
+* ``docs``: README's *Today's figures* regenerated from a main job's
+  ``summary.json`` (measures nothing: it renders ``docs/figures/main-job.json``).
 
 ``bench.figures.runner`` holds what they share: starting a seeded cluster,
 running ``om freon``, and turning what it wrote into numbers. Each figure prints
