@@ -53,7 +53,8 @@ WORKERS_MAX = 64
 FSO_LOCK_OBJECT_ID = "object-id"
 FSO_LOCK_BUCKET = "bucket"
 FSO_LOCK_PLANS = (FSO_LOCK_OBJECT_ID, FSO_LOCK_BUCKET)
-LIFETIME_PER_ROTATION_MAX = 1000   # om.executor.tokens keeps at most ~this many secret keys
+# om.executor.security.tokens keeps at most ~this many secret keys
+LIFETIME_PER_ROTATION_MAX = 1000
 
 
 class ConfigError(Exception):
@@ -198,7 +199,7 @@ class Tls:
 
 @dataclass(frozen=True)
 class Tokens:
-    """Delegation tokens (om/executor/tokens.py), with TLS on: Ozone's defaults
+    """Delegation tokens (om/executor/security/tokens.py), with TLS on: Ozone's defaults
     (ozone.manager.delegation.token.renew-interval 1 d, .max-lifetime 7 d; a new
     secret key a day, as hdds.secret.key.rotate.duration). ``enabled = false``
     refuses token requests and again requires a certificate of every client."""
@@ -302,7 +303,7 @@ class Catchup:
 
 @dataclass(frozen=True)
 class Upgrade:
-    """Layout versions (om/executor/upgrade.py, docs/operations/upgrade.md).
+    """Layout versions (om/executor/admin/upgrade.py, docs/operations/upgrade.md).
 
     ``init_layout_version``: the metadata layout version a *new* store starts at (Ozone's
     ``ozone.om.init.default.layout.version``); -1 (default): the software's own, every

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from om.chaos import checkers, fs_checkers
+from om.chaos import checkers, fs_checkers, mpu_checkers, snap_checkers
 from om.chaos.fs_checkers import FsEntry
 from om.chaos.history import F, History, Op, Outcome
 from om.chaos.nemesis import DISK_STALLS, MEMBERSHIP, RESTARTS
@@ -140,3 +140,34 @@ def test_fso_workload_under_kills_and_partitions_finds_no_violation(tmp_path: Pa
     red = fs_checkers.check_fs_tree(History((*history.ops, ghost)),
                                     [*entries, FsEntry("f999999999", False)])
     assert ("unexplained_entry", "f999999999") in {(v.kind, v.key) for v in red}
+
+
+def test_multipart_and_snapshot_workloads_hold_under_restarts(tmp_path: Path) -> None:
+    """The mpu and snap workloads against a real cluster under kills and pauses: no
+    violation, and each did the work its checker judges (completes, aborts, snapshot
+    reads); then the run's own observation, with one completed key removed and one
+    deleted snapshot listed, must be reported (red)."""
+    duration = 25.0
+    faults = ("kill_leader", "pause_leader", "kill_follower")
+    result = run(ChaosConfig(out=tmp_path / "chaos", duration_s=duration, faults=faults,
+                             fault_interval_s=3.0,
+                             workload=WorkloadConfig(register_workers=2, add_workers=0,
+                                                     mpu_workers=2, snap_workers=1,
+                                                     ops_per_worker_max=ops_budget(duration))))
+    assert result["violations"] == []
+    by_f = result["ops_by_function"]
+    assert by_f["mpu_complete"]["ok"] > 10
+    assert by_f["mpu_abort"]["ok"] > 0
+    assert by_f["snap_create"]["ok"] > 0
+    assert by_f["snap_read"]["ok"] > 5
+    assert result["mpu"]["keys"] >= by_f["mpu_complete"]["ok"]
+    assert result["snapshots_listed"] > 0
+
+    history = History.from_jsonl((tmp_path / "chaos" / "history.jsonl").read_text())
+    completed = next(op for op in history if op.f is F.MPU_COMPLETE and op.outcome is Outcome.OK)
+    deleted = next(op for op in history if op.f is F.SNAP_DELETE and op.outcome is Outcome.OK)
+    lost = mpu_checkers.MpuObservation({}, frozenset())
+    assert any(v.kind == "lost_complete" and v.key == completed.key
+               for v in mpu_checkers.check_mpu(history, lost))
+    assert any(v.kind == "deleted_snapshot_listed"
+               for v in snap_checkers.check_snapshots(history, [deleted.key]))

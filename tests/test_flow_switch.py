@@ -16,7 +16,7 @@ from om.cli import main
 from om.cli.admin_upgrade import flow_types
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.gatekeeper.authorize import AclPolicy

@@ -35,6 +35,23 @@ is a path below the bucket and every name it creates is unique to its op:
 - `rmr`: DeleteKey of the directory `key` with `recursive` (`rm -r`); `value` is
   `None`.
 
+The multipart-upload workload (om/chaos/mpu_workload.py), where `key` is an
+object key used by one upload only and `extra["upload_id"]` is the upload's id
+(absent when InitiateMultiPartUpload gave none):
+
+- `mpu_complete`: the upload's parts committed, then CompleteMultiPartUpload;
+  `value` is the sum of the parts' sizes (> 0), the key's size once complete.
+  An upload that never got to send its complete is a `fail` complete.
+- `mpu_abort`: AbortMultiPartUpload of the upload; `value` is `None`. The key
+  of an upload meant to be aborted is never completed, whatever the outcome.
+
+The OM-snapshot workload (om/chaos/snap_workload.py), on the register bucket:
+
+- `snap_create`: CreateSnapshot of the bucket, `key` the snapshot's name (unique
+  to the op); `snap_delete`: DeleteSnapshot of the snapshot `key`. No value.
+- `snap_read`: a lookup of the register key `key` through the snapshot
+  `extra["snapshot"]`; `value` as for `get` (only an `ok` read saw anything).
+
 Rules checked on construction (a violation raises `HistoryError`, since a
 malformed history cannot be judged): times are ordered, values fit the function
 and outcome, op ids are unique, put values are unique per key, and one process
@@ -84,9 +101,18 @@ class F(StrEnum):
     CREATE = "create"
     RENAME = "rename"
     RMR = "rmr"
+    MPU_COMPLETE = "mpu_complete"
+    MPU_ABORT = "mpu_abort"
+    SNAP_CREATE = "snap_create"
+    SNAP_DELETE = "snap_delete"
+    SNAP_READ = "snap_read"
 
 
-NO_VALUE: Final = frozenset({F.DELETE, F.MKDIR, F.RENAME, F.RMR})
+NO_VALUE: Final = frozenset({F.DELETE, F.MKDIR, F.RENAME, F.RMR, F.MPU_ABORT, F.SNAP_CREATE,
+                             F.SNAP_DELETE})
+READS: Final = frozenset({F.GET, F.SNAP_READ})
+UPLOAD_ID: Final = "upload_id"
+SNAPSHOT: Final = "snapshot"
 RENAME_TO: Final = "to"
 
 
@@ -271,14 +297,18 @@ def _check_value(op: Op) -> None:
         raise HistoryError(f"value must be an int or None, got {op.value!r}")
     if op.f is F.PUT and op.value is None:
         raise HistoryError(f"a put needs the value it writes: {op.describe()}")
-    if op.f is F.GET and op.outcome is not Outcome.OK and op.value is not None:
+    if op.f in READS and op.outcome is not Outcome.OK and op.value is not None:
         raise HistoryError(f"only an ok get observed a value: {op.describe()}")
     if op.f in NO_VALUE and op.value is not None:
         raise HistoryError(f"a {op.f} carries no value: {op.describe()}")
     if op.f is F.ADD and (op.value is None or op.value <= 0):
         raise HistoryError(f"an add needs a positive delta: {op.describe()}")
+    if op.f is F.MPU_COMPLETE and (op.value is None or op.value <= 0):
+        raise HistoryError(f"a complete needs the parts' positive size: {op.describe()}")
     if op.f is F.CREATE and (op.value is None or op.value <= 0):
         raise HistoryError(f"a create needs the file's positive size: {op.describe()}")
+    if op.f is F.SNAP_READ and not isinstance(op.extra.get(SNAPSHOT), str):
+        raise HistoryError(f"a snapshot read needs extra[{SNAPSHOT!r}]: {op.describe()}")
     to = op.extra.get(RENAME_TO)
     if op.f is F.RENAME and (not isinstance(to, str) or not to):
         raise HistoryError(f"a rename needs extra[{RENAME_TO!r}], its destination: "

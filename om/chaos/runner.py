@@ -25,16 +25,27 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from om.chaos import checkers, fs_checkers, fs_workload, resources, workload
+from om.chaos import (
+    checkers,
+    fs_checkers,
+    fs_workload,
+    mpu_checkers,
+    mpu_workload,
+    resources,
+    snap_checkers,
+    snap_workload,
+    workload,
+)
 from om.chaos.checkers import Usage, Violation
 from om.chaos.fs_checkers import FsEntry, FsObservation
 from om.chaos.history import History, Outcome
 from om.chaos.links import LinkProxies
+from om.chaos.mpu_checkers import MpuObservation
 from om.chaos.nemesis import DISK_STALLS, FAULTS, FLOW_SWITCH, PARTITIONS, Nemesis
 from om.client import OMClient, OMConnectionError
 from om.client import requests as build
@@ -62,6 +73,7 @@ PREPARE_TIMEOUT_S = 120.0
 PURGE_WAIT_S = 180.0
 PURGE_METRIC = "om_purge_pending_directories"
 AUDIT_ANSWER_S = 300.0
+LIST_PAGES_MAX = 10_000      # of 1,000 entries: far above what a run writes
 
 
 @dataclass(frozen=True)
@@ -95,14 +107,27 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxi
     recorder = workload.Recorder()
     stop = threading.Event()
     workers: list[workload.Worker] = []
+    worker: workload.Worker
+    step: Callable[[], None]
     threads: list[threading.Thread] = []
     spec = config.workload
     namespace = fs_workload.Namespace()
-    for process in range(spec.register_workers + spec.add_workers + spec.fs_workers):
-        if process >= spec.register_workers + spec.add_workers:
+    others = spec.register_workers + spec.add_workers + spec.fs_workers
+    for process in range(others + spec.mpu_workers + spec.snap_workers):
+        if process >= others + spec.mpu_workers:
+            snap_worker = snap_workload.SnapWorker(process, cluster.addresses, recorder, spec,
+                                                   stop, cluster.client_tls())
+            worker = snap_worker
+            step = snap_worker.snap_step
+        elif process >= others:
+            mpu_worker = mpu_workload.MpuWorker(process, cluster.addresses, recorder, spec,
+                                                stop, cluster.client_tls())
+            worker = mpu_worker
+            step = mpu_worker.mpu_step
+        elif process >= spec.register_workers + spec.add_workers:
             fs_worker = fs_workload.FsWorker(process, cluster.addresses, recorder, spec, stop,
                                              namespace, cluster.client_tls())
-            worker: workload.Worker = fs_worker
+            worker = fs_worker
             step = fs_worker.fs_step
         else:
             worker = workload.Worker(process, cluster.addresses, recorder, spec, stop,
@@ -153,6 +178,49 @@ def _observe(cluster: om_cluster.Cluster, keys: int
             if bucket in workload.ADD_BUCKETS:
                 usage[bucket] = Usage(info.used_bytes, info.used_namespace)
     return final, usage, ids
+
+
+def _observe_mpu(cluster: om_cluster.Cluster) -> MpuObservation:
+    """The multipart bucket's keys (name -> size) and its open uploads, every page."""
+    keys: dict[str, int] = {}
+    uploads: set[tuple[str, str]] = set()
+    bucket = workload.MPU_BUCKET
+    with OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=60),
+                  tls=cluster.client_tls()) as client:
+        start = ""
+        for _ in range(LIST_PAGES_MAX):
+            page = client.list_keys(workload.VOLUME, bucket, start_key=start, max_keys=1000)
+            keys.update((k.key_name, k.data_size) for k in page.key_info)
+            if not page.truncated:
+                break
+            start = page.key_info[-1].key_name
+        key_marker = upload_marker = ""
+        for _ in range(LIST_PAGES_MAX):
+            listed = client.list_multipart_uploads(workload.VOLUME, bucket, key_marker=key_marker,
+                                                   upload_id_marker=upload_marker,
+                                                   max_uploads=1000)
+            uploads.update((u.key, u.upload_id) for u in listed.uploads)
+            if not listed.truncated:
+                break
+            key_marker, upload_marker = listed.next_key_marker, listed.next_upload_id_marker
+        else:
+            raise RuntimeError(f"the multipart bucket lists more than {LIST_PAGES_MAX} pages")
+    return MpuObservation(keys, frozenset(uploads))
+
+
+def _observe_snapshots(cluster: om_cluster.Cluster) -> list[str]:
+    """The names of the register bucket's snapshots, every page."""
+    names: list[str] = []
+    with OMClient(cluster.addresses, policy=RetryPolicy(deadline_s=60),
+                  tls=cluster.client_tls()) as client:
+        for _ in range(LIST_PAGES_MAX):
+            start = names[-1] if names else ""
+            page = client.list_snapshots(workload.VOLUME, workload.REGISTER_BUCKET,
+                                         start_after=start, max_results=1000)
+            names.extend(info.name for info in page.snapshot_info)
+            if not page.truncated:
+                return names
+    raise RuntimeError(f"the snapshots list more than {LIST_PAGES_MAX} pages")
 
 
 def _verify(cluster: om_cluster.Cluster) -> tuple[dict[str, Any], list[Violation]]:
@@ -289,7 +357,9 @@ def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
            workers: list[workload.Worker], recorder: workload.Recorder,
            violations: list[Violation], elapsed_s: float,
            observed: dict[str, Any], fs: FsObservation | None = None) -> dict[str, Any]:
-    (out / "history.jsonl").write_text(history.to_jsonl())
+    with (out / "history.jsonl").open("w") as lines:  # line by line: a long run's is large
+        for op in history:
+            lines.write(op.to_json() + "\n")
     traces = out / config.execution / "traces"
     traces.mkdir(parents=True, exist_ok=True)
     (traces / "faults.jsonl").write_text("".join(
@@ -326,8 +396,15 @@ def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
 
 def _workloads(spec: workload.WorkloadConfig) -> list[str]:
     counts = {"register": spec.register_workers, "add": spec.add_workers,
-              "fso": spec.fs_workers}
+              "fso": spec.fs_workers, "mpu": spec.mpu_workers,
+              "snap": spec.snap_workers}
     return [name for name, workers in counts.items() if workers > 0]
+
+
+def _mpu_summary(mpu: MpuObservation | None) -> dict[str, Any]:
+    if mpu is None:
+        return {}
+    return {"mpu": {"keys": len(mpu.keys), "open_uploads": len(mpu.open_uploads)}}
 
 
 def _by_function(history: History) -> dict[str, dict[str, int]]:
@@ -369,6 +446,8 @@ def run(config: ChaosConfig) -> dict[str, Any]:
         time.sleep(SETTLE_S)
         final, usage, ids = _observe(cluster, config.workload.register_keys)
         fs = _observe_fs(cluster) if config.workload.fs_workers else None
+        mpu = _observe_mpu(cluster) if config.workload.mpu_workers else None
+        snapshots = _observe_snapshots(cluster) if config.workload.snap_workers else None
         cluster.wait_converged(timeout_s=60)
         if fs is not None:
             fs = dataclasses.replace(fs, audits=_audits(cluster), nodes=len(cluster.addresses))
@@ -386,6 +465,8 @@ def run(config: ChaosConfig) -> dict[str, Any]:
                                   digests=cluster.stopped_digests(),
                                   object_ids=ids + _acked_ids(history))
     violations += fs_checkers.check_fs(history, fs)
+    violations += mpu_checkers.check_mpu(history, mpu)
+    violations += snap_checkers.check_snapshots(history, snapshots)
     samples = sampler.snapshot()
     violations += unverified + resources.check(samples, config.resource_bounds)
     (config.out / "resources.jsonl").write_text("".join(
@@ -393,4 +474,5 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     observed = {"resources": resources.summarize(samples, config.resource_bounds),
                 VERIFY: verified}
     return _write(config.out, config, history, nemesis, workers, recorder, violations,
-                  time.monotonic() - started, observed, fs)
+                  time.monotonic() - started, {**observed, **_mpu_summary(mpu),
+                   **({"snapshots_listed": len(snapshots)} if snapshots is not None else {})}, fs)

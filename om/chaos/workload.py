@@ -10,6 +10,10 @@ The workloads run side by side, each worker its own history process id:
   ``duplicate_send`` an acknowledged commit is sent again with the same call
   id, as a network that lost the reply would make the client do: with the
   retry cache on, the answer is the original one; off, the commit runs again;
+* **mpu** (``om/chaos/mpu_workload.py``): multipart uploads completed or
+  aborted, for the multipart checker (``om/chaos/mpu_checkers.py``);
+* **snap** (``om/chaos/snap_workload.py``): OM snapshots of the register
+  bucket, read through, for the snapshot checker (``om/chaos/snap_checkers.py``);
 * **fs** (``om/chaos/fs_workload.py``): mkdir, create, rename and ``rm -r`` on
   the FILE_SYSTEM_OPTIMIZED bucket, for the tree, quota and audit checks
   (``om/chaos/fs_checkers.py``).
@@ -42,6 +46,7 @@ REGISTER_BUCKET = "register"
 ADD_BUCKETS = ("exactly-once-1", "exactly-once-2")
 FS_BUCKET = "fso"                    # the file-system workload's (om/chaos/fs_workload.py)
 FSO_LAYOUT = "FILE_SYSTEM_OPTIMIZED"
+MPU_BUCKET = "mpu"                   # the multipart workload's (om/chaos/mpu_workload.py)
 AMBIGUOUS = frozenset({om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY, om_pb2.SERVER_BUSY,
                        om_pb2.TIMEOUT, om_pb2.INTERNAL_ERROR})
 
@@ -53,12 +58,15 @@ class WorkloadConfig:
     register_workers: int = 4
     add_workers: int = 2
     fs_workers: int = 0
+    mpu_workers: int = 0
+    snap_workers: int = 0
     register_keys: int = 24
     ops_per_worker_max: int = 20_000
     duplicate_send: float = 0.05
     deadline_s: float = 8.0
     attempt_timeout_s: float = 1.5
     seed: int = 1
+    op_pause_s: float = 0.0           # between one worker's operations: paces a long run
 
 
 @dataclass
@@ -131,6 +139,8 @@ class Worker:
                     return
                 step()
                 self.ops += 1
+                if self._config.op_pause_s:
+                    self._stop.wait(self._config.op_pause_s)
         finally:
             self._client.close()
 
@@ -227,7 +237,8 @@ def set_up(addresses: list[str], tls: ClientTls | None = None) -> None:
     with OMClient(addresses, policy=policy, tls=tls) as client:
         for request in [build.create_volume(VOLUME), build.create_bucket(VOLUME, REGISTER_BUCKET),
                         *(build.create_bucket(VOLUME, b) for b in ADD_BUCKETS),
-                        build.create_bucket(VOLUME, FS_BUCKET, layout=FSO_LAYOUT)]:
+                        build.create_bucket(VOLUME, FS_BUCKET, layout=FSO_LAYOUT),
+                        build.create_bucket(VOLUME, MPU_BUCKET)]:
             response = client.call_raw(request)
             assert response.status in (om_pb2.OK, om_pb2.VOLUME_ALREADY_EXISTS,
                                        om_pb2.BUCKET_ALREADY_EXISTS), response.message

@@ -1,6 +1,6 @@
 """``om admin om prepare | cancelprepare | finalizeupgrade | finalizationstatus``: getting a
 cluster ready for new software and turning on what it brings, as Ozone's
-``ozone admin om prepare -id <service>`` and friends (om/executor/upgrade.py has the
+``ozone admin om prepare -id <service>`` and friends (om/executor/admin/upgrade.py has the
 rules; docs/operations/upgrade.md, the procedure).
 
 * ``prepare`` sends Prepare to the leader (writes stop; those in flight drain first),
@@ -14,7 +14,7 @@ rules; docs/operations/upgrade.md, the procedure).
   ``execution = "switchable"``): the named write types run the leader flow from then on,
   every other the old flow (``all``: every write type; ``none``: none); waits until
   every node applied it. ``flow status`` prints each node's selection
-  (om/executor/flow_switch.py, docs/FLOW_SWITCH.md).
+  (om/executor/admin/flow_switch.py, docs/FLOW_SWITCH.md).
 
 The tool acts as its certificate's user, who must be an OM administrator for the three
 writes. Exit status: 0 done, 1 refused or not every node got there in time, 2 a
@@ -34,7 +34,7 @@ from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
 from om.config import ConfigError
-from om.executor import flow_switch, upgrade
+from om.executor.admin import flow_switch, upgrade
 from om.executor.registry import KINDS
 from om.protocol import om_pb2
 from om.security.tls import ClientTls

@@ -1,5 +1,6 @@
 """``om admin user add | revoke | list``: users' client certificates, for administrators
-(``om/cluster/users.py`` does the work, ``om/executor/user_certificates.py`` has the rules).
+(``om/cluster/users.py`` does the work,
+``om/executor/security/user_certificates.py`` has the rules).
 
     om admin user add alice [--groups dev,ops] [--days 365]   # prints the two files
     om admin user revoke bob                                   # every node refuses them
@@ -32,7 +33,7 @@ from om.client import OMConnectionError, OMStatusError
 from om.cluster import lifecycle as om_cluster
 from om.cluster import users
 from om.config import ConfigError, ServerConfig
-from om.executor.user_certificates import name_problem
+from om.executor.security.user_certificates import name_problem
 from om.protocol import om_pb2
 from om.protocol.token_format import instant
 

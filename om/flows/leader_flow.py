@@ -34,7 +34,7 @@ from functools import partial
 
 from om.config import FSO_LOCK_OBJECT_ID, READ_LINEARIZABLE
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
-from om.executor import flow_switch
+from om.executor.admin import flow_switch
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Limits, Planned
@@ -105,7 +105,8 @@ class LeaderService(RequestService):
                  audit: AuditSink | None = None) -> None:
         """``store``: applied state (the old flow's write cache over the store when
         ``state_machine`` is the old flow's, which applies both kinds of entry: then
-        every write type runs the flow the ``#FLOWS`` row names, om/executor/flow_switch.py)."""
+        every write type runs the flow the ``#FLOWS`` row names,
+        om/executor/admin/flow_switch.py)."""
         super().__init__(node_id, replicator, state_machine.managed_index, config.acl,
                          config.limits, config.in_flight_max, config.retry_wait_s, tracer,
                          clock_ms, config.retry_cache_enabled, config.read_mode, metrics,

@@ -22,7 +22,7 @@ was done yet that would need undoing):
  6. an older client's key write (om/gatekeeper/old_clients.py, Ozone's pre-process
     validators; a current client's costs no read) -> NOT_SUPPORTED_OPERATION, or the
     bucket's VOLUME_NOT_FOUND / BUCKET_NOT_FOUND;
-    upgrade gate (om/executor/upgrade.py): prepared (or a Prepare draining), any
+    upgrade gate (om/executor/admin/upgrade.py): prepared (or a Prepare draining), any
     write but Prepare and CancelPrepare -> NOT_SUPPORTED_OPERATION_WHEN_PREPARED;
     a feature newer than the finalized layout -> NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION
  7. admission: in-flight limit       -> SERVER_BUSY
@@ -62,7 +62,7 @@ from typing import Any
 
 from om.config import READ_LINEARIZABLE, READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import (
     ExecContext,
@@ -435,7 +435,7 @@ class RequestService(abc.ABC):
         else:
             self._start_write(write)
 
-    # -- prepare (om/executor/upgrade.py) -------------------------------------------------
+    # -- prepare (om/executor/admin/upgrade.py) -------------------------------------------------
 
     def prepare_gate_closed(self) -> bool:
         """Whether writes are refused: the cluster is prepared (the marker in applied

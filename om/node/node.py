@@ -23,10 +23,11 @@ from om.consensus.local import LocalReplicator
 from om.consensus.port import Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
-from om.executor import tokens, upgrade, user_certificates
+from om.executor.admin import upgrade
 from om.executor.context import Limits as HandlerLimits
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, error_response
+from om.executor.security import tokens, user_certificates
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderConfig, LeaderService
 from om.flows.purge import PurgeConfig
@@ -342,7 +343,7 @@ class Node:
                 "cluster: TLS with client certificates (om cluster up, not --no-tls) and [tokens] "
                 "enabled"))
         if request.cmd_type == om_pb2.GetDelegationToken:
-            # the next secret key, should one be due (om/executor/tokens.py); a client's
+            # the next secret key, should one be due (om/executor/security/tokens.py); a client's
             # own bytes never get this far
             request.secret_key_candidate = secrets.token_bytes(tokens.SECRET_BYTES)
         elif request.secret_key_candidate:
@@ -412,7 +413,7 @@ class Node:
 
     def certificate_refusal(self, identity: PeerIdentity) -> str | None:
         """Why this node refuses the client certificate ``identity`` (UNAUTHORIZED): its
-        revocation was applied here (om/executor/user_certificates.py). None: accepted,
+        revocation was applied here (om/executor/security/user_certificates.py). None: accepted,
         or the node is closing (``submit`` refuses everything then; the store may be
         closed)."""
         if self.closing:

@@ -57,6 +57,18 @@ def _prefix_upper_bound(prefix: bytes) -> bytes | None:
 MIB = 1024 * 1024
 
 
+# Table files a store keeps open (RocksDB's default keeps every one open for the
+# store's life, so descriptors grow with the database and with each OM snapshot's
+# checkpoint opened for reading: a soak with snapshot reads saw 600-740 descriptors
+# a node against its bound of 1,024). Past the bound, RocksDB closes the least
+# recently used table file and reopens it on demand. Its table cache is split in
+# 2^TABLE_CACHE_SHARD_BITS shards, each bounding its share (RocksDB's default, 64
+# shards, let a read-only store bounded at 32 hold 54: tests/test_store_memory.py).
+OPEN_FILES_MAX = 512
+READ_ONLY_OPEN_FILES_MAX = 32
+TABLE_CACHE_SHARD_BITS = 2
+
+
 class StoreMemory:
     """The memory budget stores share: all their memtables together, and one block
     cache. RocksDB keeps to the memtable budget by flushing (a write may stall until
@@ -124,6 +136,9 @@ class Store:
         # journal replay skipped them (a hole; tests/test_crash_restart.py found it).
         options.set_atomic_flush(True)
         options.set_write_buffer_manager(self.memory.write_buffers)
+        options.set_max_open_files(READ_ONLY_OPEN_FILES_MAX if self.read_only
+                                   else OPEN_FILES_MAX)
+        options.set_table_cache_num_shard_bits(TABLE_CACHE_SHARD_BITS)
         families = {name: self._family_options() for name in tables.STORE_FAMILIES.values()}
         access = AccessType.read_only() if self.read_only else AccessType.read_write()
         self._db = Rdict(str(self.path), options, column_families=families, access_type=access)
