@@ -187,7 +187,8 @@ def render(f: dict[str, Any]) -> str:
     if soak:
         lines += ["", *_wrap(f"The soak ({soak['execution']}): {soak['duration_s']:.0f} s,"
                              f" {soak['faults_injected']} faults, {soak['ops_ok']:,}"
-                             f" acknowledged operations, {soak['violations']} violations;"
+                             f" acknowledged operations, {soak['violations']}"
+                             f" violation{'' if soak['violations'] == 1 else 's'};"
                              f" verify {soak['verify']}.")]
     return "\n".join(lines)
 
