@@ -261,7 +261,7 @@ class Fso:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """OM snapshots (``om sh snapshot``, docs/OPERATIONS.md). A bucket holds at most
+    """OM snapshots (``om sh snapshot``, docs/operations/om-snapshots.md). A bucket holds at most
     ``per_bucket_max`` snapshots; the leader refuses a create while the disk holding
     its data directory has less than ``headroom_bytes_min`` free, or less than
     ``headroom_fraction_min`` of its size (a checkpoint shares files with the store
@@ -303,7 +303,7 @@ class Catchup:
 
 @dataclass(frozen=True)
 class Upgrade:
-    """Layout versions (om/executor/admin/upgrade.py, docs/OPERATIONS.md *Upgrade*).
+    """Layout versions (om/executor/admin/upgrade.py, docs/operations/upgrade.md).
 
     ``init_layout_version``: the metadata layout version a *new* store starts at (Ozone's
     ``ozone.om.init.default.layout.version``); -1 (default): the software's own, every
@@ -450,7 +450,7 @@ class ServerConfig:
         eight cores of ``cores`` (default: this machine's), at least one; 1 means the
         core serves them itself. Few: a front takes TLS, framing and connection
         handling off the core, but the link to it costs the core about what TLS did
-        (docs/PERFORMANCE.md, *Workers*), so fronts pay only where connections are
+        (docs/PERFORMANCE.md, *What limits one leader*), so fronts pay only where connections are
         many or handshakes frequent."""
         if self.workers:
             return self.workers

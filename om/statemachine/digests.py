@@ -21,7 +21,7 @@ How the old row's contribution is removed: ``write`` digests each row's net chan
 over the batch (``DigestChanges``), its value before the batch being what the first
 change's caller passed (the value, or a ``RowDigest`` of it from a writer that read
 it) or else read from the store, all such reads in one multi-get per table. The
-figures that chose the lookup are in docs/OPERATIONS.md, *What digests cost*.
+figures that chose the lookup are in docs/operations/verify-and-repair.md, *What digests cost*.
 
 Invariants:
 

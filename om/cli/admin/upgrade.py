@@ -1,7 +1,7 @@
 """``om admin om prepare | cancelprepare | finalizeupgrade | finalizationstatus``: getting a
 cluster ready for new software and turning on what it brings, as Ozone's
 ``ozone admin om prepare -id <service>`` and friends (om/executor/admin/upgrade.py has the
-rules; docs/OPERATIONS.md, *Upgrade*, the procedure).
+rules; docs/operations/upgrade.md, the procedure).
 
 * ``prepare`` sends Prepare to the leader (writes stop; those in flight drain first),
   then asks every node, as it has applied, until each reports PREPARE_COMPLETED at

@@ -11,7 +11,7 @@ Read a snapshot's keys with ``om sh key info /vol/bucket/.snapshot/NAME/key`` an
 ``om sh key list /vol/bucket --prefix .snapshot/NAME/``. The diff prints Ozone's
 report: ``+`` created, ``-`` deleted, ``M`` modified, ``R`` renamed (``a -> b``), each
 entry's path as ``./key``; every page unless ``--page-size`` or ``--token`` asks for one
-page (the next page's token is printed then). docs/OPERATIONS.md says what a
+page (the next page's token is printed then). docs/operations/om-snapshots.md says what a
 snapshot guarantees.
 """
 

@@ -31,7 +31,7 @@ later issues, oldest first. Issuing stops (TOKEN_CREATION_ERROR) while the kept
 keys signed ``tokens_max`` tokens, which bounds the table.
 
 Everything here is pure over a ``ReadView`` and a ``ChangeRecorder``: the
-handlers (``om/executor/handlers/*_delegation_token.py``) run it on the leader
+handlers (``om/executor/security/*_delegation_token.py``) run it on the leader
 (or in every node's apply, in the old flow), the server runs ``authenticate``
 for a request that carries a token instead of a certificate.
 """
