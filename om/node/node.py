@@ -56,7 +56,7 @@ from om.statemachine.digests import Digests, derive_key
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.snapshot import Snapshotter
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
-from om.statemachine.store import Store, StoreMemory
+from om.statemachine.store import Store, StoreMemory, shared_memory
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
@@ -483,6 +483,8 @@ class Node:
             "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
             "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
             "store_memtable_bytes": memtables, "store_block_cache_bytes": block_cache,
+            "checkpoint_cache_bytes": sum(shared_memory().usage()),
+            "digest_leaf_cache_bytes": Digests.attach(self.store).cache_bytes(),
             **gc_policy.metrics()}
         if isinstance(service, LeaderService):
             retry = service.retry_cache.statistics()
