@@ -30,7 +30,7 @@ from bench.session import RequestCaller, RequestFailed, Session, ensure_bucket
 from bench.traces import ClientTrace
 from om.client import requests as build
 from om.cluster import preload
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 
 VOLUME = "fsovol"
 BUCKET = "fsobucket"

@@ -20,7 +20,7 @@ from typing import Protocol
 from bench.session import RequestCaller, RequestFailed, Session, ensure_bucket
 from bench.traces import ClientTrace
 from om.client import requests as build
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 
 GENERATORS = ("omkg", "ombg", "ockrw", "omfc", "omdr")
 PREPARE_IN_FLIGHT = 64   # directories a file-system generator creates at once in prepare

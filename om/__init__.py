@@ -2,5 +2,5 @@
 
 The leader executes each write once, records its row changes, batches many
 requests' changes into one replicated PersistDb entry, and every node applies
-those bytes. See docs/ARCHITECTURE.md and ../shared/DESIGN.md.
+those bytes. See docs/ARCHITECTURE.md.
 """

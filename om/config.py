@@ -53,7 +53,8 @@ WORKERS_MAX = 64
 FSO_LOCK_OBJECT_ID = "object-id"
 FSO_LOCK_BUCKET = "bucket"
 FSO_LOCK_PLANS = (FSO_LOCK_OBJECT_ID, FSO_LOCK_BUCKET)
-LIFETIME_PER_ROTATION_MAX = 1000   # om.executor.tokens keeps at most ~this many secret keys
+# om.executor.security.tokens keeps at most ~this many secret keys
+LIFETIME_PER_ROTATION_MAX = 1000
 
 
 class ConfigError(Exception):
@@ -198,7 +199,7 @@ class Tls:
 
 @dataclass(frozen=True)
 class Tokens:
-    """Delegation tokens (om/executor/tokens.py), with TLS on: Ozone's defaults
+    """Delegation tokens (om/executor/security/tokens.py), with TLS on: Ozone's defaults
     (ozone.manager.delegation.token.renew-interval 1 d, .max-lifetime 7 d; a new
     secret key a day, as hdds.secret.key.rotate.duration). ``enabled = false``
     refuses token requests and again requires a certificate of every client."""
@@ -260,7 +261,7 @@ class Fso:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """OM snapshots (``om sh snapshot``, docs/OPERATIONS.md). A bucket holds at most
+    """OM snapshots (``om sh snapshot``, docs/operations/om-snapshots.md). A bucket holds at most
     ``per_bucket_max`` snapshots; the leader refuses a create while the disk holding
     its data directory has less than ``headroom_bytes_min`` free, or less than
     ``headroom_fraction_min`` of its size (a checkpoint shares files with the store
@@ -302,7 +303,7 @@ class Catchup:
 
 @dataclass(frozen=True)
 class Upgrade:
-    """Layout versions (om/executor/upgrade.py, docs/OPERATIONS.md *Upgrade*).
+    """Layout versions (om/executor/admin/upgrade.py, docs/operations/upgrade.md).
 
     ``init_layout_version``: the metadata layout version a *new* store starts at (Ozone's
     ``ozone.om.init.default.layout.version``); -1 (default): the software's own, every
@@ -449,7 +450,7 @@ class ServerConfig:
         eight cores of ``cores`` (default: this machine's), at least one; 1 means the
         core serves them itself. Few: a front takes TLS, framing and connection
         handling off the core, but the link to it costs the core about what TLS did
-        (docs/PERFORMANCE.md, *Workers*), so fronts pay only where connections are
+        (docs/PERFORMANCE.md, *What limits one leader*), so fronts pay only where connections are
         many or handshakes frequent."""
         if self.workers:
             return self.workers

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from om.protocol import om_pb2
 from om.schema import tables
-from om.schema.row_digests import SUM_MODULUS, RowHasher
+from om.schema.row_digests import LEAF_VALUE, SUM_MODULUS, RowHasher
 from om.schema.tables import TableId
 from om.statemachine import digests as digest_rows
 from om.statemachine.apply import StateMachine
@@ -201,4 +201,28 @@ def test_a_mended_leaf_is_what_the_next_apply_adds_to(tmp_path: Path) -> None:
         digests.recompute_leaf(om_pb2.KEY, digests.hasher.leaf(KEYS[0]), {KEYS[0]})
     machine.apply(2, batch_of(2, [(0, 0, 2), (0, 4, 1)]))
     assert maintained(store) == recomputed(store)
+    store.close()
+
+
+@pytest.mark.parametrize("leaf_bits", [6, 13])     # a dict of leaves; one promoted bytearray
+def test_the_leaf_cache_is_counted_and_stops_growing_at_its_leaves(
+        tmp_path: Path, leaf_bits: int) -> None:
+    """The leaf cache fills as rows spread over a table's leaves, then stays: it is
+    exported (om_digest_leaf_cache_bytes) so a soak reads its filling as a bound
+    reached, not a leak (om/chaos/resources.py)."""
+    store = Store(tmp_path / "db")
+    digests = Digests.attach(store, b"k" * 32, leaf_bits, 4)
+    bound = (1 << leaf_bits) * max(LEAF_VALUE.size, digest_rows._FEW_ENTRY_BYTES)
+    sizes = []
+    for round_ in range(3):
+        with digests.changes() as digest:
+            write = store.new_batch()
+            for i in range(12_000):
+                key = b"/v/b/k-%d-%d" % (round_, i)
+                store.batch_put(write, om_pb2.KEY, key, b"x")
+                digest.put(om_pb2.KEY, key, b"x")
+            digest.write(write)
+        sizes.append(digests.cache_bytes())
+    assert 0 < sizes[0] <= bound
+    assert sizes[0] == sizes[1] == sizes[2], "every leaf was held after the first round"
     store.close()

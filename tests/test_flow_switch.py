@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from om.cli import main
-from om.cli.admin_upgrade import flow_types
+from om.cli.admin.upgrade import flow_types
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderService
 from om.flows.settings import LeaderConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from om.cli.fs import FsUsageError, normalize, parse_path
+from om.cli.fs.shell import FsUsageError, normalize, parse_path
 from om.client import OMClient
 from om.protocol import om_pb2
 from tests.processes import REPO, ServerProcess, free_port, om_command

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 from om.flows.purge import PurgeConfig
 from om.integrity import fs_audit
 from om.protocol import om_pb2
@@ -89,11 +89,17 @@ async def test_create_file_flags(leader: LeaderUnderTest) -> None:
 @pytest.mark.parametrize("path", ["a//b", "a/./b", "a/../b", "..", "/", "a/\x01"])
 async def test_bad_paths_are_refused_and_write_nothing(leader: LeaderUnderTest,
                                                        path: str) -> None:
-    before = leader.store.digests()
+    def rows() -> dict[str, str]:
+        """Every table's digest but the applied position's: each refusal waits for a
+        read round, whose empty batch moves it (om/flows/leader_flow.py, _end_refused)."""
+        return {name: digest for name, digest in leader.store.digests().items()
+                if name != "transactionInfoTable"}
+
+    before = rows()
     for request in (build.create_directory(V, B, path), build.create_file(V, B, path),
                     build.create_key(V, B, path, 1)):
         assert await _status(leader, request) == "INVALID_KEY_NAME"
-    assert leader.store.digests() == before
+    assert rows() == before
 
 
 async def test_list_status_pages_in_tree_order(leader: LeaderUnderTest) -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from om.client import requests as build
 from om.executor.errors import OMError
-from om.executor.fs import FSO, components, ids_of, resolve
+from om.executor.fso.fs import FSO, components, ids_of, resolve
 from om.gatekeeper.fs_locks import plan_fs_locks
 from om.gatekeeper.lock_plan import Level, Mode
 from om.integrity import fs_audit

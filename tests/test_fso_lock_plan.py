@@ -19,7 +19,7 @@ from om.client import requests as build
 from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID, ConfigError, Fso, ServerConfig
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, NoReservations
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 from om.executor.registry import dispatch
 from om.gatekeeper.fs_locks import plan_fs, plan_fs_locks
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock, key_lock

@@ -5,7 +5,7 @@ managed index, a fake clock's time and (unless a test passes some) no quota
 reservations; when it succeeds its recorded changes are sealed into a
 ``PersistDbBatch`` and applied, so each test reads back what a follower would
 hold. Expected statuses and layouts follow Apache Ozone's OM
-(shared/reference/ozone-om.md, section 3).
+(its request classes and ``OMException.ResultCodes``).
 
 Sections: dispatch; names; volumes; buckets; keys; quotas; object and update ids.
 """

@@ -1,4 +1,4 @@
-"""Multipart upload (om/executor/multipart.py), its handlers in both execution flows.
+"""Multipart upload (om/executor/multipart/uploads.py), its handlers in both execution flows.
 
 * parts committed out of order complete into one key of their summed size; while the
   upload lives its committed parts' replicated bytes are in the bucket's used_bytes,
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 import pytest
 
 from om.client import requests as build
-from om.executor.fs import FSO
-from om.executor.multipart import PART_NUMBER_MAX
+from om.executor.fso.fs import FSO
+from om.executor.multipart.uploads import PART_NUMBER_MAX
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.integrity.auditor import audit
 from om.protocol import acls, om_pb2

@@ -14,7 +14,7 @@ import pytest
 
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 from om.flows.leader_flow import LeaderService
 from om.flows.replicated_flow import ReplicatedFlowService
 from om.flows.settings import LeaderConfig

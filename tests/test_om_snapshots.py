@@ -15,8 +15,8 @@ import pytest
 
 from om import config as om_config
 from om.client import requests as build
-from om.executor import snapshots
 from om.executor.errors import OMError
+from om.executor.om_snapshots import snapshots
 from om.flows.leader_flow import LeaderService
 from om.node.node import Node
 from om.protocol import om_pb2

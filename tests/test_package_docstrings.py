@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MAPPED = ("om/node",)
+MAPPED = ("om/node", "om/executor", *(f"om/executor/{family}" for family in (
+    "volumes", "buckets", "keys", "fso", "multipart", "om_snapshots", "acls", "security", "admin")),
+          "om/cli/sh", "om/cli/admin", "om/cli/fs")
 
 
 @pytest.mark.parametrize("package", MAPPED)

@@ -23,7 +23,7 @@ from om.client import requests as build
 from om.client.errors import OMClientError
 from om.cluster import lifecycle as om_cluster
 from om.cluster import preload
-from om.executor.fs import FSO
+from om.executor.fso.fs import FSO
 from om.integrity import fs_audit
 from om.protocol import om_pb2
 from om.schema import tables

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from om.chaos.resources import ACCOUNTED
 from om.cluster import lifecycle as om_cluster
 from tests import cluster_harness as harness
 from tests.processes import REPO, om_command
@@ -71,6 +72,9 @@ def test_every_node_serves_ozone_names_and_they_move_under_load(
     assert after['om_request_duration_seconds_count{type="CommitKey"}'] >= KEYS
     assert after["om_applied_index"] >= after["om_raft_commit_index"] - 1
     assert journal_syncs(addresses[leader]) > 0
+    # every cache a soak subtracts from a node's growth is exported (chaos/resources.py)
+    assert all(name.split("{")[0] in after for name in ACCOUNTED), ACCOUNTED
+    assert after["om_digest_leaf_cache_bytes"] > before[leader]["om_digest_leaf_cache_bytes"]
 
 
 def journal_syncs(http_address: str, timeout_s: float = 10.0) -> float:

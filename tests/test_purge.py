@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor.fs import FSO
-from om.executor.handlers import purge_keys
+from om.executor.fso.fs import FSO
+from om.executor.keys import purge_keys
 from om.flows.purge import PurgeConfig
 from om.protocol import om_pb2
 from om.schema import tables

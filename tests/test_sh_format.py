@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from om.cli.sh_address import Address, AddressError, parse_address
-from om.cli.sh_json import (
+from om.cli.sh.address import Address, AddressError, parse_address
+from om.cli.sh.options import ShellError, list_limit, parse_namespace_quota, parse_space_quota
+from om.cli.sh.ozone_json import (
     bucket_json,
     iso_instant,
     key_json,
     pretty,
     volume_json,
 )
-from om.cli.sh_options import ShellError, list_limit, parse_namespace_quota, parse_space_quota
 from om.protocol import acls, om_pb2
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor import registry, tokens
+from om.executor import registry
 from om.executor.context import Limits
 from om.executor.errors import OMError
+from om.executor.security import tokens
 from om.gatekeeper import lock_plan
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.protocol import om_pb2, token_format

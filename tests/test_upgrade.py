@@ -1,4 +1,4 @@
-"""Prepare and upgrade (om/executor/upgrade.py): the handlers in both flows, and the gate
+"""Prepare and upgrade (om/executor/admin/upgrade.py): the handlers in both flows, and the gate
 of the leader's template in-process (refusals write nothing, a Prepare drains the
 writes in flight, bounded). Real 3-node clusters: tests/test_upgrade_cluster.py."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.gatekeeper.authorize import AclPolicy
 from om.integrity import auditor
 from om.node.parts import init_layout

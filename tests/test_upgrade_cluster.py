@@ -30,7 +30,7 @@ from om.cli import main
 from om.client import OMClient, OMClientError
 from om.client import requests as build
 from om.cluster import lifecycle as om_cluster
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.gatekeeper.old_clients import MODIFY_REFUSED
 from om.protocol import om_pb2
 from om.protocol.client_version import CURRENT_VERSION

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from om.client import requests as build
-from om.executor import acl_rows, user_certificates
+from om.executor import acl_rows
 from om.executor.context import ExecContext, NoReservations, merged_groups
 from om.executor.errors import OMError
+from om.executor.security import user_certificates
 from om.gatekeeper import lock_plan
 from om.gatekeeper.authorize import AclPolicy, authorize, groups_of
 from om.protocol import acls, om_pb2

@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from bench.figures import core_cpu, integrity, repair_scale, scale, snapshot_latency, wipe_catch_up
+from bench.figures import (
+    core_cpu,
+    docs,
+    integrity,
+    repair_scale,
+    scale,
+    snapshot_latency,
+    wipe_catch_up,
+)
 from bench.figures.figure import Figure
 
 FIGURES: tuple[Figure, ...] = (integrity.FIGURE, scale.FIGURE, wipe_catch_up.FIGURE,
-                                core_cpu.FIGURE, snapshot_latency.FIGURE, repair_scale.FIGURE)
+                                core_cpu.FIGURE, snapshot_latency.FIGURE, repair_scale.FIGURE,
+                                docs.FIGURE)
 
 
 def build_parser(figures: Sequence[Figure] = FIGURES) -> argparse.ArgumentParser:

@@ -6,8 +6,8 @@ sends, the way the server feeds it: groups of ``--group`` CreateKey requests
 submitted at once, then the CommitKey of each, ``--writes`` in all after a
 warm-up. It prints the write rate and the process's CPU per write
 (``time.process_time``): the per-write cost of the template, locks, execution,
-group commit and apply, which bounds one leader (docs/PERFORMANCE.md, *A leader
-that uses every core*). Alternate it between two checkouts (``PYTHONPATH``) to
+group commit and apply, which bounds one leader (docs/PERFORMANCE.md, *What limits
+one leader*). Alternate it between two checkouts (``PYTHONPATH``) to
 compare changes.
 """
 

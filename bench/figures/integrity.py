@@ -18,8 +18,8 @@ Write throughput is CreateKey + CommitKey requests answered OK per second over
 the window (from the load's client trace). Each node's resident memory (its
 processes together) is sampled every 0.5 s. Prints JSON: the two rates and their
 ratio, verify's wall time and what it found, each node's verifications checked
-and scrub passes in the window, peak memory. docs/OPERATIONS.md, "What verify
-and the scrub cost".
+and scrub passes in the window, peak memory. docs/operations/verify-and-repair.md,
+"What digests, verify and the scrub cost".
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ following), and it is started again. Then
 ``om admin verify`` (it must name that node alone), ``om admin repair --node-id
 NODE --start`` timed, and ``om admin verify`` again (it must be clean). Prints
 JSON: each command's wall time, the differences verify named, the ranges and
-rows repair wrote. docs/OPERATIONS.md, "What verify and audit cost".
+rows repair wrote. docs/operations/verify-and-repair.md,
+"What digests, verify and the scrub cost".
 """
 
 from __future__ import annotations

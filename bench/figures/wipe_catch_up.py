@@ -10,7 +10,7 @@ TLS; compacting every 15 s; in /tmp/scale-figures/wipe, emptied first) takes
 directory deleted, and started again; the figure is the time until it follows
 within 200 entries of the leader. Prints JSON: the node, that time, the terms
 before and after, the write rate over the run, and whether the replicas' digests
-are equal afterwards. docs/OPERATIONS.md, "Snapshots and catch-up".
+are equal afterwards. docs/operations/raft-snapshots.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Faults (round robin, so a short run still sees every kind):
   follower still reaches both) and ``oneway_leader`` (what the leader sends is
   lost, what it receives arrives);
 * the membership nemesis, through the same commands an operator runs
-  (``om admin om ...``, ``om/cli/admin_membership.py``): ``member_transfer``
+  (``om admin om ...``, ``om/cli/admin/membership.py``): ``member_transfer``
   (leadership to a random follower), ``member_maintenance`` (a node, the
   leader every other time, into maintenance for the hold, then back) and
   ``member_add_remove`` (a new node added through its learner phase, then

@@ -9,7 +9,8 @@ is judged per segment, over segments long enough to mean something, on the
 later half of each (caches and memtables fill first), as a least-squares slope
 in bytes per hour, *net of the memory the node says its bounded caches hold*: the
 sampler also reads the node's Prometheus gauges of its RocksDB memtables and block
-cache and its retry caches' replies (``ACCOUNTED``), and judges the slope of RSS
+cache, its retry caches' replies, the checkpoints it reads (OM snapshots) and its digests'
+leaf cache (``ACCOUNTED``), and judges the slope of RSS
 minus their sum. A cache filling to its bound is then not read as a leak (a
 fault-free soak: the leader's RSS rose from 81 to 216-232 MiB in 11 minutes as its
 block cache and retry cache filled, then stayed there: docs/RELIABILITY.md),
@@ -40,7 +41,8 @@ RESOURCES = "resources"
 SAMPLES_MAX = 20_000
 MIB = 1 << 20
 # The gauges of the memory a node's bounded caches hold (om/observe/metrics.py).
-ACCOUNTED = ("om_store_memtable_bytes", "om_store_block_cache_bytes", "om_retry_cache_bytes")
+ACCOUNTED = ("om_store_memtable_bytes", "om_store_block_cache_bytes", "om_retry_cache_bytes",
+             "om_checkpoint_cache_bytes", "om_digest_leaf_cache_bytes")
 SCRAPE_TIMEOUT_S = 2.0
 SCRAPE_BYTES_MAX = 1 << 20
 

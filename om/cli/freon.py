@@ -37,7 +37,7 @@ from bench import freon
 from bench.progress import ProgressBar
 from bench.session import RequestCaller, RequestFailed
 from om.cli.common import add_dir_flag, add_tls_flags, client_tls, target_addresses
-from om.cli.sh import layout_name
+from om.cli.sh.shell import layout_name
 from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy

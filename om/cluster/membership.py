@@ -1,5 +1,5 @@
 """Growing, shrinking and servicing the ring of a cluster that ``om cluster up`` started:
-what ``om admin om add | decommission | maintenance`` (``om/cli/admin_membership.py``)
+what ``om admin om add | decommission | maintenance`` (``om/cli/admin/membership.py``)
 and the chaos suite's membership nemesis run. It starts and stops the node
 processes and keeps ``cluster.toml`` true (``om/cluster/ring.py``).
 

@@ -1,9 +1,9 @@
 """Users of a secure cluster as an operator manages them: what ``om admin user add |
-revoke | list`` (``om/cli/admin_user.py``) and ``om cluster up`` run.
+revoke | list`` (``om/cli/admin/user.py``) and ``om cluster up`` run.
 
 A user is a client certificate from the cluster's CA: its CN is the user, its OU
 entries the user's groups (om/security/certificates.py). The cluster keeps the
-certificates on record, and which are revoked (om/executor/user_certificates.py):
+certificates on record, and which are revoked (om/executor/security/user_certificates.py):
 
 * **add**: the certificate and its key are made in memory, the cluster records
   the certificate (AddUserCertificate, for administrators only: the call carries
@@ -33,7 +33,7 @@ from pathlib import Path
 from om.client import OMClient
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy
-from om.executor import user_certificates
+from om.executor.security import user_certificates
 from om.protocol import om_pb2
 from om.security.certificates import CertificateAuthority, Issued, read_client_certificate
 from om.security.tls import ClientTls

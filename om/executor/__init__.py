@@ -20,5 +20,18 @@ Invariants:
   under the handler, except for quota counters, which in-flight requests only
   move through reservations and deltas.
 
+Request families, one package each, one module per request type where a type has a
+handler of its own: ``volumes``, ``buckets``, ``keys``, ``fso``, ``multipart``,
+``om_snapshots``, ``acls``, ``security``, ``admin``. What they share, here:
+
+* ``registry.py``: the table of request types and ``dispatch``;
+* ``context.py``: what the leader fixed for a request (``ExecContext``);
+* ``change_recorder.py``: the row changes and quota deltas a request makes;
+* ``batcher.py``: executed writes into one batch;
+* ``errors.py``: ``OMError``, a status a handler raises;
+* ``rows.py``, ``acl_rows.py``, ``names.py``, ``listing.py``: reading and encoding rows,
+  their ACLs, Ozone's name rules, List* paging;
+* ``quota.py``, ``quota_reservations.py``: quota checks and the in-flight reservations.
+
 This package imports no asyncio, pysyncobj or rocksdict (tests/test_layering.py).
 """

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from om.executor.fs import Resolved
+from om.executor.fso.fs import Resolved
 from om.protocol import om_pb2
 from om.schema.ids import MANAGED_INDEX_MAX, object_id_for
 from om.schema.read_view import SnapshotViews
@@ -42,17 +42,17 @@ class Limits:
     list_max_keys: int = 10_000
     list_default_keys: int = 1_000
     key_name_max_bytes: int = 1024
-    # Delegation tokens (om/executor/tokens.py), Ozone's defaults: a token expires a
+    # Delegation tokens (om/executor/security/tokens.py), Ozone's defaults: a token expires a
     # day after it was issued or last renewed and lives at most 7 days; a new secret
     # key signs tokens each day; at most this many tokens live at once.
     token_renew_interval_ms: int = 86_400_000
     token_max_lifetime_ms: int = 7 * 86_400_000
     token_key_rotation_ms: int = 86_400_000
     tokens_max: int = 1_000_000
-    # Multipart upload (om/executor/multipart.py): every part of a complete but the last
+    # Multipart upload (om/executor/multipart/uploads.py): every part of a complete but the last
     # holds at least this (Ozone's and S3's 5 MiB).
     multipart_min_part_bytes: int = 5 * 1024 * 1024
-    # OM snapshots (om/executor/snapshots.py): at most this many per bucket.
+    # OM snapshots (om/executor/om_snapshots/snapshots.py): at most this many per bucket.
     snapshots_per_bucket_max: int = 100
 
 

@@ -10,38 +10,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from om.executor import flow_switch, fso_keys, multipart, snapshots, upgrade
+from om.executor.acls import add_acl, get_acl, remove_acl, set_acl
+from om.executor.admin import flow_switch, upgrade
+from om.executor.buckets import (
+    create_bucket,
+    delete_bucket,
+    info_bucket,
+    list_buckets,
+    set_bucket_property,
+)
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext
 from om.executor.errors import OMError
-from om.executor.handlers import (
-    add_acl,
-    add_user_certificate,
-    cancel_delegation_token,
+from om.executor.fso import fso_keys
+from om.executor.keys import (
     commit_key,
-    create_bucket,
     create_key,
-    create_volume,
-    delete_bucket,
     delete_key,
     delete_open_keys,
-    delete_volume,
-    get_acl,
-    get_delegation_token,
-    info_bucket,
-    info_volume,
-    list_buckets,
     list_keys,
-    list_user_certificates,
-    list_volume,
     lookup_key,
     purge_keys,
-    remove_acl,
     rename_key,
+)
+from om.executor.multipart import uploads
+from om.executor.om_snapshots import snapshots
+from om.executor.security import (
+    add_user_certificate,
+    cancel_delegation_token,
+    get_delegation_token,
+    list_user_certificates,
     renew_delegation_token,
     revoke_user_certificates,
-    set_acl,
-    set_bucket_property,
+)
+from om.executor.volumes import (
+    create_volume,
+    delete_volume,
+    info_volume,
+    list_volume,
     set_volume_property,
 )
 from om.protocol import om_pb2
@@ -87,7 +93,8 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.RenameKey, "rename_key", True, rename_key.execute),
     _kind(om_pb2.CreateDirectory, "create_directory", True, fso_keys.create_directory),
     _kind(om_pb2.CreateFile, "create_file", True, fso_keys.create_file),
-    # each also reads a snapshot's tree: .snapshot/<name>/<path> (om/executor/snapshots.py)
+    # each also reads a snapshot's tree: .snapshot/<name>/<path>
+    # (om/executor/om_snapshots/snapshots.py)
     _kind(om_pb2.LookupFile, "lookup_file", False,
           snapshots.file_system_read(fso_keys.lookup_file)),
     _kind(om_pb2.GetFileStatus, "get_file_status", False,
@@ -99,15 +106,15 @@ KINDS: dict[int, RequestKind] = dict([
     _kind(om_pb2.PurgeKeys, "purge_keys", True, purge_keys.execute, internal=True),
     _kind(om_pb2.DeleteOpenKeys, "delete_open_keys", True, delete_open_keys.execute,
           internal=True),
-    _kind(om_pb2.InitiateMultiPartUpload, "initiate_multipart_upload", True, multipart.initiate),
-    _kind(om_pb2.CommitMultiPartUpload, "commit_multipart_upload", True, multipart.commit_part),
-    _kind(om_pb2.CompleteMultiPartUpload, "complete_multipart_upload", True, multipart.complete),
-    _kind(om_pb2.AbortMultiPartUpload, "abort_multipart_upload", True, multipart.abort),
+    _kind(om_pb2.InitiateMultiPartUpload, "initiate_multipart_upload", True, uploads.initiate),
+    _kind(om_pb2.CommitMultiPartUpload, "commit_multipart_upload", True, uploads.commit_part),
+    _kind(om_pb2.CompleteMultiPartUpload, "complete_multipart_upload", True, uploads.complete),
+    _kind(om_pb2.AbortMultiPartUpload, "abort_multipart_upload", True, uploads.abort),
     _kind(om_pb2.ListMultiPartUploadParts, "list_multipart_upload_parts", False,
-          multipart.list_parts),
-    _kind(om_pb2.ListMultipartUploads, "list_multipart_uploads", False, multipart.list_uploads),
+          uploads.list_parts),
+    _kind(om_pb2.ListMultipartUploads, "list_multipart_uploads", False, uploads.list_uploads),
     _kind(om_pb2.AbortExpiredMultiPartUploads, "abort_expired_multipart_uploads", True,
-          multipart.abort_expired, internal=True),
+          uploads.abort_expired, internal=True),
     _kind(om_pb2.CreateSnapshot, "create_snapshot", True, snapshots.create),
     _kind(om_pb2.DeleteSnapshot, "delete_snapshot", True, snapshots.delete),
     _kind(om_pb2.GetSnapshotInfo, "get_snapshot_info", False, snapshots.info),

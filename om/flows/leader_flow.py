@@ -32,7 +32,7 @@ import time
 from functools import partial
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
-from om.executor import flow_switch
+from om.executor.admin import flow_switch
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Planned
@@ -83,7 +83,8 @@ class LeaderService(RequestService):
                  audit: AuditSink | None = None) -> None:
         """``store``: applied state (the old flow's write cache over the store when
         ``state_machine`` is the old flow's, which applies both kinds of entry: then
-        every write type runs the flow the ``#FLOWS`` row names, om/executor/flow_switch.py)."""
+        every write type runs the flow the ``#FLOWS`` row names,
+        om/executor/admin/flow_switch.py)."""
         super().__init__(node_id, replicator, state_machine, store, config, tracer, clock_ms,
                          metrics, audit)
         self.config = config

@@ -8,7 +8,7 @@ like any write: followers never compute anything):
 * **deleted subtrees** (Ozone's DirectoryDeletingService): ``rm -r`` of a
   directory in a file-system bucket writes one tombstone (deletedDirectoryTable)
   and returns; a ``PurgeDirectories`` step removes at most ``rows_max`` entries of
-  one deleted directory (``om.executor.fso_keys``), releasing their bytes and
+  one deleted directory (``om.executor.fso.fso_keys``), releasing their bytes and
   namespace; nested directories become tombstones of their own.
 * **deletedTable rows past their retention** (``PurgeKeys``, Ozone's type 81):
   versions deleted or overwritten more than ``deleted_retention_s`` ago.
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from om.config import Purge
-from om.executor.multipart import UPLOADS_MAX
+from om.executor.multipart.uploads import UPLOADS_MAX
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView

@@ -23,7 +23,7 @@ was done yet that would need undoing):
  6. an older client's key write (om/gatekeeper/old_clients.py, Ozone's pre-process
     validators; a current client's costs no read) -> NOT_SUPPORTED_OPERATION, or the
     bucket's VOLUME_NOT_FOUND / BUCKET_NOT_FOUND;
-    upgrade gate (om/executor/upgrade.py): prepared (or a Prepare draining), any
+    upgrade gate (om/executor/admin/upgrade.py): prepared (or a Prepare draining), any
     write but Prepare and CancelPrepare -> NOT_SUPPORTED_OPERATION_WHEN_PREPARED;
     a feature newer than the finalized layout -> NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION
  7. admission: in-flight limit       -> SERVER_BUSY
@@ -63,7 +63,7 @@ from typing import Any, Protocol
 
 from om.config import READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import (
     ExecContext,
@@ -451,7 +451,7 @@ class RequestService(abc.ABC):
             return error_response(request, error.status, error.message)
         return None
 
-    # -- prepare (om/executor/upgrade.py) -------------------------------------------------
+    # -- prepare (om/executor/admin/upgrade.py) -------------------------------------------
 
     def prepare_gate_closed(self) -> bool:
         """Whether writes are refused: the cluster is prepared (the marker in applied

@@ -44,7 +44,7 @@ SnapshotDiff           <key>``: as a read of that key name
 ListSnapshot           LIST on the bucket
 Add/Remove/SetAcl      WRITE_ACL on the object
 GetAcl                 READ_ACL on the object
-*DelegationToken       none: authentication only (om/executor/tokens.py
+*DelegationToken       none: authentication only (om/executor/security/tokens.py
                        checks who may renew or cancel)
 *UserCertificate(s)    administrators only (``ADMIN_ONLY``: om admin
                        user add | revoke | list; deny lists first)
@@ -281,9 +281,9 @@ NEEDS: dict[int, Callable[[Any], tuple[Need, ...]]] = {
 
 
 # Requests about no object, that only an administrator may send: the user
-# certificates (om/executor/user_certificates.py); prepare, cancel and finalize
-# (om/executor/upgrade.py: Ozone lets only OM administrators run them); the flow
-# switch (om/executor/flow_switch.py).
+# certificates (om/executor/security/user_certificates.py); prepare, cancel and finalize
+# (om/executor/admin/upgrade.py: Ozone lets only OM administrators run them); the flow
+# switch (om/executor/admin/flow_switch.py).
 ADMIN_ONLY = frozenset({om_pb2.AddUserCertificate, om_pb2.RevokeUserCertificates,
                         om_pb2.ListUserCertificates, om_pb2.Prepare, om_pb2.CancelPrepare,
                         om_pb2.FinalizeUpgrade, om_pb2.SetFlows})

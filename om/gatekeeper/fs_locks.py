@@ -1,6 +1,6 @@
 """Locks of file-system requests: keyed by object ids, planned against applied state.
 
-A path in a FILE_SYSTEM_OPTIMIZED bucket resolves to object ids (``om.executor.fs``);
+A path in a FILE_SYSTEM_OPTIMIZED bucket resolves to object ids (``om.executor.fso.fs``);
 the locks are keyed by what a request touches, never by the path's text, so an O(1)
 directory rename, which re-parents a subtree without touching its rows, leaves every
 other request's locks meaning what they meant:
@@ -13,7 +13,7 @@ other request's locks meaning what they meant:
   every concurrent creator of that subtree needs too).
 * A multipart complete takes a create's locks for the key's path, and the key's
   write lock that commit and abort of the upload's parts take (its rows are keyed by
-  the path, ``om.executor.multipart``); a part's CreateKey is planned as in an
+  the path, ``om.executor.multipart.uploads``); a part's CreateKey is planned as in an
   object-store bucket (the bucket's read lock: its row has a fresh key).
 
 Why this is enough:
@@ -46,7 +46,7 @@ from __future__ import annotations
 from om.config import FSO_LOCK_BUCKET, FSO_LOCK_OBJECT_ID
 from om.executor.context import Planned
 from om.executor.errors import OMError
-from om.executor.fs import Resolved, components, ids_of, is_fso, resolve
+from om.executor.fso.fs import Resolved, components, ids_of, is_fso, resolve
 from om.gatekeeper.lock_plan import Level, LockRequest, Mode, bucket_lock, key_lock
 from om.protocol import om_pb2
 from om.schema import tables

@@ -161,7 +161,7 @@ _PLANNERS = {
     om_pb2.SetBucketProperty: _bucket_plan,
     # an OM snapshot is a barrier for its bucket: the bucket's write lock, held until
     # the create applies, keeps every write of the bucket out of its batch (each is
-    # ordered before it or after it; om/executor/snapshots.py)
+    # ordered before it or after it; om/executor/om_snapshots/snapshots.py)
     om_pb2.CreateSnapshot: _bucket_plan,
     om_pb2.DeleteSnapshot: _bucket_plan,
     om_pb2.CreateKey: _key_plan,
@@ -177,7 +177,7 @@ _PLANNERS = {
     om_pb2.PurgeDirectories: _key_plan,
     # PurgeKeys and DeleteOpenKeys lock nothing: the rows they remove are written once
     # and read by no client write but the one commit of an open session, which removes
-    # the same row (om/executor/handlers/purge_keys.py, delete_open_keys.py)
+    # the same row (om/executor/keys/purge_keys.py, delete_open_keys.py)
     om_pb2.InitiateMultiPartUpload: _key_plan,
     om_pb2.CommitMultiPartUpload: _key_plan,
     om_pb2.CompleteMultiPartUpload: _key_plan,

@@ -76,7 +76,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from om.executor.errors import OMError
-from om.executor.fs import LAYOUTS
+from om.executor.fso.fs import LAYOUTS
 from om.executor.registry import error_response
 from om.executor.rows import read_bucket
 from om.protocol import om_pb2

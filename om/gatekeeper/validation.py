@@ -61,7 +61,7 @@ parts                 a complete's list: 1 to 10,000 parts, each with a INVALID_
                       INVALID_PART_ORDER, INVALID_PART)
 drain_timeout_s       a Prepare's wait: 0 (60 s) to 600 s               INVALID_REQUEST
 upgrade_client_id     as client_id                                      INVALID_REQUEST
-uploads               an expiry step: 1 to ``multipart.UPLOADS_MAX``    INVALID_REQUEST, a
+uploads               an expiry step: 1 to ``uploads.UPLOADS_MAX``    INVALID_REQUEST, a
                       uploads, each named validly                       name's status
 obj (OzoneObj)        VOLUME, BUCKET or KEY naming exactly its parts,   INVALID_REQUEST, a
                       each valid; PREFIX is not supported               name's status,
@@ -91,15 +91,19 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from om.executor import flow_switch, multipart, names, snapshots, upgrade, user_certificates
+from om.executor import names
+from om.executor.admin import flow_switch, upgrade
 from om.executor.context import Limits
 from om.executor.errors import OMError
-from om.executor.fs import FSO, LAYOUTS, OBS
-from om.executor.handlers import purge_keys
-from om.executor.handlers.delete_open_keys import OPEN_TABLES
+from om.executor.fso.fs import FSO, LAYOUTS, OBS
+from om.executor.keys import purge_keys
+from om.executor.keys.delete_open_keys import OPEN_TABLES
+from om.executor.multipart import uploads
+from om.executor.om_snapshots import snapshots
 from om.executor.quota import UNLIMITED
 from om.executor.registry import KINDS
-from om.executor.tokens import SECRET_BYTES
+from om.executor.security import user_certificates
+from om.executor.security.tokens import SECRET_BYTES
 from om.protocol import acls, om_pb2
 from om.protocol.token_format import TOKEN_MAX_BYTES, TokenFormatError, identifier_of
 
@@ -339,10 +343,10 @@ def upload_id_or_empty(value: str, limits: Limits) -> Refusal | None:
 
 
 def part_number(value: int, limits: Limits) -> Refusal | None:
-    if 1 <= value <= multipart.PART_NUMBER_MAX:
+    if 1 <= value <= uploads.PART_NUMBER_MAX:
         return None
     return om_pb2.INVALID_REQUEST, (f"part number {value} is out of range: 1 to "
-                                    f"{multipart.PART_NUMBER_MAX}")
+                                    f"{uploads.PART_NUMBER_MAX}")
 
 
 def part_number_marker(value: int, limits: Limits) -> Refusal | None:
@@ -351,8 +355,8 @@ def part_number_marker(value: int, limits: Limits) -> Refusal | None:
 
 def parts(values: Any, limits: Limits) -> Refusal | None:
     """A complete's list: 1 to 10,000 parts, numbers in range, names bounded."""
-    if not 0 < len(values) <= multipart.PART_NUMBER_MAX:
-        return om_pb2.INVALID_REQUEST, (f"a complete lists 1 to {multipart.PART_NUMBER_MAX} "
+    if not 0 < len(values) <= uploads.PART_NUMBER_MAX:
+        return om_pb2.INVALID_REQUEST, (f"a complete lists 1 to {uploads.PART_NUMBER_MAX} "
                                         f"parts, not {len(values)}")
     for n, part in enumerate(values):
         refusal = part_number(part.part_number, limits)
@@ -365,8 +369,8 @@ def parts(values: Any, limits: Limits) -> Refusal | None:
 
 def upload_refs(values: Any, limits: Limits) -> Refusal | None:
     """The uploads an expiry step names: 1 to ``UPLOADS_MAX``, each validly named."""
-    if not 0 < len(values) <= multipart.UPLOADS_MAX:
-        return om_pb2.INVALID_REQUEST, (f"an expiry step names 1 to {multipart.UPLOADS_MAX} "
+    if not 0 < len(values) <= uploads.UPLOADS_MAX:
+        return om_pb2.INVALID_REQUEST, (f"an expiry step names 1 to {uploads.UPLOADS_MAX} "
                                         f"uploads, not {len(values)}")
     for n, ref in enumerate(values):
         for name, rule in (("volume", volume), ("bucket", bucket), ("key", key),
@@ -442,7 +446,7 @@ def drain_timeout(value: int, limits: Limits) -> Refusal | None:
 
 def flow_types(value: Sequence[int], limits: Limits) -> Refusal | None:
     """A SetFlows selection: write types only, SetFlows not among them (it always runs
-    the leader flow; om/executor/flow_switch.py)."""
+    the leader flow; om/executor/admin/flow_switch.py)."""
     wrong = {t for t in value if t not in KINDS or not KINDS[t].write or t == om_pb2.SetFlows}
     if wrong:
         return om_pb2.INVALID_REQUEST, (f"not a write type that can switch flows: "
@@ -505,7 +509,7 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.RenewDelegationToken: {"token": token},
     om_pb2.CancelDelegationToken: {"token": token},
     # file-system buckets: a path is a key name; its elements (no empty one, no '.'
-    # or '..') are the path resolver's (om/executor/fs.py), as only an FSO bucket
+    # or '..') are the path resolver's (om/executor/fso/fs.py), as only an FSO bucket
     # splits it, and the layout is state
     om_pb2.CreateDirectory: _NEW_KEY,
     om_pb2.CreateFile: {**_NEW_KEY, "data_size": data_size,
@@ -534,7 +538,7 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.AbortExpiredMultiPartUploads: {"uploads": upload_refs,
                                           "created_before_ms": any_value},
     # OM snapshots: whether the bucket and snapshot exist, the per-bucket limit and the
-    # disk headroom are state (om/executor/snapshots.py)
+    # disk headroom are state (om/executor/om_snapshots/snapshots.py)
     om_pb2.CreateSnapshot: {**_BUCKET, "name": snapshot_name_or_empty},
     om_pb2.DeleteSnapshot: _SNAPSHOT,
     om_pb2.GetSnapshotInfo: _SNAPSHOT,
@@ -550,7 +554,7 @@ BODIES: dict[int, Mapping[str, Rule]] = {
     om_pb2.ListUserCertificates: {"start_after_user": certificate_user_or_empty,
                                   "start_after_serial": serial_or_empty,
                                   "max_rows": certificate_rows},
-    # prepare and upgrade (administrators only, om/executor/upgrade.py)
+    # prepare and upgrade (administrators only, om/executor/admin/upgrade.py)
     om_pb2.Prepare: {"drain_timeout_s": drain_timeout},
     om_pb2.PrepareStatus: {},
     om_pb2.CancelPrepare: {},

@@ -26,5 +26,5 @@ by every write, in its write batch). Here:
   and ``periodic`` run it; ``service``: a node's answers to the integrity requests;
   ``scan``: paced scans.
 
-docs/OPERATIONS.md, "Verify, repair and audit", is the operator's view.
+docs/operations/verify-and-repair.md and docs/operations/audit.md are the operator's view.
 """

@@ -50,8 +50,8 @@ from typing import Literal, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from om.executor import flow_switch, upgrade
-from om.executor.fs import is_fso
+from om.executor.admin import flow_switch, upgrade
+from om.executor.fso.fs import is_fso
 from om.executor.quota import replicated_size
 from om.integrity import fs_audit, vote
 from om.protocol import om_pb2

@@ -1,7 +1,7 @@
 """The auditor's file-system invariants: the shape of each FSO bucket's tree.
 
 Per FILE_SYSTEM_OPTIMIZED bucket, from its directoryTable, fileTable and
-deletedDirectoryTable rows (``om/executor/fs.py`` has the layout):
+deletedDirectoryTable rows (``om/executor/fso/fs.py`` has the layout):
 
 * every row sits under the key its own fields name (parent id, name);
 * every directory's and file's parent is the bucket, a directory of the bucket, or
@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from google.protobuf.message import DecodeError
 
-from om.executor.fs import is_fso
+from om.executor.fso.fs import is_fso
 from om.executor.quota import replicated_size
 from om.protocol import om_pb2
 from om.schema import tables
@@ -93,7 +93,7 @@ def _bucket_problems(view: ReadView, volume_id: int,
 
 def _upload_bytes(view: ReadView, bucket: om_pb2.BucketInfo) -> int:
     """The replicated bytes of the committed parts of the bucket's uploads in progress
-    (keyed by path in both layouts: ``om.executor.multipart``)."""
+    (keyed by path in both layouts: ``om.executor.multipart.uploads``)."""
     total = 0
     prefix = tables.key_prefix(bucket.volume_name, bucket.bucket_name)
     for _, raw in _rows(view, om_pb2.MULTIPART_INFO, prefix):

@@ -2,7 +2,7 @@
 
 ``RemoteReplica`` is the ``compare.Replica`` of a node reached through a
 ``Call`` (one request, its OK answer, or ReplicaError): the tools give it their
-client (``om.cli.integrity_rpc``), a node gives it its peer link
+client (``om.cli.admin.integrity_rpc``), a node gives it its peer link
 (``om.node.integrity_peers``). Levels travel a request per ``PARENTS_MAX``
 parents; rows a page at a time, each page halved while a node refuses it as over
 its frame limit.

@@ -39,7 +39,7 @@ from om.statemachine.store import Store
 logger = logging.getLogger(__name__)
 
 # A bucket's check re-reads all its keys, so an audit reads each key about twice
-# (docs/OPERATIONS.md: ~10 s a node at 100k keys, writes unaffected at this pace).
+# (docs/operations/audit.md: ~10 s a node at 100k keys, writes unaffected at this pace).
 DEFAULT_AUDIT_ROWS_PER_S = 50_000
 AUDIT_DIR = "audit"
 DEFAULT_DETAILS_MAX = 100

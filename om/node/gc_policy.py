@@ -20,8 +20,8 @@ So, once a node has started:
 
 Together they took the leader from 6,285 to 7,426 write requests a second
 (medians of three alternating runs; median ratio 1.15) and its p99 from 39 ms
-to 12 ms (see docs/PERFORMANCE.md). ``serving`` restores the previous policy on exit, so an
-in-process node (the benchmark ceiling, tests) leaves its host as it found it.
+to 12 ms (CHANGELOG.md, *Performance history*). ``serving`` restores the previous
+policy on exit, so an in-process node (the benchmark ceiling, tests) leaves its host as it found it.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 
 from om.config import ServerConfig
 from om.consensus.port import Replicator
-from om.executor import tokens, user_certificates
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, error_response
+from om.executor.security import tokens, user_certificates
 from om.flows.template import audit_request, not_leader_response, wall_clock_ms
 from om.gatekeeper import validation
 from om.node import gc_policy, parts
@@ -36,7 +36,9 @@ from om.schema.read_view import ReadView
 from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult
+from om.statemachine.digests import Digests
 from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
+from om.statemachine.store import shared_memory
 
 logger = logging.getLogger(__name__)
 FAIL_STOP_EXIT = 70
@@ -214,7 +216,7 @@ class Node:
                 "cluster: TLS with client certificates (om cluster up, not --no-tls) and [tokens] "
                 "enabled"))
         if request.cmd_type == om_pb2.GetDelegationToken:
-            # the next secret key, should one be due (om/executor/tokens.py); a client's
+            # the next secret key, should one be due (om/executor/security/tokens.py); a client's
             # own bytes never get this far
             request.secret_key_candidate = self.seam.randomness(tokens.SECRET_BYTES)
         elif request.secret_key_candidate:
@@ -282,7 +284,7 @@ class Node:
 
     def certificate_refusal(self, identity: PeerIdentity) -> str | None:
         """Why this node refuses the client certificate ``identity`` (UNAUTHORIZED): its
-        revocation was applied here (om/executor/user_certificates.py). None: accepted,
+        revocation was applied here (om/executor/security/user_certificates.py). None: accepted,
         or the node is closing (``submit`` refuses everything then; the store may be
         closed)."""
         if self.closing:
@@ -352,6 +354,8 @@ class Node:
             "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
             "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
             "store_memtable_bytes": memtables, "store_block_cache_bytes": block_cache,
+            "checkpoint_cache_bytes": sum(shared_memory().usage()),
+            "digest_leaf_cache_bytes": Digests.attach(self.store).cache_bytes(),
             **gc_policy.metrics()}
         parts_ = [self.leader.gauges(), self.state_machine.metrics()]
         if self.raft is not None:

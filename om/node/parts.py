@@ -35,7 +35,7 @@ from om.consensus.local import LocalReplicator
 from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
-from om.executor import upgrade
+from om.executor.admin import upgrade
 from om.executor.context import Limits as HandlerLimits
 from om.flows.batch_pipeline import BatchConfig
 from om.flows.leader_flow import LeaderService

@@ -132,6 +132,11 @@ NODE_STATE: tuple[StateGauge, ...] = (
                "RocksDB memtables of this node's store ([limits] store_memtable_bytes)"),
     StateGauge("store_block_cache_bytes", "om_store_block_cache_bytes",
                "RocksDB block cache of this node's store ([limits] store_block_cache_bytes)"),
+    StateGauge("checkpoint_cache_bytes", "om_checkpoint_cache_bytes",
+               "RocksDB memory of the checkpoints this node reads (OM snapshots): their "
+               "shared block cache and memtables, 64 MiB each at most"),
+    StateGauge("digest_leaf_cache_bytes", "om_digest_leaf_cache_bytes",
+               "The digests' leaf cache: 2^leaf_bits x 40 bytes a table at most"),
     StateGauge("double_buffer_flushes", "om_double_buffer_flushes",
                "The old flow's double-buffer flushes", counter=True),
     StateGauge("double_buffer_transactions", "om_double_buffer_transactions",

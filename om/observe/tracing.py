@@ -8,7 +8,7 @@ Records written once per request (``server_request``) go through a
 ``LineFormat``: the record's constant part (version, kind, flow, node) is
 JSON-encoded once, and each record is one ``%`` format of its numbers and
 names, so a record costs about a microsecond instead of a dict and a
-``json.dumps`` (~6 µs a request on the leader, measured: docs/PERFORMANCE.md).
+``json.dumps`` (~6 µs a request on the leader, measured: CHANGELOG.md, *Performance history*).
 The lines are the same JSON objects the schema states.
 """
 

@@ -51,13 +51,13 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     INTERNAL_ERROR: _Status.ValueType  # 15
     METADATA_ERROR: _Status.ValueType  # 19
     NO_SUCH_MULTIPART_UPLOAD_ERROR: _Status.ValueType  # 26
-    """Multipart upload (om/executor/multipart.py): an upload id naming no upload of that
+    """Multipart upload (om/executor/multipart/uploads.py): an upload id naming no upload of that
     key (never initiated, completed, aborted or expired), a part of a complete's list
     smaller than the minimum although not the last.
     """
     ENTITY_TOO_SMALL: _Status.ValueType  # 30
     INVALID_AUTH_METHOD: _Status.ValueType  # 33
-    """Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
+    """Delegation tokens (om/executor/security/tokens.py): a token got or renewed with the wrong
     credential, a forged, cancelled or unknown one, one past its expiry or max date,
     and the cap on live tokens (tokens.tokens_max).
     """
@@ -86,7 +86,7 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     QUOTA_ERROR: _Status.ValueType  # 67
     DIRECTORY_NOT_EMPTY: _Status.ValueType  # 68
     PREPARE_FAILED: _Status.ValueType  # 73
-    """Prepare and upgrade (om/executor/upgrade.py, om admin om prepare | finalizeupgrade):
+    """Prepare and upgrade (om/executor/admin/upgrade.py, om admin om prepare | finalizeupgrade):
     a Prepare whose writes in flight did not drain in time; a write while the cluster
     is prepared (only CancelPrepare and Prepare pass); a request of a layout feature
     newer than the finalized layout (Ozone's name, without "TO").
@@ -96,12 +96,12 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     RENAME_OPEN_FILE: _Status.ValueType  # 90
     UNAUTHORIZED: _Status.ValueType  # 91
     """A client certificate the OM no longer accepts: revoked (om admin user revoke,
-    om/executor/user_certificates.py). Authentication, where PERMISSION_DENIED is
+    om/executor/security/user_certificates.py). Authentication, where PERMISSION_DENIED is
     authorization.
     """
     TOO_MANY_BUCKETS: _Status.ValueType  # 94
     INVALID_SNAPSHOT_ERROR: _Status.ValueType  # 87
-    """OM snapshots (om/executor/snapshots.py): Ozone's numbers. A snapshot name unknown in
+    """OM snapshots (om/executor/om_snapshots/snapshots.py): Ozone's numbers. A snapshot name unknown in
     that bucket is FILE_NOT_FOUND and a duplicate FILE_ALREADY_EXISTS, as Ozone answers;
     INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (its
     checkpoint failed here), a diff of two buckets' snapshots;
@@ -146,13 +146,13 @@ INVALID_KEY_NAME: Status.ValueType  # 13
 INTERNAL_ERROR: Status.ValueType  # 15
 METADATA_ERROR: Status.ValueType  # 19
 NO_SUCH_MULTIPART_UPLOAD_ERROR: Status.ValueType  # 26
-"""Multipart upload (om/executor/multipart.py): an upload id naming no upload of that
+"""Multipart upload (om/executor/multipart/uploads.py): an upload id naming no upload of that
 key (never initiated, completed, aborted or expired), a part of a complete's list
 smaller than the minimum although not the last.
 """
 ENTITY_TOO_SMALL: Status.ValueType  # 30
 INVALID_AUTH_METHOD: Status.ValueType  # 33
-"""Delegation tokens (om/executor/tokens.py): a token got or renewed with the wrong
+"""Delegation tokens (om/executor/security/tokens.py): a token got or renewed with the wrong
 credential, a forged, cancelled or unknown one, one past its expiry or max date,
 and the cap on live tokens (tokens.tokens_max).
 """
@@ -181,7 +181,7 @@ QUOTA_EXCEEDED: Status.ValueType  # 66
 QUOTA_ERROR: Status.ValueType  # 67
 DIRECTORY_NOT_EMPTY: Status.ValueType  # 68
 PREPARE_FAILED: Status.ValueType  # 73
-"""Prepare and upgrade (om/executor/upgrade.py, om admin om prepare | finalizeupgrade):
+"""Prepare and upgrade (om/executor/admin/upgrade.py, om admin om prepare | finalizeupgrade):
 a Prepare whose writes in flight did not drain in time; a write while the cluster
 is prepared (only CancelPrepare and Prepare pass); a request of a layout feature
 newer than the finalized layout (Ozone's name, without "TO").
@@ -191,12 +191,12 @@ NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION: Status.ValueType  # 75
 RENAME_OPEN_FILE: Status.ValueType  # 90
 UNAUTHORIZED: Status.ValueType  # 91
 """A client certificate the OM no longer accepts: revoked (om admin user revoke,
-om/executor/user_certificates.py). Authentication, where PERMISSION_DENIED is
+om/executor/security/user_certificates.py). Authentication, where PERMISSION_DENIED is
 authorization.
 """
 TOO_MANY_BUCKETS: Status.ValueType  # 94
 INVALID_SNAPSHOT_ERROR: Status.ValueType  # 87
-"""OM snapshots (om/executor/snapshots.py): Ozone's numbers. A snapshot name unknown in
+"""OM snapshots (om/executor/om_snapshots/snapshots.py): Ozone's numbers. A snapshot name unknown in
 that bucket is FILE_NOT_FOUND and a duplicate FILE_ALREADY_EXISTS, as Ozone answers;
 INVALID_SNAPSHOT_ERROR: a snapshot whose checkpoint this node does not hold (its
 checkpoint failed here), a diff of two buckets' snapshots;
@@ -247,7 +247,7 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     ListKeys: _Type.ValueType  # 35
     CommitKey: _Type.ValueType  # 36
     InitiateMultiPartUpload: _Type.ValueType  # 45
-    """Multipart upload (om/executor/multipart.py): Ozone's numbers. A part is written
+    """Multipart upload (om/executor/multipart/uploads.py): Ozone's numbers. A part is written
     by CreateKey with the upload id, then committed by CommitMultiPartUpload.
     """
     CommitMultiPartUpload: _Type.ValueType  # 46
@@ -258,7 +258,7 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     AbortExpiredMultiPartUploads: _Type.ValueType  # 127
     """The leader's own (om/flows/purge.py): uploads never completed past their expiry."""
     CreateSnapshot: _Type.ValueType  # 112
-    """OM snapshots (om sh snapshot; om/executor/snapshots.py): Ozone's numbers. Create and
+    """OM snapshots (om sh snapshot; om/executor/om_snapshots/snapshots.py): Ozone's numbers. Create and
     Delete are replicated writes; every node checkpoints its store where a create applies.
     """
     ListSnapshot: _Type.ValueType  # 113
@@ -267,7 +267,7 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     GetSnapshotInfo: _Type.ValueType  # 130
     ServiceList: _Type.ValueType  # 51
     FinalizeUpgrade: _Type.ValueType  # 54
-    """Prepare and upgrade (om/executor/upgrade.py): Ozone's numbers. FinalizeUpgrade,
+    """Prepare and upgrade (om/executor/admin/upgrade.py): Ozone's numbers. FinalizeUpgrade,
     Prepare and CancelPrepare are replicated writes; the other two are reads.
     """
     FinalizeUpgradeProgress: _Type.ValueType  # 55
@@ -321,7 +321,7 @@ class _TypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Type.ValueType],
     ChangeMembership: _Type.ValueType  # 2007
     AddUserCertificate: _Type.ValueType  # 2008
     """Not Ozone's: client certificates as an operator manages them (om admin user
-    add | revoke | list; om/executor/user_certificates.py). Administrators only.
+    add | revoke | list; om/executor/security/user_certificates.py). Administrators only.
     a replicated write: records one issued certificate
     """
     RevokeUserCertificates: _Type.ValueType  # 2009
@@ -360,7 +360,7 @@ DeleteKey: Type.ValueType  # 34
 ListKeys: Type.ValueType  # 35
 CommitKey: Type.ValueType  # 36
 InitiateMultiPartUpload: Type.ValueType  # 45
-"""Multipart upload (om/executor/multipart.py): Ozone's numbers. A part is written
+"""Multipart upload (om/executor/multipart/uploads.py): Ozone's numbers. A part is written
 by CreateKey with the upload id, then committed by CommitMultiPartUpload.
 """
 CommitMultiPartUpload: Type.ValueType  # 46
@@ -371,7 +371,7 @@ ListMultipartUploads: Type.ValueType  # 82
 AbortExpiredMultiPartUploads: Type.ValueType  # 127
 """The leader's own (om/flows/purge.py): uploads never completed past their expiry."""
 CreateSnapshot: Type.ValueType  # 112
-"""OM snapshots (om sh snapshot; om/executor/snapshots.py): Ozone's numbers. Create and
+"""OM snapshots (om sh snapshot; om/executor/om_snapshots/snapshots.py): Ozone's numbers. Create and
 Delete are replicated writes; every node checkpoints its store where a create applies.
 """
 ListSnapshot: Type.ValueType  # 113
@@ -380,7 +380,7 @@ DeleteSnapshot: Type.ValueType  # 115
 GetSnapshotInfo: Type.ValueType  # 130
 ServiceList: Type.ValueType  # 51
 FinalizeUpgrade: Type.ValueType  # 54
-"""Prepare and upgrade (om/executor/upgrade.py): Ozone's numbers. FinalizeUpgrade,
+"""Prepare and upgrade (om/executor/admin/upgrade.py): Ozone's numbers. FinalizeUpgrade,
 Prepare and CancelPrepare are replicated writes; the other two are reads.
 """
 FinalizeUpgradeProgress: Type.ValueType  # 55
@@ -434,7 +434,7 @@ admin API): the leader hands leadership to a caught-up follower.
 ChangeMembership: Type.ValueType  # 2007
 AddUserCertificate: Type.ValueType  # 2008
 """Not Ozone's: client certificates as an operator manages them (om admin user
-add | revoke | list; om/executor/user_certificates.py). Administrators only.
+add | revoke | list; om/executor/security/user_certificates.py). Administrators only.
 a replicated write: records one issued certificate
 """
 RevokeUserCertificates: Type.ValueType  # 2009
@@ -1175,7 +1175,7 @@ Global___RepeatedKeyInfo: _TypeAlias = RepeatedKeyInfo  # noqa: Y015
 @_typing.final
 class OMTokenProto(_message.Message):
     """------------------------------------------------------- delegation tokens ---
-    om/executor/tokens.py has the rules: issue, renew, cancel, validate.
+    om/executor/security/tokens.py has the rules: issue, renew, cancel, validate.
 
     What a delegation token says (Ozone's OMTokenProto, its DELEGATION_TOKEN
     fields), signed byte for byte by the secret key master_key_id.
@@ -1353,7 +1353,7 @@ Global___DelegationTokenInfo: _TypeAlias = DelegationTokenInfo  # noqa: Y015
 @_typing.final
 class UserCertificate(_message.Message):
     """------------------------------------------------------- user certificates ---
-    om/executor/user_certificates.py has the rules.
+    om/executor/security/user_certificates.py has the rules.
 
     A row of userCertificateTable, key "<user>\\0<serial>": a client certificate the
     cluster's CA issued (om admin user add, or om cluster up for its operator), and
@@ -1879,7 +1879,7 @@ Global___ServiceListRequest: _TypeAlias = ServiceListRequest  # noqa: Y015
 
 @_typing.final
 class InitiateMultiPartUploadRequest(_message.Message):
-    """Multipart upload (om/executor/multipart.py). A part: CreateKey with
+    """Multipart upload (om/executor/multipart/uploads.py). A part: CreateKey with
     multipart_upload_id, then CommitMultiPartUpload with its session and number.
     """
 
@@ -2697,7 +2697,7 @@ Global___ListUserCertificatesRequest: _TypeAlias = ListUserCertificatesRequest  
 @_typing.final
 class StartVerifyRequest(_message.Message):
     """------------------------------------------------ integrity (admin) ---
-    om/integrity/service.py answers these; om/cli/verify.py sends them.
+    om/integrity/service.py answers these; om/cli/admin/verify.py sends them.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -4848,7 +4848,7 @@ Global___ListUserCertificatesResponse: _TypeAlias = ListUserCertificatesResponse
 @_typing.final
 class PrepareMarker(_message.Message):
     """The value of transactionInfoTable["#PREPARED"]: present while the cluster is
-    prepared (om/executor/upgrade.py); written and removed by replicated writes.
+    prepared (om/executor/admin/upgrade.py); written and removed by replicated writes.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -4970,7 +4970,7 @@ Global___LayoutVersion: _TypeAlias = LayoutVersion  # noqa: Y015
 
 @_typing.final
 class FlowSelection(_message.Message):
-    """The value of transactionInfoTable["#FLOWS"] (om/executor/flow_switch.py): the write
+    """The value of transactionInfoTable["#FLOWS"] (om/executor/admin/flow_switch.py): the write
     types that run the leader flow, sorted; absent: none (every write runs the old flow).
     """
 

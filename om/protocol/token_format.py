@@ -5,7 +5,7 @@ One model for the shell, the client and the OM, so a token reads the same everyw
 A token (``TokenProto``) is an identifier (``OMTokenProto``: owner, renewer, real
 user, issue date, max date, sequence number, master key id) and its password; only
 the OM can check the password, and its rules (issue, renew, cancel, verify) are
-``om/executor/tokens.py``. Everything here is pure and needs no secret:
+``om/executor/security/tokens.py``. Everything here is pure and needs no secret:
 
 * ``identifier_of`` parses the identifier and checks its shape, nothing more;
 * a token file holds one line of base64url of the token's bytes (``encode_token``,

@@ -8,8 +8,8 @@ Keys are laid out as Ozone's OM lays them out, so the data reads the same way:
 * openKeyTable         ``/<volume>/<bucket>/<key>/<client session id>``
 * deletedTable         ``/<volume>/<bucket>/<key>/<object id>``
 * transactionInfoTable ``#TRANSACTIONINFO``; ``#PREPARED`` while the cluster is prepared
-  and ``#LAYOUTVERSION`` (the metadata layout version) once set (om/executor/upgrade.py);
-  ``#FLOWS`` (the write types that run the leader flow, om/executor/flow_switch.py):
+  and ``#LAYOUTVERSION`` (the metadata layout version) once set (om/executor/admin/upgrade.py);
+  ``#FLOWS`` (the write types that run the leader flow, om/executor/admin/flow_switch.py):
   written by replicated writes like any row, never by apply itself
 * clientRequestReplyTable  ``<client id>#<call id>``
 * clientRequestExpiryTable ``<8-byte big-endian ms><client id>#<call id>``: an index
@@ -29,13 +29,13 @@ FSO tables do, so a directory rename rewrites one row whatever lies below it:
 The parent of a bucket's top-level entries is the bucket itself (its object id).
 Ids are decimal: a directory's children are the rows under ``fs_prefix``, by name.
 
-Multipart uploads (``om.executor.multipart``), as Ozone keys them:
+Multipart uploads (``om.executor.multipart.uploads``), as Ozone keys them:
 
 * multipartInfoTable   ``/<volume>/<bucket>/<key>/<upload id>``: an upload in progress
   and its committed parts; its openKeyTable row sits under the same key (the upload id
   is the decimal object id that row carries as its session id).
 
-OM snapshots (``om.executor.snapshots``), as Ozone keys them:
+OM snapshots (``om.executor.om_snapshots.snapshots``), as Ozone keys them:
 
 * snapshotInfoTable    ``/<volume>/<bucket>/<snapshot name>``: one row per snapshot
 

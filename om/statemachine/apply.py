@@ -38,7 +38,7 @@ class ApplyResult:
     # the entry changed snapshotInfoTable: the node checkpoints or frees OM snapshots
     # right after it (om/statemachine/snapshot_checkpoints.py)
     snapshots_changed: bool = False
-    prepared: bool = False  # the entry wrote the prepared marker (om/executor/upgrade.py)
+    prepared: bool = False  # the entry wrote the prepared marker (om/executor/admin/upgrade.py)
 
 
 def writes_prepared_marker(ops: list[om_pb2.TableOp]) -> bool:

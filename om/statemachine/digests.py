@@ -21,7 +21,7 @@ How the old row's contribution is removed: ``write`` digests each row's net chan
 over the batch (``DigestChanges``), its value before the batch being what the first
 change's caller passed (the value, or a ``RowDigest`` of it from a writer that read
 it) or else read from the store, all such reads in one multi-get per table. The
-figures that chose the lookup are in docs/OPERATIONS.md, *What digests cost*.
+figures that chose the lookup are in docs/operations/verify-and-repair.md, *What digests cost*.
 
 Invariants:
 
@@ -69,6 +69,7 @@ TABLE_ORDER: tuple[TableId, ...] = tuple(sorted(tables.TABLE_NAMES))
 _KEY_LABEL = b"om digest key v1"
 _PROMOTE_AT = 4096          # a table's cached leaves move from a dict into one bytearray
 _ZERO_LEAF = bytes(LEAF_VALUE.size)
+_FEW_ENTRY_BYTES = 140      # a cached leaf while few (bytes, int key, dict slot; tracemalloc)
 
 
 def derive_key(secret: str) -> bytes:
@@ -155,6 +156,15 @@ class _TableLeaves:
         self._leaves = leaves
         self._few: dict[int, bytes] | None = {}
         self._values = bytearray()
+
+    @property
+    def bytes_held(self) -> int:
+        """What the cache holds in memory (estimated while a dict: ``_FEW_ENTRY_BYTES``
+        an entry, the value, its int key and the dict's slot): at most
+        ``leaves * LEAF_VALUE.size`` once promoted, 2.6 MB at 2^16 leaves."""
+        if self._few is not None:
+            return len(self._few) * _FEW_ENTRY_BYTES
+        return len(self._values)
 
     def get(self, leaf: int) -> bytes:
         if self._few is not None:
@@ -291,6 +301,13 @@ class Digests:
     def leaf_value(self, table: TableId, leaf: int) -> tuple[int, int]:
         """(sum, rows) of a leaf now (the caller holds ``lock``)."""
         return decode_leaf(self._leaves[table].get(leaf))
+
+    def cache_bytes(self) -> int:
+        """What the leaf caches of every table hold in memory: bounded by the leaves
+        (2^leaf_bits x 40 bytes a table), filled as rows spread over them; exported
+        (om_digest_leaf_cache_bytes) so a soak does not read the filling as a leak."""
+        with self.lock:
+            return sum(cache.bytes_held for cache in self._leaves.values())
 
     def leaves(self, table: TableId) -> _TableLeaves:
         """``table``'s cached leaves (the caller holds ``lock``)."""

@@ -1,6 +1,6 @@
 """OM snapshots on one node: a RocksDB checkpoint per snapshot, taken where it applies.
 
-``om.executor.snapshots`` writes and removes snapshotInfoTable rows. Apply tells
+``om.executor.om_snapshots.snapshots`` writes and removes snapshotInfoTable rows. Apply tells
 this module when a batch changed that table (``ApplyResult.snapshots_changed``),
 and the node calls ``applied`` right after that batch, still under apply's lock
 and before the next entry applies: every row without a checkpoint gets one

@@ -27,7 +27,8 @@ class Gauges(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         held = sum(len(chunk) for chunk in cache)
         body = (f"om_store_memtable_bytes 0\\nom_store_block_cache_bytes {held}\\n"
-                "om_retry_cache_bytes 0\\n").encode()
+                "om_retry_cache_bytes 0\\nom_checkpoint_cache_bytes 0\\n"
+                "om_digest_leaf_cache_bytes 0\\n").encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

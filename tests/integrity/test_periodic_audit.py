@@ -3,7 +3,7 @@ going, stopped when its node becomes leader, a seeded violation reported and nev
 nothing at all when off (the default).
 
 What each node did is read from its metrics through ServiceList, as ``om admin audit
---last`` reads them (``om.cli.audit.last_periodic``).
+--last`` reads them (``om.cli.admin.audit.last_periodic``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from om.cli import main
-from om.cli.audit import last_periodic
+from om.cli.admin.audit import last_periodic
 from om.cluster import lifecycle as om_cluster
 from om.config import ConfigError
 from om.config import load as load_config

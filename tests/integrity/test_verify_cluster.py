@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from om.cli import main
-from om.cli.integrity_rpc import NodeLink
-from om.cli.verify import CRASH_ENV, CRASH_EXIT
+from om.cli.admin.integrity_rpc import NodeLink
+from om.cli.admin.verify import CRASH_ENV, CRASH_EXIT
 from om.client import OMClient
 from om.client import requests as build
 from om.client.retry_policy import RetryPolicy

@@ -2,7 +2,7 @@
 
 pysyncobj's own ``FileJournal`` writes every entry into an mmap'd file and
 never syncs it, nor its term and vote. Syncing it means ``mmap.flush`` (msync),
-which measured ~1.7 ms per entry on this machine and holds the GIL, where
+which measured ~1.7 ms per entry on a 2-core development host and holds the GIL, where
 ``write`` + ``fdatasync`` of the same bytes takes ~0.2 ms and releases it.
 
 This journal keeps pysyncobj's interface (a list of ``(command, index, term)``

@@ -190,7 +190,7 @@ class RaftProcessReplicator:
 
     def compact_log(self) -> None:
         """Asks the Raft process to snapshot and compact its journal now (pysyncobj's
-        forceLogCompaction), as a Prepare's apply asks (om/executor/upgrade.py)."""
+        forceLogCompaction), as a Prepare's apply asks (om/executor/admin/upgrade.py)."""
         self._send(("compact",))
 
     def transfer_leadership(self) -> None:

@@ -151,7 +151,7 @@ class RaftLog(SyncObj):  # type: ignore[misc]
 
     def om_compact_now(self) -> None:
         """Snapshots and compacts the journal at the next tick (a Prepare's apply asks,
-        om/executor/upgrade.py). pysyncobj staggers compactions over each node's slot of
+        om/executor/admin/upgrade.py). pysyncobj staggers compactions over each node's slot of
         ``compaction_min_time_s``, which a forced one waits for too: the staggering is
         turned off for the rest of this process's life, so every node compacts at once
         (after the restart that usually follows a prepare it is on again)."""

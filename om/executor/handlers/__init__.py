@@ -1,1 +1,0 @@
-"""One module per request type; each exports ``execute``."""
