@@ -25,6 +25,7 @@ from om.flows.settings import LeaderConfig
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import parts
 from om.node.node import Node
+from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import ReplicatedStateMachine
@@ -109,6 +110,12 @@ async def test_the_seam_gives_the_node_its_clock_and_randomness(tmp_path: Path) 
         barrier = node.barrier_entry(3)
         decoded = log_entry.decode(barrier)
         assert decoded.timestamp_ms == 1_234_000
+        await node.start()
+        verify = await node.handle(om_pb2.OMRequest(
+            cmd_type=om_pb2.StartVerify, client_id="c", call_id=1, user="om",
+            start_verify=om_pb2.StartVerifyRequest()))
+        assert verify.status == om_pb2.OK
+        assert node.store.transaction_info().timestamp_ms == 1_234_000, "a verify entry's time"
     finally:
         await node.close()
 

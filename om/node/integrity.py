@@ -47,7 +47,7 @@ from contextlib import AbstractContextManager
 from om.config import ServerConfig
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor.registry import error_response
-from om.flows.template import not_leader_response
+from om.flows.template import not_leader_response, wall_clock_ms
 from om.integrity import auditor, marker
 from om.integrity.auditor import AuditConfig
 from om.integrity.continuous import SelfCheck
@@ -165,8 +165,14 @@ class NodeIntegrity:
 
     def __init__(self, config: ServerConfig, store: Store, quiesce: Callable[[], None],
                  applying: Callable[[], AbstractContextManager[object]],
-                 applied_index: Callable[[], int], fail_stop: Callable[[], None]) -> None:
+                 applied_index: Callable[[], int], fail_stop: Callable[[], None],
+                 clock_ms: Callable[[], int] = wall_clock_ms,
+                 randomness: Callable[[int], bytes] = os.urandom) -> None:
+        """``clock_ms``, ``randomness``: what a verify entry's time and id are read from
+        (the node's seam, om/node/parts.py: a verify entry is replicated data)."""
         self._config = config
+        self._clock_ms = clock_ms
+        self._randomness = randomness
         self._node_dir = config.node_data_dir
         self._store = store
         self._applying = applying
@@ -324,9 +330,9 @@ class NodeIntegrity:
     async def _propose(self, term: int, halt_node_id: str = "") -> ReplicateResult:
         """Replicates a verify entry of ``term`` (halting ``halt_node_id`` when given)."""
         assert self._replicator is not None
-        verify = om_pb2.VerifyMarker(verify_id=os.urandom(16), halt_node_id=halt_node_id)
+        verify = om_pb2.VerifyMarker(verify_id=self._randomness(16), halt_node_id=halt_node_id)
         batch = om_pb2.PersistDbBatch(term=term, leader_id=self._config.node_id,
-                                      timestamp_ms=time.time_ns() // 1_000_000, verify=verify)
+                                      timestamp_ms=self._clock_ms(), verify=verify)
         return await self._replicator.replicate(log_entry.encode_verify(batch))
 
     async def _propose_forever(self) -> None:

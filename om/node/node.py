@@ -94,7 +94,8 @@ class Node:
         self.snapshot_checkpoints = self._recovered_checkpoints()
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
                                        self.state_machine.applying,
-                                       lambda: self.state_machine.applied_index, fail_stop)
+                                       lambda: self.state_machine.applied_index, fail_stop,
+                                       self.seam.clock_ms, self.seam.randomness)
         self.membership_ledger = node_membership.Ledger()
         ring = parts.ring(config, self.state_machine, self.snapshot_checkpoints, parts.RaftHooks(
             self.apply_entry, self.barrier_entry, self._leads, fail_stop))
