@@ -34,7 +34,7 @@ def test_locustfile_runs_headless_without_failures(tmp_path: Path) -> None:
         env.pop("OM_ADDRESS", None)
         done = subprocess.run(
             [*locust_command(), "-f", str(LOCUSTFILE), "--headless", "-u", "4", "-r", "4",
-             "-t", "5s", "--host", server.address, "--csv", str(tmp_path / "run"),
+             "-t", "10s", "--host", server.address, "--csv", str(tmp_path / "run"),
              "--only-summary", "--exit-code-on-error", "3"],
             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False)
     finally:
@@ -53,7 +53,10 @@ def test_locustfile_runs_headless_without_failures(tmp_path: Path) -> None:
 
 
 def test_locustfile_finds_a_secure_clusters_certificate(tmp_path: Path) -> None:
-    """Against a cluster secure by default: the certificate from ``$OM_CLUSTER_DIR``."""
+    """Against a cluster secure by default: the certificate from ``$OM_CLUSTER_DIR``.
+    Locust's clock runs from its start: each user's TLS set-up (the cluster's volume and
+    bucket, three nodes' handshakes) took more than 3 s on a loaded two-core machine,
+    and the run then counted no request at all; 12 s leaves room for it."""
     cluster = om_cluster.up(tmp_path / "cluster", 3, om_cluster.free_port_base(), "leader",
                             harness.FAST_RAFT, timeout_s=60, remember_it=False)
     try:
@@ -63,7 +66,7 @@ def test_locustfile_finds_a_secure_clusters_certificate(tmp_path: Path) -> None:
             env.pop(name, None)
         done = subprocess.run(
             [*locust_command(), "-f", str(LOCUSTFILE), "--headless", "-u", "2", "-r", "2",
-             "-t", "3s", "--host", ",".join(cluster.addresses), "--csv",
+             "-t", "12s", "--host", ",".join(cluster.addresses), "--csv",
              str(tmp_path / "run"), "--only-summary", "--exit-code-on-error", "3"],
             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False)
     finally:
