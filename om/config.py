@@ -405,7 +405,7 @@ class ServerConfig:
     # snapshot never stalls Raft (tests/test_snapshots.py).
     unsafe_snapshot_delay_s: float = 0.0
     # Processes that serve client connections (TLS, framing, back-pressure) for the
-    # node's core process (om/node/fronts.py). 1: the core serves them itself. 0: one
+    # node's core process (om/node/front_pool.py). 1: the core serves them itself. 0: one
     # per eight cores, at least one (``workers_count``).
     workers: int = 0
     limits: Limits = field(default_factory=Limits)

@@ -1,4 +1,4 @@
-"""Front workers: a node's client port served by several processes (om/node/fronts.py).
+"""Front workers: a node's client port served by several processes (om/node/front_pool.py).
 
 Real ``om serve`` processes on 127.0.0.1: requests over many connections reach
 the node through every front and are answered once each; a front that dies
@@ -22,7 +22,7 @@ import pytest
 
 from om.client import OMClient
 from om.client.retry_policy import RetryPolicy
-from om.node.fronts import listening_sockets
+from om.node.front_pool import listening_sockets
 from om.protocol import om_pb2
 from om.protocol.framing import FrameDecoder
 from tests.processes import ServerProcess, free_port
@@ -40,7 +40,7 @@ def _fronts(server: ServerProcess, timeout_s: float = 20.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while True:
         fronts = [child for child in _children(server.process.pid)
-                  if b"om.node.front" in Path(f"/proc/{child}/cmdline").read_bytes()]
+                  if b"om.node.front_worker" in Path(f"/proc/{child}/cmdline").read_bytes()]
         if len(fronts) == WORKERS or time.monotonic() > deadline:
             return fronts
         time.sleep(0.05)
@@ -117,7 +117,8 @@ def test_a_front_whose_node_dies_before_its_setup_exits() -> None:
     listener = listening_sockets("127.0.0.1", free_port(), 1, 128)[0]
     ours, theirs = socket.socketpair()
     front = subprocess.Popen(
-        [sys.executable, "-m", "om.node.front", str(theirs.fileno()), str(listener.fileno())],
+        [sys.executable, "-m", "om.node.front_worker", str(theirs.fileno()),
+         str(listener.fileno())],
         pass_fds=(theirs.fileno(), listener.fileno()))
     theirs.close()
     listener.close()

@@ -7,7 +7,7 @@ client port.
   the configuration once, and the clock and randomness it reads;
 * ``rpc.py``, ``accept.py``: the client port (TCP or TLS, paced handshakes);
 * ``connections.py``, ``intake.py``: a client connection's framing, bounds and hand-off;
-* ``front.py`` (one worker process), ``fronts.py`` (the node's set of them);
+* ``front_worker.py`` (one worker process), ``front_pool.py`` (the node's set of them);
 * ``membership.py``, ``transfer.py``: the leader's side of ``om admin om``;
 * ``integrity.py``, ``integrity_peers.py``: the node's side of verify, repair and the
   auditor, and its links to its peers for continuous verification;

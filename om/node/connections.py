@@ -1,7 +1,7 @@
 """Client connections: framing, back-pressure and bounds, wherever they are served.
 
 A ``ClientConnection`` is one client's TCP (or TLS) connection, served by the
-node's own process (``workers = 1``) or by a front worker (``om.node.front``).
+node's own process (``workers = 1``) or by a front worker (``om.node.front_worker``).
 It cuts the stream into frames and hands each read's frames, in order, to a
 ``FrameSink``; the sink answers every frame it was handed with exactly one
 ``deliver`` of a reply frame, now or later, in any order. The connection:

@@ -2,7 +2,7 @@
 
 ``Intake`` is the ``FrameSink`` of the node's own connections (``workers = 1``,
 ``om.node.rpc``) and of the connections its front workers serve
-(``om.node.fronts``): the same rules either way. For each frame, in order:
+(``om.node.front_pool``): the same rules either way. For each frame, in order:
 
 1. parse: not an OMRequest -> INVALID_REQUEST (the connection lives on);
 2. identity: with a client certificate, refused with UNAUTHORIZED (and audited)

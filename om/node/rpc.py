@@ -2,7 +2,7 @@
 
 Client connections (``om.node.connections``: framing, back-pressure, bounds)
 are served by the node's own process when ``workers`` is 1, or by ``workers``
-front processes sharing the client port (``om.node.fronts``). Either way each
+front processes sharing the client port (``om.node.front_pool``). Either way each
 connection's request frames go through the node's ``Intake``
 (``om.node.intake``: parse, identity, submit, answer framing), so a request is
 treated the same whoever serves its connection. Responses carry the request's
@@ -25,8 +25,8 @@ from om.node.connections import (
     listen_backlog,
     raise_fd_limit,
 )
-from om.node.front import client_context
-from om.node.fronts import Fronts, listening_sockets
+from om.node.front_pool import Fronts, listening_sockets
+from om.node.front_worker import client_context
 from om.node.intake import Intake
 from om.node.node import Node
 from om.observe.http_endpoint import MetricsEndpoint

@@ -4,7 +4,7 @@ Messages are tuples whose first item names them, pickled (protocol 5) and
 framed with a 4-byte length. A channel is a private socketpair between two
 processes of the same program (a node and its Raft process,
 ``om.consensus.pysyncobj.process``; a node and its front workers,
-``om.node.fronts``), so the pickles may carry objects; nothing from the network
+``om.node.front_pool``), so the pickles may carry objects; nothing from the network
 reaches it. Sans-IO: ``encode`` makes a frame, ``FrameReader`` cuts them.
 """
 

@@ -5,7 +5,7 @@ start it binds ``workers`` listening sockets to the client port with
 ``SO_REUSEPORT`` (the kernel spreads new connections over them), before the
 node starts, so a port held by another process stops the start with nothing
 begun; then it starts one front process per socket (``python -m
-om.node.front``, ``om/node/front.py``), each joined to the node by a private
+om.node.front_worker``, ``om/node/front_worker.py``), each joined to the node by a private
 socketpair (``om.protocol.channel`` frames). A front does TLS, framing and
 back-pressure for its connections and forwards each read's request frames;
 the node runs them through the same ``Intake`` as its own connections would
@@ -127,7 +127,8 @@ def _spawn(listener: socket.socket) -> tuple[subprocess.Popen[bytes], socket.soc
     """A front process holding ``listener`` (closed here) and the node's socketpair end."""
     ours, theirs = socket.socketpair()
     process = subprocess.Popen(
-        [sys.executable, "-m", "om.node.front", str(theirs.fileno()), str(listener.fileno())],
+        [sys.executable, "-m", "om.node.front_worker", str(theirs.fileno()),
+         str(listener.fileno())],
         pass_fds=(theirs.fileno(), listener.fileno()))
     theirs.close()
     listener.close()

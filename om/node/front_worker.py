@@ -1,7 +1,7 @@
 """A front worker: serves client connections of one node, in a process of its own.
 
-``python -m om.node.front LINK_FD LISTEN_FD`` is started by its node
-(``om.node.fronts``) with the node's end of a socketpair and one of the node's
+``python -m om.node.front_worker LINK_FD LISTEN_FD`` is started by its node
+(``om.node.front_pool``) with the node's end of a socketpair and one of the node's
 listening sockets on the client port (``SO_REUSEPORT``: the kernel spreads new
 connections over the fronts). It takes its setup (the node's configuration and
 its index) from the link, then serves with the same ``ClientConnection`` as the
