@@ -178,3 +178,16 @@ async def test_the_purger_aborts_uploads_never_completed(leader: LeaderUnderTest
     late = await leader.call(build.complete_multipart_upload(V, OBS_B, "mpu", upload_id,
                                                              [(1, "")]))
     assert late.status == om_pb2.NO_SUCH_MULTIPART_UPLOAD_ERROR
+
+
+async def test_the_purger_reads_the_services_clock_not_the_wall(
+        leader: LeaderUnderTest) -> None:
+    """The expiry cutoff rides in the replicated request, so it comes from the clock the
+    service was given (a simulator's): a clock a week and a day ahead expires what the
+    wall clock would keep."""
+    purger = leader.service.purger
+    await leader.ok(build.create_key(V, OBS_B, "open", 10))
+    assert await purger.expire_open_keys() == 0, "a week is far away"
+    ahead_ms = int((PurgeConfig().open_key_expire_s + 86_400) * 1000)
+    purger.clock_ms = lambda: _now_ms() + ahead_ms
+    assert await purger.expire_open_keys() == 1

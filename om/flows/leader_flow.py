@@ -99,7 +99,7 @@ class LeaderService(RequestService):
         self._sweeper: asyncio.Task[None] | None = None
         self.purger = Purger(store, self.submit,
                              lambda: self.role().ready and not self.prepare_gate_closed(),
-                             config.purge, PURGE_USER)
+                             config.purge, PURGE_USER, clock_ms)
         self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,8 +84,11 @@ class Purger:
     """Submits purge steps while rows wait, one at a time."""
 
     def __init__(self, view: ReadView, submit: Submit, ready: Callable[[], bool],
-                 config: PurgeConfig, user: str) -> None:
+                 config: PurgeConfig, user: str, clock_ms: Callable[[], int]) -> None:
+        """``clock_ms``: the service's clock; an expiry cutoff rides in the replicated
+        request (``created_before_ms``), so it comes from the injected clock."""
         self._view = view
+        self.clock_ms = clock_ms
         self._submit = submit
         self._ready = ready
         self.config = config
@@ -190,7 +192,7 @@ class Purger:
         return aborted
 
     def _cutoff_ms(self, age_s: float) -> int:
-        return max(0, int((time.time() - age_s) * 1000))
+        return max(0, self.clock_ms() - int(age_s * 1000))
 
     def _next_page(self, table: TableId) -> list[tuple[bytes, bytes]]:
         """The next rows of ``table`` after its cursor; the cursor wraps at the end."""
