@@ -14,9 +14,13 @@ def test_serving_freezes_raises_and_restores() -> None:
         assert gc.get_threshold() == (gc_policy.GEN0_THRESHOLD, before[1], before[2])
         assert gc.get_freeze_count() > frozen_before
         assert gc.isenabled()
+        low = gc.get_freeze_count()
         values = gc_policy.metrics()
+        high = gc.get_freeze_count()
         assert values["gc_gen0_threshold"] == gc_policy.GEN0_THRESHOLD
-        assert values["gc_frozen_objects"] == gc.get_freeze_count()
+        # the count is the process's: a node another test serves in a thread of this
+        # worker may freeze more meanwhile (seen once in a full run: +2 objects)
+        assert low <= values["gc_frozen_objects"] <= high
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
 
