@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 
-from om.chaos.history import UPLOAD_ID, F, Op, Outcome
+from om.chaos.history import UPLOAD_ID, F, Outcome
 from om.chaos.workload import MPU_BUCKET, VOLUME, Worker, outcome_of
 from om.client import requests as build
 from om.protocol import om_pb2
@@ -95,7 +95,5 @@ class MpuWorker(Worker):
 
     def _mpu_record(self, f: F, key: str, value: int | None, started: int, outcome: Outcome,
                     retries: int, upload_id: str) -> None:
-        extra = {UPLOAD_ID: upload_id} if upload_id else {}
-        self._recorder.add(Op(self.process, self._recorder.next_op_id(), f, key, value,
-                              started, time.monotonic_ns(), outcome,
-                              self._client.last_node or None, retries, extra))
+        self._record(f, key, value, started, outcome, retries,
+                     extra={UPLOAD_ID: upload_id} if upload_id else None)

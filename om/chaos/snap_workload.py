@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 
-from om.chaos.history import SNAPSHOT, F, Op, Outcome
+from om.chaos.history import SNAPSHOT, F, Outcome
 from om.chaos.workload import (
     REGISTER_BUCKET,
     VOLUME,
@@ -91,7 +91,5 @@ class SnapWorker(Worker):
 
     def _snap_record(self, f: F, key: str, value: int | None, started: int, outcome: Outcome,
                      snapshot: str = "") -> None:
-        extra = {SNAPSHOT: snapshot} if snapshot else {}
-        self._recorder.add(Op(self.process, self._recorder.next_op_id(), f, key, value,
-                              started, time.monotonic_ns(), outcome,
-                              self._client.last_node or None, self._client.last_retries, extra))
+        self._record(f, key, value, started, outcome, self._client.last_retries,
+                     extra={SNAPSHOT: snapshot} if snapshot else None)

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from om.chaos.history import F, History, Op, Outcome
 from om.client import OMClient, OMConnectionError
@@ -154,9 +155,12 @@ class Worker:
         return response
 
     def _record(self, f: F, key: str, value: int | None, started: int, outcome: Outcome,
-                retries: int, object_id: int = 0) -> None:
+                retries: int, object_id: int = 0, extra: dict[str, Any] | None = None) -> None:
+        """Records one operation; ``extra``: what a workload's checker needs besides."""
         done = time.monotonic_ns()
-        extra = {"object_id": object_id} if object_id and outcome is Outcome.OK else {}
+        extra = dict(extra or {})
+        if object_id and outcome is Outcome.OK:
+            extra["object_id"] = object_id
         self._recorder.add(Op(self.process, self._recorder.next_op_id(), f, key,
                               value if outcome is Outcome.OK or f is not F.GET else None,
                               started, done, outcome, self._client.last_node or None,
