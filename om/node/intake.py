@@ -99,14 +99,14 @@ class Intake:
         delegation token; False (answered, and audited unless sent to the leader) when
         the token does not stand."""
         verdict = self._node.token_user(request)
-        if isinstance(verdict, str) and request.user not in ("", verdict):
+        if isinstance(verdict, str):
+            if request.user in ("", verdict):
+                request.user = verdict
+                return True
             verdict = om_pb2.OMResponse(
                 cmd_type=request.cmd_type, status=om_pb2.PERMISSION_DENIED,
                 call_id=request.call_id, message=f"User '{request.user}' is not the owner "
                 f"'{verdict}' of the delegation token: a request may not act for another user")
-        if isinstance(verdict, str):
-            request.user = verdict
-            return True
         connection.deliver(self.frame(request.call_id, verdict))
         if verdict.status not in (om_pb2.NOT_LEADER, om_pb2.LEADER_NOT_READY):
             self._node.audit_refused(request, connection.peer, verdict.message,
