@@ -7,8 +7,10 @@ cycles of a calm phase without restarts, so each node's memory growth can be
 judged, and a storm: ``om/chaos/nemesis.py``, ``om/chaos/resources.py``) and
 ``soak2h`` (two hours of the same, in longer cycles). ``--calm``/``--storm`` set
 a soak's cycle lengths; by default a run of an hour or more has calm phases of
-``LONG_CALM_S``, so each node lives 20 minutes between restarts, long enough to
-tell a slow leak from a cache filling to its bound.
+``LONG_CALM_S``, so each node lives 21 minutes between restarts, long enough to
+tell a slow leak from a cache filling to its bound. Each profile's length is a whole
+number of cycles (two hours: 5 of 21 + 3 minutes), so a run ends at a storm's end:
+no calm-phase lifetime is cut short by the run's end and judged half-filled.
 
 A long run paces its workers (``--op-pause``, default ``LONG_OP_PAUSE_S`` from
 an hour on): the recorder keeps every operation in memory and the checkers read
@@ -39,7 +41,7 @@ SOAKS = frozenset({"soak", "soak2h"})
 SOAK_CALM_S = 480.0
 SOAK_STORM_S = 120.0
 LONG_RUN_S = 3600.0        # from this duration on: long calm phases, paced workers
-LONG_CALM_S = 1200.0
+LONG_CALM_S = 1260.0
 LONG_STORM_S = 180.0
 LONG_OP_PAUSE_S = 0.1      # per worker between operations: 10 workers, <= 100 ops/s
 WORKLOADS = {"register": 4, "add": 2, "fso": 2, "mpu": 1, "snap": 1}   # -> its threads

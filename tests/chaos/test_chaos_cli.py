@@ -28,6 +28,15 @@ def test_a_two_hour_soak_has_twenty_minute_calm_phases() -> None:
     assert cycles(PROFILES["soak"], None, None) == (SOAK_CALM_S, SOAK_STORM_S)
 
 
+@pytest.mark.parametrize("profile", ["soak", "soak2h"])
+def test_a_soak_ends_at_a_storms_end(profile: str) -> None:
+    """A run that ended inside a calm phase would judge the memory of lifetimes the
+    end cut short (caches still filling): each soak is a whole number of cycles."""
+    calm, storm = cycles(PROFILES[profile], None, None)
+    whole = PROFILES[profile] / (calm + storm)
+    assert whole == int(whole) >= 3, (profile, calm, storm)
+
+
 def test_given_cycle_lengths_win_and_must_be_positive() -> None:
     assert cycles(7200, 120, 60) == (120, 60)
     assert cycles(300, 90, None) == (90, SOAK_STORM_S)
