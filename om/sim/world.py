@@ -346,12 +346,14 @@ class SimNode:
     def tick(self) -> None:
         self._kicked = False
         self.raft.tick()
-        role = self.raft.role()
-        seen = (role.is_leader, role.term)
+        # the two fields the trace needs, not ``role()``'s whole view (the leader's
+        # address and connection, the barrier): 3.6 % of a seed's time at every tick
+        raft = self.raft.raft
+        seen = (raft.om_is_leader(), int(raft.raftCurrentTerm))
         if seen != self._role_seen:
             self._role_seen = seen
-            if role.is_leader:
-                self.world.record(f"{self.name} leads term {role.term}", shown=True)
+            if seen[0]:
+                self.world.record(f"{self.name} leads term {seen[1]}", shown=True)
 
     def kick(self) -> None:
         """A tick soon (a poll woken by a message, a sync, a submitted entry)."""
