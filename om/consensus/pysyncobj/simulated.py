@@ -396,10 +396,15 @@ class SimRaftLog(RaftLog):
 class StableNode(TCPNode):  # type: ignore[misc]
     """A TCPNode whose hash does not depend on ``PYTHONHASHSEED``: pysyncobj keeps its
     peers in sets and sends to them in set order, which must be the same in every
-    process for a seed to replay."""
+    process for a seed to replay. Computed once: pysyncobj hashes its nodes some
+    fifty times a tick (its per-peer dicts), about 1 % of a seed's time."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self._stable_hash = zlib.crc32(str(self.id).encode())
 
     def __hash__(self) -> int:
-        return zlib.crc32(str(self.id).encode())
+        return self._stable_hash
 
 
 def address_id(address: str) -> str:
