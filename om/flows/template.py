@@ -500,7 +500,8 @@ class RequestService(Generic[FlowT]):
 
     def _forget(self, write: Write) -> None:
         """Drops an ended write from those in flight; wakes a Prepare waiting for them."""
-        del self._originals[write.key]
+        ended = self._originals.pop(write.key)
+        assert ended is write, "a write ends exactly once (a later write reuses its key)"
         if self._preparing and len(self._originals) <= 1 and self._drained is not None:
             self._drained.set()
 
