@@ -105,8 +105,12 @@ class LeaderFlow:
         self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Starts group commit and the purge of deleted subtrees."""
+        """Starts group commit."""
         self.pipeline.start()
+
+    async def start_background(self) -> None:
+        """Starts the purge of deleted subtrees, expired open keys and uploads."""
+        assert self._purging is None, "started once"
         self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
     async def stop_background(self) -> None:

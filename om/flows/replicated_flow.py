@@ -49,6 +49,9 @@ class ReplicatedFlow:
     async def start(self) -> None:
         """Nothing carries writes but the replicator, which the node starts."""
 
+    async def start_background(self) -> None:
+        """No background work of its own (the template sweeps reply rows)."""
+
     async def stop_background(self) -> None:
         """No background work of its own (the template sweeps reply rows)."""
 

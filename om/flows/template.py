@@ -238,12 +238,13 @@ class RequestService(Generic[FlowT]):
     # -- lifecycle: the template's sweeper around the flow's own ----------------------
 
     async def start(self) -> None:
-        """Starts the flow (group commit, its background work), then the sweeper of
-        expired reply rows (apply writes them; only the leader deletes expired ones,
-        through the log, so every node deletes the same)."""
+        """Starts the flow (group commit), the sweeper of expired reply rows (apply
+        writes them; only the leader deletes expired ones, through the log, so every
+        node deletes the same), then the flow's background work (the purge)."""
         await self.flow.start()
         self._sweeper = asyncio.get_running_loop().create_task(
             self.sweep_forever(self._sweep_interval_s, self._sweep_rows_max))
+        await self.flow.start_background()
 
     async def close(self) -> None:
         """Stops the sweeper and the flow's background work, lets every admitted write

@@ -186,12 +186,18 @@ class WriteFlow(Protocol):
         ...
 
     async def start(self) -> None:
-        """Starts what carries writes (group commit) and the flow's own background work."""
+        """Starts what carries writes (group commit)."""
+        ...
+
+    async def start_background(self) -> None:
+        """Starts the flow's own background work (the purge), after the template's
+        sweeper: the two wake at the same ticks, the sweeper first."""
         ...
 
     async def stop_background(self) -> None:
-        """Stops the flow's own background work (the purge): it submits nothing more.
-        Called at close, before the template waits for the writes in flight."""
+        """Stops the flow's own background work: it submits nothing more. Called at
+        close, after the sweeper stopped and before the template waits for the writes
+        in flight."""
         ...
 
     async def close(self) -> None:
