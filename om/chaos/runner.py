@@ -356,6 +356,13 @@ def _acked_ids(history: History) -> list[tuple[str, int]]:
     return [(ack.source, ack.object_id) for ack in checkers.id_acks_from_history(history)]
 
 
+def _observed(cluster: om_cluster.Cluster, config: ChaosConfig,
+              samples: list[resources.Sample], verified: dict[str, Any]) -> dict[str, Any]:
+    """What the run saw besides the history: resources, the verify, the nodes' logs."""
+    return {"resources": resources.summarize(samples, config.resource_bounds),
+            VERIFY: verified, "node_logs": node_logs.summarize(cluster.directory)}
+
+
 def _write(out: Path, config: ChaosConfig, history: History, nemesis: Nemesis,
            workers: list[workload.Worker], recorder: workload.Recorder,
            violations: list[Violation], elapsed_s: float,
@@ -475,8 +482,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     violations += [Violation("nemesis", "fault_failed", failure) for failure in nemesis.failed]
     (config.out / "resources.jsonl").write_text("".join(
         json.dumps(asdict(sample)) + "\n" for sample in samples))
-    observed = {"resources": resources.summarize(samples, config.resource_bounds),
-                VERIFY: verified, "node_logs": node_logs.summarize(cluster.directory)}
+    observed = _observed(cluster, config, samples, verified)
     return _write(config.out, config, history, nemesis, workers, recorder, violations,
                   time.monotonic() - started, {**observed, **_mpu_summary(mpu),
                    **({"snapshots_listed": len(snapshots)} if snapshots is not None else {})}, fs)
