@@ -8,7 +8,7 @@ Tiers:
   and so does any ``-m`` expression that names ``slow``, or naming a test's file or
   the test itself on the command line. A test that adds a long run is marked ``slow``.
 * ``integration`` (starts real server processes): ``pytest -m "not integration"`` is
-  the fast tier, under two minutes.
+  the fast tier (no OM server processes; the Spark jobs are in it).
 
 Workers: the default run spreads tests over pytest-xdist workers (``-n`` and ``--dist
 loadgroup`` in pyproject.toml), one test at a time, except where tests share a fixture
