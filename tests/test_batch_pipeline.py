@@ -14,6 +14,7 @@ from om.flows.template import wall_clock_ms
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
+from om.statemachine import log_entry
 
 CYCLE_S = 0.1
 
@@ -26,7 +27,7 @@ class SlowReplicator:
         self.stamps: list[int] = []
 
     async def replicate(self, entry: bytes) -> ReplicateResult:
-        batch = om_pb2.PersistDbBatch.FromString(entry[1:])
+        (batch,) = log_entry.decode_batches(entry)
         self.batches.append(batch.request_count)
         self.stamps.append(batch.timestamp_ms)
         await asyncio.sleep(CYCLE_S)
