@@ -23,16 +23,20 @@ from pathlib import Path
 import pytest
 
 from om.cluster import lifecycle as om_cluster
-from om.config import NodeAddress
+from om.config import NodeAddress, Raft
 from om.consensus.port import ReplicateResult, ReplicateStatus
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.protocol import om_pb2
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.store import Store
-from tests.consensus.raft_nodes import FAST
 
 pytestmark = pytest.mark.integration
+
+# Elections slow enough that stopping the leader's Raft process for a moment, on a
+# loaded machine, never deposes it (a new leader would fail the submits instead).
+STEADY = Raft(election_timeout_min_s=2.0, election_timeout_max_s=3.0,
+              leader_fallback_timeout_s=6.0)
 
 ENTRY_BYTES_MAX = 2000    # two of the sub-batches below fit an entry, three do not
 VALUE_BYTES = 800
@@ -95,7 +99,7 @@ async def replicas(tmp_path: Path) -> AsyncIterator[list[Replica]]:
             replica = Replica(StateMachine(Store(tmp_path / address.id / "db")))
             started.append(replica)
             replica.replicator = RaftProcessReplicator(
-                address, addresses, tmp_path / address.id / "raft", FAST, replica.apply,
+                address, addresses, tmp_path / address.id / "raft", STEADY, replica.apply,
                 NoSnapshots(), _barrier, ENTRY_BYTES_MAX, replica.child_exited)
             await replica.raft.start()
         yield started
@@ -144,6 +148,7 @@ async def test_sub_batches_that_arrive_together_share_an_entry_and_each_gets_its
     results = await _submitted_together(
         leader, [_sub_batch(1, term), _sub_batch(2, stale), _sub_batch(3, term),
                  _sub_batch(4, term)])
+    assert leader.raft.role().term == term, "leadership changed meanwhile: no verdict"
     assert [r.status for r in results] == [
         ReplicateStatus.COMMITTED, ReplicateStatus.LEADER_CHANGED,
         ReplicateStatus.COMMITTED, ReplicateStatus.COMMITTED]
