@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from om.client import OMClient, OMClientError
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
@@ -39,6 +41,10 @@ def start(directory: Path, extra_toml: str = "", execution: str = "leader",
 # clients served by two front workers (execution, workers).
 FLOWS = {"leader": ("leader", 1), "replicated": ("replicated", 1),
          "leader-2-workers": ("leader", 2)}
+# As test parameters: the front workers' run is the slow tier's (front workers are an
+# option, not the default; their own tests, tests/test_fronts.py, stay in the suite).
+FLOW_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if FLOWS[name][1] > 1 else [])
+               for name in sorted(FLOWS)]
 
 
 def client(cluster: om_cluster.Cluster, deadline_s: float = 30.0, user: str | None = None,

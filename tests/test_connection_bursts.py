@@ -31,7 +31,8 @@ from om.config import ConfigError, Limits, ServerConfig
 from om.node.accept import HANDSHAKE_SLOT_S
 from om.node.connections import SOMAXCONN, SOMAXCONN_UNKNOWN, listen_backlog
 from om.protocol import om_pb2
-from om.protocol.framing import FrameDecoder
+from om.protocol.client_version import CURRENT_VERSION
+from om.protocol.framing import FrameDecoder, encode_frame
 from om.security.certificates import CertificateAuthority
 from om.security.tls import ClientTls
 from tests.bursts import burst, create_volume_frame
@@ -177,17 +178,29 @@ def bounded(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 def _flood_without_reading(address: str, client_id: str, writes_max: int,
-                           timeout_s: float) -> int:
+                           timeout_s: float, listings_after: int = 0) -> int:
     """Sends CreateVolume writes in chunks and reads nothing, until the node cuts the
-    connection off; the number of writes sent (at most ``writes_max``)."""
+    connection off; the number of writes sent (at most ``writes_max``). With
+    ``listings_after``, once that many writes are sent it sends listings of those
+    volumes instead (a reply of ~60 KB each, where a write's is ~50 bytes): the
+    kernel's socket buffers, megabytes, fill in seconds rather than minutes."""
     host, port = address.rsplit(":", 1)
     conn = socket.socket()
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # little room to hide in
     conn.connect((host, int(port)))
     conn.settimeout(timeout_s)
     sent = 0
+    listing = encode_frame(om_pb2.OMRequest(
+        cmd_type=om_pb2.ListVolume, client_id=client_id, client_version=CURRENT_VERSION,
+        user="bursts", list_volume=om_pb2.ListVolumeRequest(prefix="flood-", max_keys=1000),
+    ).SerializeToString())
     try:
-        while sent < writes_max:
+        for _ in range(writes_max):   # each turn sends 500 frames at least
+            if listings_after and sent >= listings_after:
+                conn.sendall(listing * 100)
+                continue
+            if sent >= writes_max:
+                break
             chunk = [create_volume_frame(f"flood-{sent + i + 1}", client_id, sent + i + 1)
                      for i in range(500)]
             conn.sendall(b"".join(chunk))
@@ -209,8 +222,12 @@ def _served_meanwhile(address: str, stop: threading.Event, latencies: list[float
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("listings_after", [
+    pytest.param(2_000, id="writes-then-listings"),   # 2,000 writes, then big replies: ~10 s
+    pytest.param(0, marks=pytest.mark.slow, id="writes-only"),   # ~66,000 writes: minutes
+])
 def test_a_client_that_never_reads_is_cut_off_with_its_writes_applied_once(
-        bounded: ServerProcess) -> None:
+        bounded: ServerProcess, listings_after: int) -> None:
     with OMClient([bounded.address], policy=RetryPolicy(deadline_s=30)) as om:
         om.create_volume("other")
     stop = threading.Event()
@@ -219,16 +236,20 @@ def test_a_client_that_never_reads_is_cut_off_with_its_writes_applied_once(
     other.start()
     client_id = str(uuid.uuid4())
     try:
-        sent = _flood_without_reading(bounded.address, client_id, 200_000, 60.0)
+        sent = _flood_without_reading(bounded.address, client_id, 200_000, 60.0,
+                                      listings_after)
     finally:
         stop.set()
         other.join(timeout=30)
     assert sent < 200_000, "a client that never reads was never cut off"
+    assert not listings_after or sent == listings_after
     found = re.search(r"(\d+) bytes unsent, more than limits.connection_unsent_bytes_max",
                       bounded.log.read_text())
     assert found, "the cut-off is logged"
-    # one loop iteration's replies (at most connection_in_flight_max small ones) past it
-    assert UNSENT_MAX < int(found.group(1)) < UNSENT_MAX + 1024 * 64
+    # one loop iteration's replies past it: at most frames_per_turn, each a write's
+    # (under 4 KiB) or a listing's (under a frame)
+    reply_max = UNSENT_MAX if listings_after else 4096
+    assert UNSENT_MAX < int(found.group(1)) < UNSENT_MAX + Limits().frames_per_turn * reply_max
     latencies.sort()
     p99_ms = latencies[int(0.99 * (len(latencies) - 1))] * 1000
     print(f"cut off after {sent} writes sent; another client's p99 meanwhile {p99_ms:.1f} ms "

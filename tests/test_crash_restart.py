@@ -37,7 +37,7 @@ def _victims(cluster: om_cluster.Cluster, kind: str) -> list[str]:
     return [n.id for n in cluster.nodes]
 
 
-@pytest.mark.parametrize("flow", sorted(harness.FLOWS))
+@pytest.mark.parametrize("flow", harness.FLOW_PARAMS)
 def test_kill_9_anywhere_loses_no_acknowledged_write_and_applies_nothing_twice(
         tmp_path: Path, flow: str) -> None:
     execution, workers = harness.FLOWS[flow]

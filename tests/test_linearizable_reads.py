@@ -32,7 +32,7 @@ ROUNDS = 3
 PIPELINED = "leader-4-batches"
 
 
-@pytest.fixture(params=[*sorted(harness.FLOWS), PIPELINED])
+@pytest.fixture(params=[*harness.FLOW_PARAMS, PIPELINED])
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
     pipelined = request.param == PIPELINED
     execution, workers = harness.FLOWS["leader" if pipelined else request.param]

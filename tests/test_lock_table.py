@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,3 +81,35 @@ def test_plans_follow_the_global_order() -> None:
         LockRequest(Level.VOLUME, "v", Mode.READ), LockRequest(Level.BUCKET, "v/b", Mode.WRITE))
     assert plan_locks(build.create_bucket("v", "b", quota_in_bytes=10))[0].mode is Mode.WRITE
     assert plan_locks(build.lookup_key("v", "b", "k")) == ()
+
+
+def test_statistics_read_from_another_thread_while_locks_come_and_go() -> None:
+    """The metrics endpoint's thread reads the table while the loop changes it (a soak's
+    scrape raised "dictionary changed size during iteration"). Bounded: 20,000 changes."""
+
+    table: LockTable[str] = LockTable()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            try:
+                table.statistics()
+            except RuntimeError as error:   # what the live dict's walk raised
+                errors.append(error)
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)      # switch threads as often as the interpreter allows
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for n in range(20_000):   # 150 locks held at a time, one taken and one freed a step
+            assert table.acquire_nowait(f"o{n}", (Level.KEY, f"k{n}"), Mode.WRITE)
+            if n >= 150:
+                table.release(f"o{n - 150}", (Level.KEY, f"k{n - 150}"))
+    finally:
+        done.set()
+        scraper.join(timeout=10)
+        sys.setswitchinterval(interval)
+    assert not errors, errors

@@ -114,7 +114,7 @@ async def test_a_snapshot_holds_the_bucket_as_it_was_at_its_create(node: Node) -
     assert info.snapshot_info.checkpoint_here
     assert info.snapshot_info.snapshot_id == taken.snapshot_id
     assert info.snapshot_info.status == om_pb2.SNAPSHOT_ACTIVE
-    checkpoint = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    checkpoint = node.om_snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
     assert checkpoint is not None
     assert checkpoint.is_dir()
 
@@ -137,12 +137,12 @@ async def test_list_and_a_generated_name(node: Node) -> None:
 async def test_delete_frees_the_checkpoint(node: Node) -> None:
     await put(node, "a", 1)
     taken = (await ok(node, build.create_snapshot(V, B, "gone"))).create_snapshot.snapshot_info
-    directory = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    directory = node.om_snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
     assert directory is not None
     assert (await lookup(node, "gone", "a")).status == om_pb2.OK   # opened: cached
     await ok(node, build.delete_snapshot(V, B, "gone"))
     assert not directory.parent.exists()
-    assert node.snapshot_checkpoints.freed == 1
+    assert node.om_snapshot_checkpoints.freed == 1
     gauges = node.metrics.flat()
     assert gauges["om_snapshot_checkpoints_taken_total"] == 1
     assert gauges["om_snapshot_checkpoints_freed_total"] == 1
@@ -271,7 +271,7 @@ async def test_no_create_without_disk_headroom(tmp_path: Path, execution: str) -
         assert status(refused) == "QUOTA_EXCEEDED"
         assert "headroom" in refused.message
         assert data_digests(node) == before
-        assert not any(node.snapshot_checkpoints.root.iterdir())
+        assert not any(node.om_snapshot_checkpoints.root.iterdir())
     finally:
         await node.close()
 
@@ -294,7 +294,7 @@ async def test_a_restart_keeps_snapshots_and_retakes_one_a_kill_cut_short(tmp_pa
     await put(first, "a", 2)
     cut = (await ok(first, build.create_snapshot(V, B, "cut"))).create_snapshot.snapshot_info
     position = first.state_machine.applied_index
-    cut_path = first.snapshot_checkpoints.checkpoint_path(cut.snapshot_id)
+    cut_path = first.om_snapshot_checkpoints.checkpoint_path(cut.snapshot_id)
     assert cut_path is not None
     digests = checkpoint_digests(cut_path)
     await first.close()
@@ -306,8 +306,8 @@ async def test_a_restart_keeps_snapshots_and_retakes_one_a_kill_cut_short(tmp_pa
     second = open_node(tmp_path)
     await second.start()
     try:
-        assert second.snapshot_checkpoints.position(cut.snapshot_id) == position
-        retaken = second.snapshot_checkpoints.checkpoint_path(cut.snapshot_id)
+        assert second.om_snapshot_checkpoints.position(cut.snapshot_id) == position
+        retaken = second.om_snapshot_checkpoints.checkpoint_path(cut.snapshot_id)
         assert retaken is not None
         assert checkpoint_digests(retaken) == digests
         assert (await lookup(second, "kept", "a")).lookup_key.key_info.data_size == 1
@@ -325,14 +325,14 @@ async def test_a_snapshot_this_node_lacks_is_refused_clearly(node: Node,
     taken = (await ok(node, build.create_snapshot(V, B, "lost"))).create_snapshot.snapshot_info
     carried_none = tmp_path / "carried-none"
     carried_none.mkdir()
-    node.snapshot_checkpoints.installing()        # as a Raft snapshot install does
-    node.snapshot_checkpoints.installed(carried_none)   # nothing to mark: it is whole
-    assert node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is not None
-    path = node.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    node.om_snapshot_checkpoints.installing()        # as a Raft snapshot install does
+    node.om_snapshot_checkpoints.installed(carried_none)   # nothing to mark: it is whole
+    assert node.om_snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is not None
+    path = node.om_snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
     assert path is not None
-    node.snapshot_checkpoints.close()
+    node.om_snapshot_checkpoints.close()
     shutil.rmtree(path.parent)     # an install of a snapshot that carried none of it
-    node.snapshot_checkpoints.installed(carried_none)
+    node.om_snapshot_checkpoints.installed(carried_none)
     refused = await lookup(node, "lost", "a")
     assert status(refused) == "INVALID_SNAPSHOT_ERROR"
     info = (await ok(node, build.get_snapshot_info(V, B, "lost"))).get_snapshot_info
@@ -346,7 +346,7 @@ async def test_a_raft_snapshot_carries_the_checkpoints_and_an_install_adopts_the
     each one this node lacks into place, at the position it holds everywhere."""
     await put(node, "a", 1)
     taken = (await ok(node, build.create_snapshot(V, B, "carried"))).create_snapshot.snapshot_info
-    checkpoints = node.snapshot_checkpoints
+    checkpoints = node.om_snapshot_checkpoints
     position = checkpoints.position(taken.snapshot_id)
     path = checkpoints.checkpoint_path(taken.snapshot_id)
     assert path is not None
@@ -402,7 +402,7 @@ async def test_a_file_system_bucket_is_read_through_its_snapshot(node: Node) -> 
 async def test_a_checkpoint_freed_under_a_read_answers_clearly(node: Node) -> None:
     await put(node, "a", 1)
     taken = (await ok(node, build.create_snapshot(V, B, "brief"))).create_snapshot.snapshot_info
-    view = node.snapshot_checkpoints.open(taken.snapshot_id)
+    view = node.om_snapshot_checkpoints.open(taken.snapshot_id)
     assert view is not None
     assert view.get(om_pb2.KEY, b"/vol/bkt/a") is not None
     await ok(node, build.delete_snapshot(V, B, "brief"))     # frees it, closing the store
@@ -454,7 +454,7 @@ async def test_a_checkpoint_lost_after_the_store_moved_on_is_not_retaken(tmp_pat
     await put(first, "a", 1)
     taken = (await ok(first, build.create_snapshot(V, B, "snap"))).create_snapshot.snapshot_info
     await put(first, "a", 2)                        # the store moves past the create
-    path = first.snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
+    path = first.om_snapshot_checkpoints.checkpoint_path(taken.snapshot_id)
     assert path is not None
     await first.close()
     shutil.rmtree(path.parent)
@@ -462,7 +462,7 @@ async def test_a_checkpoint_lost_after_the_store_moved_on_is_not_retaken(tmp_pat
     second = open_node(tmp_path)
     await second.start()
     try:
-        assert second.snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is None
+        assert second.om_snapshot_checkpoints.checkpoint_path(taken.snapshot_id) is None
         assert status(await lookup(second, "snap", "a")) == "INVALID_SNAPSHOT_ERROR"
     finally:
         await second.close()
@@ -472,12 +472,12 @@ async def test_a_checkpoint_lost_while_running_is_not_retaken_by_the_next_create
         node: Node) -> None:
     await put(node, "a", 1)
     lost = (await ok(node, build.create_snapshot(V, B, "lost"))).create_snapshot.snapshot_info
-    path = node.snapshot_checkpoints.checkpoint_path(lost.snapshot_id)
+    path = node.om_snapshot_checkpoints.checkpoint_path(lost.snapshot_id)
     assert path is not None
     shutil.rmtree(path.parent)                       # removed by hand
     await put(node, "a", 2)
     await ok(node, build.create_snapshot(V, B, "next"))
-    assert node.snapshot_checkpoints.checkpoint_path(lost.snapshot_id) is None
+    assert node.om_snapshot_checkpoints.checkpoint_path(lost.snapshot_id) is None
     assert status(await lookup(node, "lost", "a")) == "INVALID_SNAPSHOT_ERROR"
     assert (await lookup(node, "next", "a")).lookup_key.key_info.data_size == 2
 

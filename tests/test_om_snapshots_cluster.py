@@ -28,7 +28,7 @@ from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.ids import object_id_for
 from om.schema.row_digests import node_bytes
-from om.statemachine.snapshot_checkpoints import SNAPSHOTS_DIR
+from om.statemachine.om_snapshot_checkpoints import SNAPSHOTS_DIR
 from om.statemachine.store import Store
 from tests import cluster_harness as harness
 

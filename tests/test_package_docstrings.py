@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MAPPED = ("om/node", "om/executor", *(f"om/executor/{family}" for family in (
     "volumes", "buckets", "keys", "fso", "multipart", "om_snapshots", "acls", "security", "admin")),
-          "om/cli/sh", "om/cli/admin", "om/cli/fs")
+          "om/cli/sh", "om/cli/admin", "om/cli/fs", "om/statemachine")
 
 
 @pytest.mark.parametrize("package", MAPPED)

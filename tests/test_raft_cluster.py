@@ -22,7 +22,7 @@ compaction_min_time_s = 1.0
 """
 
 
-@pytest.fixture(params=sorted(harness.FLOWS))
+@pytest.fixture(params=harness.FLOW_PARAMS)
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[om_cluster.Cluster]:
     execution, workers = harness.FLOWS[request.param]
     started = harness.start(tmp_path / "cluster", execution=execution, workers=workers)
@@ -145,8 +145,14 @@ def test_full_restart_keeps_state_and_replays_nothing_twice(
     assert digests["om1"] == digests["om2"] == digests["om3"]
 
 
-@pytest.mark.parametrize("execution", ["leader", "replicated"])
-@pytest.mark.parametrize("wipe", [False, True], ids=["stopped", "wiped"])
+# Each flow and each way of falling behind runs in the suite once; the other two
+# pairs (~40 s each on two cores) run in the slow tier.
+@pytest.mark.parametrize(("wipe", "execution"), [
+    pytest.param(True, "leader", id="wiped-leader"),
+    pytest.param(False, "replicated", id="stopped-replicated"),
+    pytest.param(False, "leader", id="stopped-leader", marks=pytest.mark.slow),
+    pytest.param(True, "replicated", id="wiped-replicated", marks=pytest.mark.slow),
+])
 def test_lagging_or_wiped_follower_catches_up_by_snapshot(tmp_path: Path, wipe: bool,
                                                           execution: str) -> None:
     cluster = harness.start(tmp_path / "cluster", extra_toml=SNAPSHOT_OFTEN,

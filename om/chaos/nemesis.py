@@ -103,6 +103,7 @@ class Nemesis:
     calm_s: float = 0.0
     storm_s: float = 0.0
     events: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)   # faults that raised (run's docstring)
     seed: int = 0
     _paused: set[str] = field(default_factory=set)
     _stalled: set[str] = field(default_factory=set)
@@ -118,7 +119,10 @@ class Nemesis:
         assert self.hold_s > 0
 
     def run(self, stop: threading.Event, faults_max: int = 1000) -> None:
-        """Injects faults until ``stop`` is set or ``faults_max`` were injected."""
+        """Injects faults until ``stop`` is set or ``faults_max`` were injected. A fault
+        that raises (a bug of the nemesis, not of the cluster) is recorded in ``failed``,
+        healed, and the run goes on; the runner reports it as a violation, so a run
+        never passes with fewer faults than it claims."""
         if not self.faults:
             return
         started = time.monotonic()
@@ -131,8 +135,16 @@ class Nemesis:
                 action = self.faults[turn % len(self.faults)]
                 turn += 1
                 if not (calm and action in RESTARTS):
-                    self.inject(action, stop)
+                    self._inject_or_record(action, stop)
                     break
+
+    def _inject_or_record(self, action: str, stop: threading.Event) -> None:
+        try:
+            self.inject(action, stop)
+        except Exception as error:
+            self.failed.append(f"{action}: {type(error).__name__}: {error}")
+            self._record(action, "", error=f"{type(error).__name__}: {error}")
+            self.heal()
 
     def calm(self, elapsed_s: float) -> bool:
         """Whether a soak is in a calm phase ``elapsed_s`` into the run."""
@@ -233,7 +245,8 @@ class Nemesis:
     def _bridge(self, stop: threading.Event) -> None:
         """The leader and one follower cannot reach each other; the other reaches both."""
         assert self.links is not None
-        leader, follower = self._leader(), self._follower()
+        leader = self._leader()   # read once: leadership may move between two reads
+        follower = next(n.id for n in self.cluster.nodes if n.id != leader)
         self._record("bridge", "")
         self.links.cut_both_ways(leader, follower)
         stop.wait(self.hold_s)

@@ -138,7 +138,9 @@ def _run_load(cluster: om_cluster.Cluster, config: ChaosConfig, links: LinkProxi
     nemesis = Nemesis(cluster, config.faults, config.fault_interval_s, config.fault_hold_s,
                       links, calm_s=config.calm_s, storm_s=config.storm_s,
                       seed=config.workload.seed)
-    nemesis_thread = threading.Thread(target=nemesis.run, args=(stop,), daemon=True)
+    # one fault per interval at most: the budget never ends the faults before the run does
+    faults_max = int(config.duration_s / config.fault_interval_s) + 1
+    nemesis_thread = threading.Thread(target=nemesis.run, args=(stop, faults_max), daemon=True)
     sampler_thread = threading.Thread(target=sampler.run, args=(stop,), daemon=True)
     for thread in [*threads, nemesis_thread, sampler_thread]:
         thread.start()
@@ -469,6 +471,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     violations += snap_checkers.check_snapshots(history, snapshots)
     samples = sampler.snapshot()
     violations += unverified + resources.check(samples, config.resource_bounds)
+    violations += [Violation("nemesis", "fault_failed", failure) for failure in nemesis.failed]
     (config.out / "resources.jsonl").write_text("".join(
         json.dumps(asdict(sample)) + "\n" for sample in samples))
     observed = {"resources": resources.summarize(samples, config.resource_bounds),

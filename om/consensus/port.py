@@ -118,7 +118,7 @@ class ApplyEntry(Protocol):
 
 
 class SnapshotHooks(Protocol):
-    """Writes and installs snapshots of the node's state (``om.statemachine.snapshot``).
+    """Writes and installs snapshots of the node's state (``om.statemachine.raft_snapshot``).
 
     ``raft_data`` is the Raft library's own opaque state, stored beside the data."""
 

@@ -102,11 +102,15 @@ class LockTable(Generic[Owner]):
         return entry is not None and owner in entry.holders
 
     def statistics(self) -> LockStatistics:
-        """Counts of resources, holders and waiters."""
+        """Counts of resources, holders and waiters. Safe from another thread (the
+        metrics endpoint's, while the loop takes and frees locks): the entries are
+        copied in one C call, under the GIL, before Python code walks them; walking the
+        live dict raised "dictionary changed size during iteration" in a soak."""
+        entries = list(self._entries.values())
         return LockStatistics(
-            resources=len(self._entries),
-            holders=sum(len(e.holders) for e in self._entries.values()),
-            waiters=sum(len(e.waiters) for e in self._entries.values()),
+            resources=len(entries),
+            holders=sum(len(e.holders) for e in entries),
+            waiters=sum(len(e.waiters) for e in entries),
         )
 
     def _grant(self, resource: Resource, entry: _Entry[Owner]) -> list[Owner]:

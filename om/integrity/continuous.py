@@ -11,8 +11,11 @@ marks itself diverged, as ``om admin verify`` marks a node (the marker file; the
 node refuses clients and hands leadership away). A node never marks another:
 each looks after itself, so the check needs no coordinator and a minority node
 is found by itself within one interval. A table where no root has a majority is
-logged as an alert and marks nobody. Leaves whose digest drifted from their own
-rows (``compare.Drift``) are logged and left to the scrub.
+logged as an alert and marks nobody. When no more than half the members answered
+(a restart of every node, a partition), nothing can be judged: the check is
+``incomplete``, a warning, never an alert (a soak's storm raised "no majority"
+alerts over every table when two of three nodes were down). Leaves whose digest
+drifted from their own rows (``compare.Drift``) are logged and left to the scrub.
 
 What it reads costs little: a clean check is one request a peer; the checkpoint
 and the roots are the verifier's.
@@ -68,15 +71,21 @@ class SelfCheck:
         """Votes with the peers at ``mine``'s position; marks this node if outvoted."""
         position = mine.spec.position
         assert self.verifier is not None
+        answers = self._peer_answers(position)
+        self.checks += 1
+        if 2 * (1 + len(answers)) <= self._cluster_size:
+            logger.warning("verify at %d: %d of %d members answered, too few to vote: "
+                           "nothing judged", position, 1 + len(answers), self._cluster_size)
+            self.last = CheckResult(position, "incomplete", 0, 0, time.time())
+            return self.last
         replicas: dict[str, Replica] = {self.node_id: LocalReplica(self.node_id,
                                                                    self.verifier, mine)}
         roots = {self.node_id: compare.root_bytes(mine.roots)}
-        for node_id, answer, call in self._peer_answers(position):
+        for node_id, answer, call in answers:
             replicas[node_id] = remote.RemoteReplica(node_id, call, answer)
             roots[node_id] = remote.roots_of(answer)
         found = compare.compare(position, roots, replicas, self._cluster_size)
         result = self._judge(found, len(roots))
-        self.checks += 1
         self.last = CheckResult(position, result, len(found.differences), len(found.drift),
                                 time.time())
         return self.last

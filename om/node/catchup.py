@@ -1,7 +1,7 @@
 """Catch-up from checkpoint files: the FetchCheckpointFile RPC, both ends.
 
 A follower behind the leader's compacted log gets the leader's Raft snapshot (a
-small manifest, ``om/statemachine/snapshot.py``) through Raft, then downloads the
+small manifest, ``om/statemachine/raft_snapshot.py``) through Raft, then downloads the
 checkpoint it names from the node that keeps it over that node's client port,
 outside Raft, as Ozone's followers download the leader's checkpoint:
 
@@ -49,7 +49,7 @@ from om.statemachine.checkpoint_shelf import (
     CheckpointShelf,
     Manifest,
 )
-from om.statemachine.snapshot import STAGING
+from om.statemachine.raft_snapshot import STAGING
 
 logger = logging.getLogger(__name__)
 CLOCK_SKEW_MS = 60_000

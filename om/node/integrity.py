@@ -41,10 +41,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
-from om.config import ServerConfig
+from om.config import NodeAddress, ServerConfig
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor.registry import error_response
 from om.flows.template import not_leader_response, wall_clock_ms
@@ -143,6 +143,14 @@ INTEGRITY_GAUGES = (
 )
 
 
+def check_members(nodes: Sequence[NodeAddress], node_id: str) -> int:
+    """The members a self-check votes over: the voters, and this node when it is a
+    learner (it compares itself with them; counted out, its own answer made one more
+    than the members, which a soak's learner tripped on)."""
+    voters = [n for n in nodes if not n.learner]
+    return len(voters) + (0 if any(n.id == node_id for n in voters) else 1)
+
+
 class GuardedReplicator:
     """The node's replicator as the request flows see it: never ready while diverged."""
 
@@ -191,7 +199,8 @@ class NodeIntegrity:
         self._peers = {n.id: PeerLink(config, n.address) for n in voters if n.id != config.node_id}
         self.self_check = SelfCheck(
             config.node_id, None, {n: link.call for n, link in self._peers.items()},
-            len(voters), self._mark_self, max(1.0, CHECK_WAIT_FRACTION * verify.interval_s))
+            check_members(config.nodes, config.node_id), self._mark_self,
+            max(1.0, CHECK_WAIT_FRACTION * verify.interval_s))
         self.verifier = Verifier(self._node_dir, store, quiesce, verify.keep, self._verified)
         self.self_check.verifier = self.verifier
         self.scrubber = Scrubber(self._node_dir, store, applying, verify.scrub_rows_per_s,

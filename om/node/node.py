@@ -37,7 +37,7 @@ from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult
 from om.statemachine.digests import Digests
-from om.statemachine.snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
+from om.statemachine.om_snapshot_checkpoints import CheckpointSettings, SnapshotCheckpoints
 from om.statemachine.store import shared_memory
 
 logger = logging.getLogger(__name__)
@@ -91,13 +91,13 @@ class Node:
         self.audit = parts.audit_log(config)
         execution = parts.execution(config, self.store, settings, fail_stop)
         self.state_machine = execution.machine
-        self.snapshot_checkpoints = self._recovered_checkpoints()
+        self.om_snapshot_checkpoints = self._recovered_checkpoints()
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
                                        self.state_machine.applying,
                                        lambda: self.state_machine.applied_index, fail_stop,
                                        self.seam.clock_ms, self.seam.randomness)
         self.membership_ledger = node_membership.Ledger()
-        ring = parts.ring(config, self.state_machine, self.snapshot_checkpoints, parts.RaftHooks(
+        ring = parts.ring(config, self.state_machine, self.om_snapshot_checkpoints, parts.RaftHooks(
             self.apply_entry, self.barrier_entry, self._leads, fail_stop))
         self.raft, self.checkpoints = ring.raft, ring.checkpoints
         self.checkpoint_client = ring.checkpoint_client
@@ -108,7 +108,7 @@ class Node:
         self.leader = execution.write_path(parts.FlowParts(
             config.node_id, self.replicator, settings, self.tracer, self.metrics,
             self.audit or NoAudit(), self.seam.clock_ms))
-        self.leader.snapshot_views = self.snapshot_checkpoints
+        self.leader.snapshot_views = self.om_snapshot_checkpoints
         self._add_gauges()
         if self.raft is not None:
             self.raft.on_leadership_lost(self.leader.leadership_lost)
@@ -150,7 +150,7 @@ class Node:
             result = self.state_machine.apply_entry(position, entry)
             if result.snapshots_changed:   # an OM snapshot's barrier: checkpoint here
                 self.state_machine.quiesce()
-                self.snapshot_checkpoints.applied()
+                self.om_snapshot_checkpoints.applied()
             self.integrity.after_apply(position, entry, result)
             if result.prepared and self.raft is not None:
                 # Ozone's prepare: every node takes a snapshot and compacts its log at
@@ -351,9 +351,9 @@ class Node:
             "applied_index": self.state_machine.applied_index,
             "managed_index": self.state_machine.managed_index,
             "writes_in_flight": self.leader.in_flight, "leader_changes": 0,
-            "snapshot_checkpoints_taken": self.snapshot_checkpoints.taken,
-            "snapshot_checkpoints_freed": self.snapshot_checkpoints.freed,
-            "snapshot_checkpoint_seconds": self.snapshot_checkpoints.last_checkpoint_s,
+            "snapshot_checkpoints_taken": self.om_snapshot_checkpoints.taken,
+            "snapshot_checkpoints_freed": self.om_snapshot_checkpoints.freed,
+            "snapshot_checkpoint_seconds": self.om_snapshot_checkpoints.last_checkpoint_s,
             "store_memtable_bytes": memtables, "store_block_cache_bytes": block_cache,
             "checkpoint_cache_bytes": sum(shared_memory().usage()),
             "digest_leaf_cache_bytes": Digests.attach(self.store).cache_bytes(),
@@ -386,5 +386,5 @@ class Node:
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()
-        self.snapshot_checkpoints.close()
+        self.om_snapshot_checkpoints.close()
         self.store.close()

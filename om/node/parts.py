@@ -55,8 +55,8 @@ from om.schema.read_view import ReadView, SnapshotViews
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.checkpoint_shelf import CheckpointShelf
 from om.statemachine.digests import Digests, derive_key
+from om.statemachine.raft_snapshot import CarriedCheckpoints, SnapshotSource, Snapshotter
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
-from om.statemachine.snapshot import CarriedCheckpoints, SnapshotSource, Snapshotter
 from om.statemachine.store import Store, StoreMemory
 
 logger = logging.getLogger(__name__)

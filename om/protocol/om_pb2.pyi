@@ -469,7 +469,7 @@ class SnapshotStatus(_SnapshotStatus, metaclass=_SnapshotStatusEnumTypeWrapper):
     """------------------------------------------------------------ snapshots ---
     OM snapshots (Ozone's `ozone sh snapshot`): a bucket's state at one log position, a
     RocksDB checkpoint every node takes where the create applies (om/statemachine/
-    snapshot_checkpoints.py). Reads name a snapshot as Ozone does: a key name starting
+    om_snapshot_checkpoints.py). Reads name a snapshot as Ozone does: a key name starting
     with `.snapshot/<name>/`.
     """
 
@@ -6374,7 +6374,7 @@ class TransactionInfo(_message.Message):
     """The position of the last applied entry that changed snapshotInfoTable (0: none):
     a node restarted with it equal to applied_index was stopped right after such an
     entry, so it may take a missing OM snapshot checkpoint now (om/statemachine/
-    snapshot_checkpoints.py); otherwise its store has moved past the create.
+    om_snapshot_checkpoints.py); otherwise its store has moved past the create.
     """
     def __init__(
         self,

@@ -45,7 +45,7 @@ def parse_row(view: ReadView, table: TableId, key: bytes,
 
 class SnapshotViews(Protocol):
     """A node's OM snapshot checkpoints, as handlers may consult them (the node's
-    ``om.statemachine.snapshot_checkpoints`` provides them)."""
+    ``om.statemachine.om_snapshot_checkpoints`` provides them)."""
 
     def open(self, snapshot_id: int) -> ReadView | None:
         """The applied state the snapshot holds, or None when this node has no

@@ -48,7 +48,7 @@ class ApplyResult:
     managed_index: int
     response: bytes = b""  # the old flow's response, executed in apply
     # the entry changed snapshotInfoTable: the node checkpoints or frees OM snapshots
-    # right after it (om/statemachine/snapshot_checkpoints.py)
+    # right after it (om/statemachine/om_snapshot_checkpoints.py)
     snapshots_changed: bool = False
     prepared: bool = False  # the entry wrote the prepared marker (om/executor/admin/upgrade.py)
     # per batch of the entry, in order: applied, or skipped as a stale term's (empty:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -213,3 +214,64 @@ def test_without_phases_every_fault_takes_its_turn() -> None:
     nemesis.injected = []
     nemesis.run(threading.Event(), faults_max=6)
     assert nemesis.injected == [*faults, *faults]
+
+
+class _Raising(_Recording):
+    """A nemesis whose every other fault raises, as a nemesis bug would."""
+
+    healed: int
+
+    def inject(self, action: str, stop: threading.Event) -> None:
+        self.injected.append(action)
+        if len(self.injected) % 2:
+            raise KeyError("om1>om1")
+
+    def heal(self) -> None:
+        self.healed += 1
+
+
+def test_a_fault_that_raises_is_recorded_healed_and_the_faults_go_on() -> None:
+    """A soak's nemesis thread once died on a KeyError 20 minutes in, and the run went on
+    without faults: now the failure is kept (the runner reports it as a violation)."""
+    nemesis = _Raising(cluster=None, faults=("pause_leader",),  # type: ignore[arg-type]
+                       interval_s=0.01)
+    nemesis.injected, nemesis.healed = [], 0
+    nemesis.run(threading.Event(), faults_max=6)
+    assert len(nemesis.injected) == 6, "the faults went on"
+    assert nemesis.healed == 3
+    assert nemesis.failed == ["pause_leader: KeyError: 'om1>om1'"] * 3
+
+
+class _Cluster:
+    """Three nodes whose leader moves at every read of it (a transfer under way)."""
+
+    nodes = [type("Node", (), {"id": f"om{i}"})() for i in (1, 2, 3)]
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def node_infos(self, timeout_s: float) -> list[Any]:
+        self.reads += 1
+        leader = self.nodes[(self.reads - 1) % 3].id
+        return [type("Info", (), {"node_id": n.id, "role": "LEADER" if n.id == leader
+                                  else "FOLLOWER"})() for n in self.nodes]
+
+
+class _Links:
+    def __init__(self) -> None:
+        self.cuts: list[tuple[str, str]] = []
+
+    def cut_both_ways(self, first: str, second: str) -> None:
+        self.cuts.append((first, second))
+
+    def heal(self) -> None:
+        pass
+
+
+def test_a_bridge_cuts_two_distinct_nodes_while_leadership_moves() -> None:
+    links = _Links()
+    nemesis = Nemesis(cluster=_Cluster(), faults=("bridge",), links=links,  # type: ignore[arg-type]
+                      hold_s=0.01)
+    for _ in range(3):
+        nemesis.inject("bridge", threading.Event())
+    assert all(first != second for first, second in links.cuts), links.cuts

@@ -97,25 +97,52 @@ class SimDisk:
     ``cache`` is what a reader of the file sees now; ``stable`` what a power loss
     keeps. ``sync`` makes the cache stable; ``crash`` forgets what was not, except
     that a seeded prefix of the unsynced tail may have reached the platter anyway
-    (the kernel writes back when it likes), possibly cutting a record in two."""
+    (the kernel writes back when it likes), possibly cutting a record in two.
+
+    The cache changes only through ``write``, ``truncate`` and ``replace``, which
+    keep the invariant ``cache[:clean] == stable[:clean]`` (``clean``: the lowest
+    offset changed since the last sync), so that a sync copies only from there: a
+    journal grows by a batch at a time, and copying all of it at every sync was
+    quadratic (seed 1, 2,000 requests: 1 GB copied in 3,598 syncs, now 1.8 MB)."""
 
     node: str
     scheduler: DiskScheduler
     cache: bytearray = field(default_factory=bytearray)
-    stable: bytes = b""
+    stable: bytearray = field(default_factory=bytearray)
     meta: dict[str, Any] = field(default_factory=dict)
     epoch: int = 0            # bumped by every crash: work of an earlier life is void
     syncs: int = 0
     torn: int = 0             # crashes that kept part of an unsynced tail
+    clean: int = 0            # cache and stable agree below this offset
+
+    def write(self, offset: int, data: bytes) -> None:
+        """A pwrite of ``data`` at ``offset`` (zeros fill a gap past the end)."""
+        end = offset + len(data)
+        self.clean = min(self.clean, offset, len(self.cache))
+        if len(self.cache) < end:
+            self.cache.extend(b"\0" * (end - len(self.cache)))
+        self.cache[offset:end] = data
+
+    def truncate(self, size: int) -> None:
+        self.clean = min(self.clean, size)
+        del self.cache[size:]
+
+    def replace(self, content: bytes) -> None:
+        """The file's whole content becomes ``content`` (a rewrite renamed over it)."""
+        self.cache = bytearray(content)
+        self.clean = 0
 
     def sync(self) -> None:
-        self.stable = bytes(self.cache)
+        del self.stable[self.clean:]
+        self.stable += self.cache[self.clean:]
+        self.clean = len(self.cache)
+        assert len(self.stable) == len(self.cache)
         self.syncs += 1
 
     def crash(self, rng: random.Random) -> str:
         """Power loss: the cache becomes the stable bytes plus maybe a piece of the rest."""
         self.epoch += 1
-        stable, cache = self.stable, bytes(self.cache)
+        stable, cache = bytes(self.stable), bytes(self.cache)
         kept = stable
         what = "synced only"
         if len(cache) > len(stable) and cache.startswith(stable) and rng.random() < 0.5:
@@ -124,7 +151,8 @@ class SimDisk:
             self.torn += 1
             what = f"synced + {cut - len(stable)} of {len(cache) - len(stable)} unsynced bytes"
         self.cache = bytearray(kept)
-        self.stable = kept
+        self.stable = bytearray(kept)
+        self.clean = len(kept)
         return what
 
 
@@ -156,13 +184,13 @@ class SimJournal(GroupCommitJournal):
         data = bytes(disk.cache)
         if not data.startswith(MAGIC):
             assert not data, "not a journal"
-            disk.cache = bytearray(MAGIC)
+            disk.replace(MAGIC)
             disk.sync()
             data = MAGIC
         self._entries, self._ends = decode_records(data)
         self._written = self._ends[-1] if self._ends else len(MAGIC)
         if self._written < len(data):   # a torn tail: dropped, as the real journal does
-            del disk.cache[self._written:]
+            disk.truncate(self._written)
             disk.sync()
         self._pending = bytearray()
         self._dirty = False
@@ -209,12 +237,9 @@ class SimJournal(GroupCommitJournal):
         self._dirty = False
         disk = self._disk
         # the pwrite lands in the page cache at once; the sync completes later
-        end = offset + len(pending)
-        if len(disk.cache) < end:
-            disk.cache.extend(b"\0" * (end - len(disk.cache)))
-        disk.cache[offset:end] = pending
+        disk.write(offset, pending)
         if cut is not None:
-            del disk.cache[cut:]
+            disk.truncate(cut)
         self._submit(SyncWork("write", disk.sync, self.last_index))
 
     def collect(self) -> None:
@@ -231,7 +256,7 @@ class SimJournal(GroupCommitJournal):
         disk = self._disk
 
         def rewrite() -> None:      # a synced temporary file renamed over the journal
-            disk.cache = bytearray(content)
+            disk.replace(content)
             disk.sync()
 
         return rewrite
@@ -371,10 +396,15 @@ class SimRaftLog(RaftLog):
 class StableNode(TCPNode):  # type: ignore[misc]
     """A TCPNode whose hash does not depend on ``PYTHONHASHSEED``: pysyncobj keeps its
     peers in sets and sends to them in set order, which must be the same in every
-    process for a seed to replay."""
+    process for a seed to replay. Computed once: pysyncobj hashes its nodes some
+    fifty times a tick (its per-peer dicts), about 1 % of a seed's time."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self._stable_hash = zlib.crc32(str(self.id).encode())
 
     def __hash__(self) -> int:
-        return zlib.crc32(str(self.id).encode())
+        return self._stable_hash
 
 
 def address_id(address: str) -> str:

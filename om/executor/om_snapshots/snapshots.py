@@ -4,7 +4,7 @@ reads addressed into a snapshot.
 A snapshot is a snapshotInfoTable row (``SnapshotInfo``, keyed
 ``/<volume>/<bucket>/<name>``) the leader writes like any row, and a RocksDB
 checkpoint of the whole store that every node takes right after it applies the
-batch holding that row (``om.statemachine.snapshot_checkpoints``): a barrier in
+batch holding that row (``om.statemachine.om_snapshot_checkpoints``): a barrier in
 the replicated stream, at one log position on every node. The create holds the
 bucket's write lock from execution until its batch applies, so no write of that
 bucket shares its batch: the checkpoint holds every write of the bucket ordered

@@ -28,7 +28,7 @@ position, the store stands right after that entry; otherwise the store has moved
 past the create (the checkpoint was lost: its directory removed by hand, a disk
 fault) and the snapshot is marked ABSENT here rather than checkpointed at the
 wrong position. A Raft snapshot carries the checkpoints (``link_into``,
-``om.statemachine.snapshot``), so a follower that catches up by one receives every
+``om.statemachine.raft_snapshot``), so a follower that catches up by one receives every
 OM snapshot taken before it (``installed``). An install marks ``INSTALLING``
 first, so that a kill during an install never checkpoints the installed state
 under an older snapshot's name; whatever it leaves is marked ABSENT.
