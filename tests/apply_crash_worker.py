@@ -51,8 +51,9 @@ def slices_for(position: int) -> list[om_pb2.PersistDbBatch]:
 
 def merged_for(position: int) -> bytes:
     """The merged entry of ``slices_for(position)``, as the Raft process appends it."""
-    return merged_entry.merge([log_entry.encode_sealed(b.SerializeToString(deterministic=True))
-                               for b in slices_for(position)])
+    return merged_entry.merge([
+        log_entry.encode_sealed(b.SerializeToString(deterministic=True), merged=True)
+        for b in slices_for(position)])
 
 
 def seed(store: Store) -> None:

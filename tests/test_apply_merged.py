@@ -8,13 +8,17 @@ at the entry's one position, on both state machines.
 * A slice of a deposed leader's term is skipped and the others apply; the result
   says which, slice by slice.
 * The old flow's machine (switchable flows) ends in the same rows.
+* A log that turns from B to M where MERGED_ENTRIES is finalized applies to the rows
+  an all-B log gives, on both machines, and each keeps the layout the log wrote.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from om.executor.admin import upgrade
 from om.flows.settings import LeaderConfig
+from om.node.parts import init_layout
 from om.protocol import merged_entry, om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
@@ -25,8 +29,9 @@ from tests import apply_crash_worker as worker
 
 
 def _merged(*batches: om_pb2.PersistDbBatch) -> bytes:
-    return merged_entry.merge([log_entry.encode_sealed(b.SerializeToString(deterministic=True))
-                               for b in batches])
+    return merged_entry.merge([
+        log_entry.encode_sealed(b.SerializeToString(deterministic=True), merged=True)
+        for b in batches])
 
 
 def _machine(path: Path) -> StateMachine:
@@ -134,3 +139,61 @@ def test_the_old_flows_machine_applies_merged_entries_to_the_same_rows(
     assert store.transaction_info().applied_index == 3
     store.close()
     leader.store.close()
+
+
+def _finalize_batch(position: int) -> om_pb2.PersistDbBatch:
+    """What a FinalizeUpgrade seals: the layout row at the software's version."""
+    batch = om_pb2.PersistDbBatch(batch_id=position, timestamp_ms=1000 + position,
+                                  managed_index=position, request_count=1)
+    batch.ops.add(table=om_pb2.TRANSACTION_INFO, key=tables.LAYOUT_VERSION_KEY,
+                  value=upgrade.layout_row(upgrade.SOFTWARE_LAYOUT_VERSION))
+    return batch
+
+
+def _upgrade_log(merged_after_finalize: bool) -> list[bytes]:
+    """Positions 1-5: two batches, the FinalizeUpgrade (3, still B: sealed before it
+    applied), two more batches, those as M when ``merged_after_finalize``."""
+    batches = [worker.batch_for(1), worker.batch_for(2), _finalize_batch(3),
+               worker.batch_for(4), worker.batch_for(5)]
+    return [log_entry.encode_sealed(b.SerializeToString(deterministic=True),
+                                    merged=merged_after_finalize and position > 3)
+            for position, b in enumerate(batches, start=1)]
+
+
+def _store_before_merged_entries(path: Path) -> Store:
+    store = Store(path)
+    init_layout(store, upgrade.MERGED_ENTRIES.version - 1)
+    worker.seed(store)
+    return store
+
+
+def test_a_log_turning_from_b_to_m_at_finalize_applies_as_an_all_b_log(
+        tmp_path: Path) -> None:
+    mixed = _upgrade_log(merged_after_finalize=True)
+    assert [e[:1] for e in mixed] == [b"B", b"B", b"B", b"M", b"M"]
+    machines = {"all-B": StateMachine(_store_before_merged_entries(tmp_path / "b")),
+                "mixed": StateMachine(_store_before_merged_entries(tmp_path / "mixed"))}
+    old = ReplicatedStateMachine(_store_before_merged_entries(tmp_path / "old"),
+                                 LeaderConfig().limits, MemoryRetryCache(600_000, 1000), 2,
+                                 _fail)
+    logs = {"all-B": _upgrade_log(merged_after_finalize=False), "mixed": mixed}
+    for position in range(1, 6):
+        layout = upgrade.MERGED_ENTRIES.version - (position <= 3)   # before it applies
+        assert old.layout_version == layout
+        assert old.apply_entry(position, mixed[position - 1]).applied
+        for name, machine in machines.items():
+            assert machine.layout_version == layout, name
+            assert machine.apply_entry(position, logs[name][position - 1]).applied
+    old.close()
+    assert machines["all-B"].store.digests() == machines["mixed"].store.digests()
+    assert _bucket(machines["mixed"].store).used_bytes == 4
+    rows, leaders = old.store.digests(), machines["mixed"].store.digests()
+    for table in (om_pb2.KEY, om_pb2.BUCKET, om_pb2.CLIENT_REQUEST_REPLY,
+                  om_pb2.CLIENT_REQUEST_EXPIRY, om_pb2.TRANSACTION_INFO):
+        assert rows[tables.TABLE_NAMES[table]] == leaders[tables.TABLE_NAMES[table]], table
+    old.store.close()
+    for machine in machines.values():
+        machine.store.close()
+    reopened = StateMachine(Store(tmp_path / "mixed"))   # a restart reads the layout row
+    assert reopened.layout_version == upgrade.MERGED_ENTRIES.version
+    reopened.store.close()

@@ -54,14 +54,15 @@ def test_only_a_merged_entry_of_one_slice_is_single() -> None:
 
 def test_log_entry_hands_every_slice_to_apply_in_order() -> None:
     batches = [om_pb2.PersistDbBatch(batch_id=i, term=2, managed_index=i) for i in (1, 2, 3)]
-    entry = merged_entry.merge([log_entry.encode_sealed(b.SerializeToString()) for b in batches])
+    entry = merged_entry.merge([log_entry.encode_sealed(b.SerializeToString(), merged=True)
+                                for b in batches])
     assert log_entry.decode_batches(entry) == batches
     barrier = om_pb2.PersistDbBatch(term=2)
     assert log_entry.decode_batches(log_entry.encode_batch(barrier)) == [barrier]
 
 
 def _slice(size: int) -> bytes:
-    return log_entry.encode_sealed(b"b" * size)
+    return log_entry.encode_sealed(b"b" * size, merged=True)
 
 
 def test_a_run_is_merged_under_the_byte_cap_and_the_rest_starts_the_next_entry() -> None:

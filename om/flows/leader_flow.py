@@ -32,7 +32,7 @@ import time
 from functools import partial
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
-from om.executor.admin import flow_switch
+from om.executor.admin import flow_switch, upgrade
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Planned
@@ -95,7 +95,7 @@ class LeaderService(RequestService):
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
         self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
-                                      self.metrics.batches, clock_ms)
+                                      self.metrics.batches, clock_ms, self._merged_entries)
         self._sweeper: asyncio.Task[None] | None = None
         self.purger = Purger(store, self.submit,
                              lambda: self.role().ready and not self.prepare_gate_closed(),
@@ -136,6 +136,14 @@ class LeaderService(RequestService):
                 "retry_cache_hits": retry["hits"], "retry_cache_entries": retry["recent"],
                 "retry_cache_bytes": retry["recent_bytes"],
                 "lock_waiters": self.locks.table.statistics().waiters}
+
+    def _merged_entries(self) -> bool:
+        """Whether batches travel as merged entries: the applied state's layout has
+        MERGED_ENTRIES (finalized, so every node runs software that decodes ``M``). The
+        state machine keeps that layout, moved when a FinalizeUpgrade applies: no row is
+        read per batch. A batch sealed while the FinalizeUpgrade is in flight is ``B``,
+        which every node applies."""
+        return self._state_machine.layout_version >= upgrade.MERGED_ENTRIES.version
 
     def _on_read_round(self, done: ReadRound) -> None:
         self.pipeline.on_read_round(done)

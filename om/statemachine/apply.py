@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from rocksdict import WriteBatch
 
+from om.executor.admin import upgrade
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
@@ -65,6 +66,17 @@ def writes_prepared_marker(ops: list[om_pb2.TableOp]) -> bool:
             assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
             marker = marker or (op.key == tables.PREPARED_KEY and not op.delete)
     return marker
+
+
+def written_layout_version(ops: Iterable[om_pb2.TableOp]) -> int | None:
+    """The layout version ``ops`` put in ``#LAYOUTVERSION`` (FinalizeUpgrade), or None.
+    Nothing deletes the row: a store without it runs at the software's layout."""
+    version = None
+    for op in ops:
+        if op.table == om_pb2.TRANSACTION_INFO and op.key == tables.LAYOUT_VERSION_KEY:
+            assert not op.delete, "the layout version row is never deleted"
+            version = om_pb2.LayoutVersion.FromString(op.value).version
+    return version
 
 
 def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
@@ -102,6 +114,9 @@ class StateMachine:
         self.term = 0
         self.timestamp_ms = 0
         self.snapshot_change_position = 0
+        # the MLV of the applied state (om/executor/admin/upgrade.py), kept here so that
+        # the leader reads no row per batch to pick the entry format
+        self.layout_version = upgrade.SOFTWARE_LAYOUT_VERSION
         self.reload()
 
     def apply(self, position: int, *batches: om_pb2.PersistDbBatch) -> ApplyResult:
@@ -210,20 +225,25 @@ class StateMachine:
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
+        self.layout_version = upgrade.metadata_layout_version(self.store)
 
     def _add_ops(self, write: WriteBatch, batches: list[om_pb2.PersistDbBatch],
                  digest: DigestChanges) -> tuple[bool, bool]:
         """Adds the batches' rows to ``write`` as the one batch their concatenation is,
         each change reported to ``digest``; whether any changes snapshotInfoTable, and
-        whether they put the prepared marker."""
+        whether they put the prepared marker. A put of ``#LAYOUTVERSION`` (FinalizeUpgrade)
+        moves ``layout_version`` with it."""
         store = self.store
         tables_written: set[int] = set()
         for batch in batches:
             tables_written |= store.batch_ops(write, batch.ops)
             digest.ops(batch.ops)
         snapshots_changed = om_pb2.SNAPSHOT_INFO in tables_written
-        prepared = (om_pb2.TRANSACTION_INFO in tables_written
-                    and any(writes_prepared_marker(list(batch.ops)) for batch in batches))
+        prepared = False
+        if om_pb2.TRANSACTION_INFO in tables_written:
+            prepared = any(writes_prepared_marker(list(batch.ops)) for batch in batches)
+            layout = written_layout_version(op for batch in batches for op in batch.ops)
+            self.layout_version = self.layout_version if layout is None else layout
         for delta in merged_deltas(d for batch in batches for d in batch.quota_deltas):
             raw = store.get(delta.table, delta.key)
             updated = None if raw is None else add_usage(raw, delta)

@@ -6,7 +6,8 @@
   (S = 1) every slice is shard 0's, and a store applies all of an entry's slices
   in one write batch at the entry's position (``om.statemachine.apply``).
 * ``B`` + PersistDbBatch: one batch alone: a new leader's barrier, the old flow's
-  expiry sweeps and read rounds, and every leader-flow batch of journals written
+  expiry sweeps and read rounds, and every leader-flow batch of a store whose
+  layout is below MERGED_ENTRIES (not finalized yet) or of journals written
   before ``M``.
 * ``R`` + ReplicatedRequest: the old flow's single request, executed at apply.
 * ``V`` + PersistDbBatch with ``verify`` set and no ops: a verify entry. Both
@@ -31,10 +32,15 @@ def encode_batch(batch: om_pb2.PersistDbBatch) -> bytes:
     return PERSIST_DB + batch.SerializeToString(deterministic=True)
 
 
-def encode_sealed(payload: bytes) -> bytes:
+def encode_sealed(payload: bytes, merged: bool) -> bytes:
     """A leader-flow log entry from a batch already encoded (``BatchBuilder.seal``):
-    a merged entry of one slice, which the Raft process may merge with others."""
-    return merged_entry.encode_slice(SHARD, payload)
+    ``merged``, a merged entry of one slice, which the Raft process may merge with
+    others; else a ``B`` entry, byte for byte what releases before ``M`` wrote (the
+    store's layout is below MERGED_ENTRIES, ``om/executor/admin/upgrade.py``: a node
+    of such a release may still be a follower, and would fail-stop on ``M``)."""
+    if merged:
+        return merged_entry.encode_slice(SHARD, payload)
+    return PERSIST_DB + payload
 
 
 def encode_verify(batch: om_pb2.PersistDbBatch) -> bytes:

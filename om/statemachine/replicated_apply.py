@@ -21,8 +21,9 @@ counts different log positions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from om.executor.admin import upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations
 from om.executor.registry import dispatch
@@ -33,7 +34,13 @@ from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
 from om.schema.recent_replies import RecentReplies
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, add_usage, merged_deltas, writes_prepared_marker
+from om.statemachine.apply import (
+    ApplyResult,
+    add_usage,
+    merged_deltas,
+    writes_prepared_marker,
+    written_layout_version,
+)
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, Row, WriteCache
@@ -113,6 +120,7 @@ class ReplicatedStateMachine:
         self.term = 0
         self.timestamp_ms = 0
         self.snapshot_change_position = 0
+        self.layout_version = upgrade.SOFTWARE_LAYOUT_VERSION   # as StateMachine's
         self._read_positions()
         self.double_buffer = DoubleBuffer(store, self.cache, unflushed_max,
                                           self.applied_index, fail_stop)
@@ -203,6 +211,7 @@ class ReplicatedStateMachine:
         for row, value in reply_rows(self.view, reply):
             writes.append((row, value))
             self.cache.put(row[0], row[1], value, position)
+        self._note_layout(recorder.ops)
         return writes, response, writes_prepared_marker(recorder.ops)
 
     def _apply_batch(self, position: int, batch: om_pb2.PersistDbBatch
@@ -231,6 +240,7 @@ class ReplicatedStateMachine:
             writes.append(((op.table, op.key), None))
         for (table, key), value in writes:
             self.cache.put(table, key, value, position)
+        self._note_layout(batch.ops)
         return writes, writes_prepared_marker(list(batch.ops))
 
     def _info(self) -> om_pb2.TransactionInfo:
@@ -260,6 +270,13 @@ class ReplicatedStateMachine:
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
+        self.layout_version = upgrade.metadata_layout_version(self.view)
+
+    def _note_layout(self, ops: Iterable[om_pb2.TableOp]) -> None:
+        """Moves ``layout_version`` when ``ops`` put ``#LAYOUTVERSION`` (FinalizeUpgrade,
+        executed here in the old flow or on the leader in a batch)."""
+        layout = written_layout_version(ops)
+        self.layout_version = self.layout_version if layout is None else layout
 
     def metrics(self) -> dict[str, float]:
         """State gauges by key (``om/observe/metrics.py``, NODE_STATE)."""

@@ -85,7 +85,7 @@ def _sub_batch(index: int, term: int) -> bytes:
     batch = om_pb2.PersistDbBatch(batch_id=index, term=term, managed_index=100 + index,
                                   request_count=1, timestamp_ms=index)
     batch.ops.add(table=om_pb2.KEY, key=f"/v/b/k{index}".encode(), value=b"v" * VALUE_BYTES)
-    return log_entry.encode_sealed(batch.SerializeToString(deterministic=True))
+    return log_entry.encode_sealed(batch.SerializeToString(deterministic=True), merged=True)
 
 
 @pytest.fixture
