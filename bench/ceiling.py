@@ -2,7 +2,7 @@
 
 ``in_process_node`` builds a single-node ``om.node.node.Node`` on a real RocksDB
 store in a directory (not synced: see ``in_process_node``): the same
-``LeaderService`` (locks, retry cache, group commit), handlers and
+request service over the leader flow (locks, retry cache, group commit), handlers and
 ``StateMachine`` as a server, with ``LocalReplicator`` (an entry is committed
 when applied) and an optional server trace.
 ``InProcessCaller`` hands requests to ``Node.handle`` directly, stamping ids

@@ -13,7 +13,7 @@ from typing import Any
 
 from om.consensus.local import LocalReplicator
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import leader_service
 from om.flows.settings import LeaderConfig
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
@@ -56,7 +56,8 @@ class GatedReplicator:
 
 
 class LeaderUnderTest:
-    """A LeaderService with its store and replicator; ``call`` fills in ids."""
+    """The leader flow's request service with its store and replicator; ``call`` fills
+    in ids."""
 
     def __init__(self, path: Path, config: LeaderConfig) -> None:
         self.path = path
@@ -65,8 +66,8 @@ class LeaderUnderTest:
         inner = LocalReplicator("om1", "127.0.0.1:9862", self.state_machine.applied_index,
                                 self.state_machine.apply_entry)
         self.replicator = GatedReplicator(inner)
-        self.service = LeaderService("om1", self.store, self.state_machine, self.replicator,
-                                     config, NullTracer())
+        self.service = leader_service("om1", self.store, self.state_machine, self.replicator,
+                                      config, NullTracer())
         self._call_ids = itertools.count(1)
         self.client_id = str(uuid.uuid4())
 
@@ -102,11 +103,11 @@ class LeaderUnderTest:
 
     def assert_idle(self) -> None:
         """Nothing is held: locks, reservations, in-flight marks."""
-        stats = self.service.locks.table.statistics()
+        stats = self.service.flow.locks.table.statistics()
         assert (stats.resources, stats.holders, stats.waiters) == (0, 0, 0)
-        assert len(self.service.reservations) == 0
+        assert len(self.service.flow.reservations) == 0
         assert self.service.in_flight == 0
-        assert self.service.retry_cache.statistics()["in_flight"] == 0
+        assert self.service.flow.retry_cache.statistics()["in_flight"] == 0
 
 
 def config(**changes: Any) -> LeaderConfig:

@@ -101,7 +101,7 @@ async def test_concurrent_groups_keep_every_invariant(leader: LeaderUnderTest,
     oks, violations = await _concurrent_groups(leader, seed)
     assert oks > 100
     leader.assert_idle()
-    assert leader.service.pipeline.batches < leader.service.pipeline.writes, "batched"
+    assert leader.service.flow.pipeline.batches < leader.service.flow.pipeline.writes, "batched"
     assert not violations
 
 

@@ -69,7 +69,7 @@ def test_etcdbench_records_become_a_freon_result(tmp_path: Path) -> None:
 
 
 def test_the_fso_flows_write_their_phases_and_ratios(tmp_path: Path) -> None:
-    """The fso profile's two flows, in-process (the same LeaderService, its lock plan
+    """The fso profile's two flows, in-process (the same leader flow, its lock plan
     set by the flow's TOML): each runs OBS keys, files, the rename/create mix and the
     rename measurement on the seeded directory; summary.json holds them and the ratios."""
     profile = dataclasses.replace(driver.PROFILES["smoke"], warmup_s=0.1, measure_s=0.4,

@@ -67,7 +67,7 @@ async def test_a_write_never_jumps_ahead_of_a_waiter(leader: LeaderUnderTest) ->
     assert leader.service.waiting == 1
     later = leader.service.submit(leader.stamp(build.create_key("vol", "bkt", "b", 1)))
     assert leader.service.waiting == 2, "a reader behind a waiting writer waits (FIFO)"
-    assert leader.service.locks.table.statistics().waiters == 2, "both queued on arrival"
+    assert leader.service.flow.locks.table.statistics().waiters == 2, "both queued on arrival"
     leader.replicator.gate.set()
     for answer in (reader, writer, later):
         assert (await answer).status == om_pb2.OK
@@ -84,7 +84,7 @@ async def test_a_retry_of_a_direct_write_in_flight_gets_its_answer(
     leader.replicator.gate.set()
     first, second = await original, await retry
     assert first.SerializeToString() == second.SerializeToString()
-    assert leader.service.retry_cache.hits == 0, "answered by the original, not the cache"
+    assert leader.service.flow.retry_cache.hits == 0, "answered by the original, not the cache"
     replay = leader.service.submit(request)
     assert replay.done(), "a retry of a committed write is answered at once"
     assert (await replay).SerializeToString() == first.SerializeToString()
@@ -98,9 +98,9 @@ async def test_an_error_status_releases_everything_at_once(leader: LeaderUnderTe
     _end_refused)."""
     answer = leader.service.submit(leader.stamp(build.commit_key("vol", "bkt", "nope", 7, 1)))
     assert leader.service.waiting == 0, "an error status needs no task"
-    stats = leader.service.locks.table.statistics()
+    stats = leader.service.flow.locks.table.statistics()
     assert (stats.resources, stats.holders, stats.waiters) == (0, 0, 0)
-    assert len(leader.service.reservations) == 0
+    assert len(leader.service.flow.reservations) == 0
     assert not answer.done(), "the refusal is answered after a read round"
     assert (await answer).status == om_pb2.KEY_NOT_FOUND
     leader.assert_idle()

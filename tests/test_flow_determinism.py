@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import LeaderFlow, leader_service
 from om.flows.purge import PurgeConfig
-from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.replicated_flow import ReplicatedFlow, replicated_flow_service
 from om.flows.settings import LeaderConfig
 from om.flows.template import RequestService
 from om.gatekeeper.authorize import AclPolicy
@@ -57,21 +57,21 @@ class Flow:
         config = dataclasses.replace(config or LeaderConfig(purge=QUIET_PURGER),
                                      acl=AclPolicy(groups=GROUPS))
         self.machine: StateMachine | ReplicatedStateMachine
-        self.service: RequestService
+        self.service: RequestService[LeaderFlow] | RequestService[ReplicatedFlow]
         if execution == "leader":
             self.machine = StateMachine(self.store)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
                                          self._apply)
-            self.service = LeaderService("om1", self.store, self.machine, replicator, config,
-                                         NullTracer(), clock_ms=lambda: self.now_ms)
+            self.service = leader_service("om1", self.store, self.machine, replicator, config,
+                                          NullTracer(), clock_ms=lambda: self.now_ms)
         else:
             self.machine = ReplicatedStateMachine(self.store, config.limits,
                                                   MemoryRetryCache(600_000, 1000), 100, _fail,
                                                   groups=GROUPS)
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
                                          self._apply)
-            self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
-                                                 NullTracer(), clock_ms=lambda: self.now_ms)
+            self.service = replicated_flow_service("om1", self.machine, replicator, config,
+                                                   NullTracer(), clock_ms=lambda: self.now_ms)
         self.call_ids = itertools.count(1)
         self.replies: dict[bytes, bytes] = {}
 
@@ -80,7 +80,6 @@ class Flow:
         return self.machine.apply_entry(position, entry)
 
     async def start(self) -> None:
-        assert isinstance(self.service, LeaderService | ReplicatedFlowService)
         await self.service.start()
 
     async def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
@@ -92,7 +91,6 @@ class Flow:
         return await self.service.handle(request)
 
     async def tables(self) -> dict[str, str]:
-        assert isinstance(self.service, LeaderService | ReplicatedFlowService)
         await self.service.close()
         if isinstance(self.machine, ReplicatedStateMachine):
             self.machine.close()

@@ -18,7 +18,7 @@ from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.executor.admin import upgrade
 from om.flows.batch_pipeline import BatchConfig
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import leader_service
 from om.flows.settings import LeaderConfig
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
@@ -100,9 +100,9 @@ async def test_the_old_flow_sweeps_its_expired_reply_rows(tmp_path: Path) -> Non
     await flow.start()
     create = build.create_volume("vol1")
     assert (await flow.call(create)).status == om_pb2.OK
-    assert flow.service.sweep_expired() == 0, "not expired yet"
+    assert flow.service.flow.sweep_expired() == 0, "not expired yet"
     flow.now_ms += 5_000
-    assert flow.service.sweep_expired() == 1
+    assert flow.service.flow.sweep_expired() == 1
     await asyncio.wait_for(flow.service.drain(), 5)   # the sweep's entry, in a task
     assert len(flow.log) == 2
     assert isinstance(flow.machine, ReplicatedStateMachine)
@@ -122,7 +122,7 @@ ADMIN = "admin"
 
 class Switchable:
     """A switchable leader in-process: the old flow's machine (both kinds of entry),
-    ``LeaderService`` routing each write by the ``#FLOWS`` row, and a replicator
+    the leader flow routing each write by the ``#FLOWS`` row, and a replicator
     whose entries wait at ``replicator.gate`` (``tests/leader_harness.py``)."""
 
     def __init__(self, path: Path, batch: BatchConfig | None = None,
@@ -134,8 +134,8 @@ class Switchable:
         inner = LocalReplicator("om1", "127.0.0.1:9862", self.machine.applied_index,
                                 self._apply)
         self.replicator = GatedReplicator(inner)
-        self.service = LeaderService("om1", self.machine.view, self.machine, self.replicator,
-                                     config, NullTracer())
+        self.service = leader_service("om1", self.machine.view, self.machine, self.replicator,
+                                      config, NullTracer())
         self.kinds: list[bytes] = []        # the tag of every entry applied, in order
         self._call_ids = itertools.count(1)
 
@@ -228,7 +228,7 @@ async def test_an_old_flow_write_waits_for_an_unapplied_leader_flow_write(
     assert node.replicator.waiting == 1, "the other bucket's batch holds the only slot"
     change = node.send(build.set_bucket_property(V, B, quota_in_bytes=10_000))
     await asyncio.sleep(0.05)
-    assert len(node.service.reservations) == 0
+    assert len(node.service.flow.reservations) == 0
     assert node.service.in_flight == 2
     commit = node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))     # old flow
     await asyncio.sleep(0.05)
@@ -264,21 +264,21 @@ async def test_an_unapplied_old_flow_write_holds_its_quota_against_the_leader_fl
     node, upload, part, session = await _two_writes_over_a_quota(tmp_path)
     commit = node.send(build.commit_key(V, B, "k1", session, KEY_SIZE))     # old flow
     await asyncio.sleep(0.05)
-    assert node.service.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
+    assert node.service.flow.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
         == (CHARGE, 1)
     waiting = node.service.waiting
     part_commit = node.send(build.commit_multipart_upload(V, B, "big", upload, 1, part,
                                                           KEY_SIZE))
     await asyncio.sleep(0.05)
     assert node.service.waiting == waiting, "the part executed at once, the commit unapplied"
-    assert node.service.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
+    assert node.service.flow.reservations.reserved(om_pb2.BUCKET, tables.bucket_key(V, B)) \
         == (CHARGE, 1), "the part reserved nothing"
     assert not part_commit.done(), "its refusal waits for a read round, held back too"
     node.replicator.gate.set()
     refused, committed = await _settles(part_commit, commit)
     assert refused.status == om_pb2.QUOTA_EXCEEDED, refused.message
     assert committed.status == om_pb2.OK
-    assert len(node.service.reservations) == 0
+    assert len(node.service.flow.reservations) == 0
     assert node.bucket().used_bytes == CHARGE
     await node.close()
 
@@ -318,7 +318,7 @@ async def test_each_type_runs_the_flow_the_row_names_and_a_retry_crosses_the_swi
     assert node.kinds[-1] == log_entry.MERGED
     status = await node.ok(build.flow_status())
     assert list(status.flow_status.leader_types) == [om_pb2.CreateVolume]
-    node.service.retry_cache.clear_memory()
+    node.service.flow.retry_cache.clear_memory()
     entries = len(node.kinds)
     retry = await node.send(build.create_volume("vol1"), call_id=1001)
     assert retry.SerializeToString() == first.SerializeToString()
@@ -329,7 +329,7 @@ async def test_each_type_runs_the_flow_the_row_names_and_a_retry_crosses_the_swi
     await node.ok(build.create_bucket("vol2", "bkt"))
     assert node.kinds[-1] == log_entry.REPLICATED_REQUEST, "CreateBucket still runs the old flow"
     await node.flows()
-    node.service.retry_cache.clear_memory()
+    node.service.flow.retry_cache.clear_memory()
     entries = len(node.kinds)
     retry = await node.send(build.create_volume("vol2"), call_id=1002)
     assert retry.SerializeToString() == second.SerializeToString()

@@ -161,7 +161,7 @@ async def test_one_purge_step_takes_many_small_deleted_subtrees(
     for n in range(6):
         await _put(leader, f"t{n}/f", 10)
         await leader.ok(build.delete_key(V, B, f"t{n}", recursive=True))
-    purger = leader.service.purger
+    purger = leader.service.flow.purger
     assert purger.pending() == 6
     purger.config = PurgeConfig(interval_s=1.0, rows_max=4)
     assert await purger.step()
@@ -191,7 +191,7 @@ async def test_the_purge_empties_a_deleted_subtree_in_bounded_steps(
         await _put(leader, f"big/sub{n % 2}/f{n}", 10)
     await leader.ok(build.create_directory(V, B, "big/sub1/deeper/deepest"))
     await leader.ok(build.delete_key(V, B, "big", recursive=True))
-    purger = leader.service.purger
+    purger = leader.service.flow.purger
     assert purger.pending() == 1
     purger.config = PurgeConfig(interval_s=1.0, rows_max=2)
     steps = 0

@@ -74,7 +74,7 @@ async def test_concurrent_commits_fill_the_quota_exactly(leader: LeaderUnderTest
                for i, s in enumerate(sessions)]
     if held_back:
         await _all_executed(leader, 100)
-        assert leader.service.reservations.reserved(
+        assert leader.service.flow.reservations.reserved(
             om_pb2.BUCKET, tables.bucket_key("vol", "bkt")) == (fits * CHARGE, fits)
         leader.replicator.gate.set()
     statuses = [r.status for r in await asyncio.gather(*commits)]
@@ -93,7 +93,7 @@ async def test_namespace_quota_holds_under_concurrency(leader: LeaderUnderTest) 
     commits = [asyncio.create_task(leader.call(build.commit_key("vol", "bkt", f"k{i}", s, 1)))
                for i, s in enumerate(sessions)]
     await _all_executed(leader, 20)
-    assert leader.service.reservations.reserved(
+    assert leader.service.flow.reservations.reserved(
         om_pb2.BUCKET, tables.bucket_key("vol", "bkt"))[1] == 5
     leader.replicator.gate.set()
     statuses = [r.status for r in await asyncio.gather(*commits)]
@@ -269,7 +269,7 @@ async def test_committed_duplicate_gets_the_original_response(leader: LeaderUnde
     assert (await leader.service.handle(commit)).SerializeToString() == \
         committed.SerializeToString()
     assert leader.bucket("vol", "bkt").used_bytes == CHARGE, "charged once"
-    assert leader.service.retry_cache.hits == 2
+    assert leader.service.flow.retry_cache.hits == 2
 
 
 async def test_in_flight_duplicate_waits_for_the_original(leader: LeaderUnderTest) -> None:
@@ -298,7 +298,7 @@ async def test_expired_entries_are_swept_and_forgotten(tmp_path: Path) -> None:
     assert (await leader.service.handle(create)).status == om_pb2.OK
     assert leader.store.count(om_pb2.CLIENT_REQUEST_REPLY) == 1
     await asyncio.sleep(0.3)
-    assert leader.service.sweep_expired() == 1
+    assert leader.service.flow.sweep_expired() == 1
     await _wait_until(lambda: leader.store.count(om_pb2.CLIENT_REQUEST_REPLY) == 0)
     assert leader.store.count(om_pb2.CLIENT_REQUEST_EXPIRY) == 0
     replay = await leader.service.handle(create)
@@ -422,7 +422,7 @@ async def test_retry_cache_memory_is_bounded(tmp_path: Path) -> None:
     await leader.start()
     requests = [leader.stamp(build.create_volume(f"vol{i:03d}")) for i in range(50)]
     firsts = [await leader.service.handle(r) for r in requests]
-    assert leader.service.retry_cache.statistics()["recent"] == 10
+    assert leader.service.flow.retry_cache.statistics()["recent"] == 10
     again = await leader.service.handle(requests[0])
     assert again.SerializeToString() == firsts[0].SerializeToString(), "answered from the table"
     await leader.close()
@@ -471,8 +471,8 @@ async def test_group_commit_batches_what_queued_meanwhile(leader: LeaderUnderTes
     await _wait_until(lambda: leader.service.in_flight == 40)
     leader.replicator.gate.set()
     assert all(r.status == om_pb2.OK for r in await asyncio.gather(*creates))
-    assert leader.service.pipeline.batches < 40
-    assert leader.service.pipeline.writes == 40
+    assert leader.service.flow.pipeline.batches < 40
+    assert leader.service.flow.pipeline.writes == 40
 
 
 @pytest.mark.parametrize("in_flight", [1, 3])

@@ -9,6 +9,7 @@ part its type with ``isinstance`` (read from the source's syntax tree).
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,12 @@ from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
 from om.flows.batch_pipeline import BatchConfig
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import LeaderFlow
 from om.flows.purge import PurgeConfig
-from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.replicated_flow import ReplicatedFlow
 from om.flows.settings import LeaderConfig
+from om.flows.template import RequestService
+from om.flows.write_flow import WriteFlow
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import parts
 from om.node.node import Node
@@ -34,7 +37,8 @@ from tests.processes import free_port
 NODE = Path(parts.__file__).parent
 # the implementations behind the node's ports: only parts.py picks among them
 IMPLEMENTATIONS = frozenset({
-    "StateMachine", "ReplicatedStateMachine", "LeaderService", "ReplicatedFlowService",
+    "StateMachine", "ReplicatedStateMachine", "LeaderFlow", "ReplicatedFlow", "leader_service",
+    "replicated_flow_service",
     "RaftReplicator", "RaftProcessReplicator", "SimRaftReplicator", "LocalReplicator"})
 
 
@@ -70,6 +74,17 @@ def test_a_mode_asked_by_type_is_found(source: str) -> None:
     assert mode_dispatch(source)
 
 
+@pytest.mark.parametrize("flow", [LeaderFlow, ReplicatedFlow])
+def test_the_template_holds_its_write_flow_and_is_not_subclassed(flow: type) -> None:
+    """Composition, not inheritance (issue 34): the template is one concrete class,
+    no write flow is a template, and each flow defines every member of the
+    ``WriteFlow`` port itself."""
+    assert not inspect.isabstract(RequestService)
+    assert not issubclass(flow, RequestService)
+    port = {name for name in vars(WriteFlow) if not name.startswith("_")}
+    assert port <= set(vars(flow)), port - set(vars(flow))
+
+
 def test_every_configurable_execution_has_its_parts() -> None:
     assert set(parts.EXECUTIONS) == set(om_config.EXECUTIONS)
 
@@ -84,17 +99,18 @@ def one_node(directory: Path, execution: str) -> om_config.ServerConfig:
     return om_config.load(path, data_dir=directory / "data")
 
 
-@pytest.mark.parametrize(("execution", "machine", "service"), [
-    ("leader", StateMachine, LeaderService),
-    ("replicated", ReplicatedStateMachine, ReplicatedFlowService),
-    ("switchable", ReplicatedStateMachine, LeaderService),
+@pytest.mark.parametrize(("execution", "machine", "flow"), [
+    ("leader", StateMachine, LeaderFlow),
+    ("replicated", ReplicatedStateMachine, ReplicatedFlow),
+    ("switchable", ReplicatedStateMachine, LeaderFlow),
 ])
 async def test_each_execution_gets_its_state_machine_and_write_path(
-        tmp_path: Path, execution: str, machine: type, service: type) -> None:
+        tmp_path: Path, execution: str, machine: type, flow: type) -> None:
     node = Node(one_node(tmp_path, execution))
     try:
         assert type(node.state_machine) is machine
-        assert type(node.leader) is service
+        assert type(node.leader) is RequestService
+        assert type(node.leader.flow) is flow
         assert node.raft is None
         assert node.checkpoints is None
         assert node.state()["writes_in_flight"] == 0

@@ -15,9 +15,10 @@ import pytest
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.executor.fso.fs import FSO
-from om.flows.leader_flow import LeaderService
-from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.leader_flow import LeaderFlow, leader_service
+from om.flows.replicated_flow import ReplicatedFlow, replicated_flow_service
 from om.flows.settings import LeaderConfig
+from om.flows.template import RequestService
 from om.gatekeeper import old_clients
 from om.observe.tracing import NullTracer
 from om.protocol import acls, om_pb2
@@ -68,7 +69,7 @@ class Node:
         self.store = Store(path)
         self.log: list[bytes] = []
         self.machine: StateMachine | ReplicatedStateMachine
-        self.service: LeaderService | ReplicatedFlowService
+        self.service: RequestService[LeaderFlow] | RequestService[ReplicatedFlow]
         if execution == "leader":
             self.machine = StateMachine(self.store)
         else:
@@ -76,14 +77,14 @@ class Node:
                                                   MemoryRetryCache(600_000, 1000), 100, _fail)
         replicator = LocalReplicator("om1", "a:1", self.machine.applied_index, self._apply)
         if isinstance(self.machine, StateMachine):
-            self.service = LeaderService("om1", self.store, self.machine, replicator, config,
-                                         NullTracer())
+            self.service = leader_service("om1", self.store, self.machine, replicator, config,
+                                          NullTracer())
         elif execution == "switchable":
-            self.service = LeaderService("om1", self.machine.view, self.machine, replicator,
-                                         config, NullTracer())
+            self.service = leader_service("om1", self.machine.view, self.machine, replicator,
+                                          config, NullTracer())
         else:
-            self.service = ReplicatedFlowService("om1", self.machine, replicator, config,
-                                                 NullTracer())
+            self.service = replicated_flow_service("om1", self.machine, replicator, config,
+                                                   NullTracer())
         self.calls = 0
 
     def _apply(self, position: int, entry: bytes) -> ApplyResult:

@@ -17,7 +17,8 @@ from om import config as om_config
 from om.client import requests as build
 from om.executor.errors import OMError
 from om.executor.om_snapshots import snapshots
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import LeaderFlow
+from om.flows.template import RequestService
 from om.node.node import Node
 from om.protocol import om_pb2
 from om.statemachine.store import Store
@@ -206,9 +207,10 @@ async def test_the_purge_spares_deleted_keys_a_snapshot_holds(node: Node) -> Non
     await ok(node, build.delete_key(V, B, "held"))     # deleted after: the snapshot holds it
     await put(node, "after", 8)
     await ok(node, build.delete_key(V, B, "after"))    # created and deleted after
-    if not isinstance(node.leader, LeaderService):
+    assert isinstance(node.leader, RequestService)
+    if not isinstance(node.leader.flow, LeaderFlow):
         pytest.skip("the purger is the leader flow's")
-    purger = node.leader.purger
+    purger = node.leader.flow.purger
     assert await purger.purge_deleted_keys() == 2
     left = [key for key, _ in node.store.iterate(om_pb2.DELETED)]
     assert len(left) == 1

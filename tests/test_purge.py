@@ -116,7 +116,7 @@ async def test_malformed_steps_are_refused_and_write_nothing(
 
 async def test_the_purger_removes_deleted_rows_past_retention_in_bounded_steps(
         leader: LeaderUnderTest) -> None:
-    purger = leader.service.purger
+    purger = leader.service.flow.purger
     await _deleted(leader, 5)
     purger.config = PurgeConfig(rows_max=2, deleted_retention_s=3600)
     assert await purger.purge_deleted_keys() == 0, "younger than the retention"
@@ -130,7 +130,7 @@ async def test_the_purger_removes_deleted_rows_past_retention_in_bounded_steps(
 
 async def test_the_purger_expires_open_keys_and_files_never_committed(
         leader: LeaderUnderTest) -> None:
-    purger = leader.service.purger
+    purger = leader.service.flow.purger
     for i in range(3):
         await leader.ok(build.create_key(V, OBS_B, f"open{i}", 10))
     await leader.ok(build.create_file(V, FS_B, "d/open", 10, recursive=True))
@@ -148,16 +148,16 @@ async def test_the_purger_expires_open_keys_and_files_never_committed(
 async def test_a_commit_after_its_open_key_expired_is_refused(
         leader: LeaderUnderTest) -> None:
     opened = (await leader.ok(build.create_key(V, OBS_B, "late", 10))).create_key
-    leader.service.purger.config = PurgeConfig(open_key_expire_s=0.001)
+    leader.service.flow.purger.config = PurgeConfig(open_key_expire_s=0.001)
     await asyncio.sleep(0.01)
-    assert await leader.service.purger.expire_open_keys() == 1
+    assert await leader.service.flow.purger.expire_open_keys() == 1
     late = await leader.call(build.commit_key(V, OBS_B, "late", opened.client_session_id, 10))
     assert late.status == om_pb2.KEY_NOT_FOUND
     assert leader.store.get(om_pb2.KEY, tables.key_key(V, OBS_B, "late")) is None
 
 
 async def test_the_purger_aborts_uploads_never_completed(leader: LeaderUnderTest) -> None:
-    purger = leader.service.purger
+    purger = leader.service.flow.purger
     started = await leader.ok(build.initiate_multipart_upload(V, OBS_B, "mpu"))
     upload_id = started.initiate_multipart_upload.upload_id
     part = (await leader.ok(build.create_key(V, OBS_B, "mpu", 10, upload_id=upload_id))
@@ -185,7 +185,7 @@ async def test_the_purger_reads_the_services_clock_not_the_wall(
     """The expiry cutoff rides in the replicated request, so it comes from the clock the
     service was given (a simulator's): a clock a week and a day ahead expires what the
     wall clock would keep."""
-    purger = leader.service.purger
+    purger = leader.service.flow.purger
     await leader.ok(build.create_key(V, OBS_B, "open", 10))
     assert await purger.expire_open_keys() == 0, "a week is far away"
     ahead_ms = int((PurgeConfig().open_key_expire_s + 86_400) * 1000)

@@ -402,7 +402,7 @@ def _entries_allowed(sent: om_pb2.OMRequest | None) -> int:
     """Entries a refused request may leave applied: one, empty, for a request that
     reached its read or write path (a linearizable read's round; a write its handler
     refused is answered once a read round confirms the leader:
-    LeaderService._end_refused); none for a frame that did not parse."""
+    LeaderFlow._end_refused); none for a frame that did not parse."""
     return 0 if sent is None or sent.cmd_type not in KINDS else 1
 
 

@@ -203,11 +203,11 @@ async def test_prepared_refuses_writes_and_writes_nothing_reads_go_on(
     assert leader.store.get(om_pb2.VOLUME, tables.volume_key("vol2")) is None
     assert (await leader.ok(build.info_bucket("vol", "bkt"))).info_bucket.bucket_info.bucket_name \
         == "bkt"
-    assert leader.service.sweep_expired() == 0, "the leader's own writes pause too"
-    assert not leader.service.purger._ready()
+    assert leader.service.flow.sweep_expired() == 0, "the leader's own writes pause too"
+    assert not leader.service.flow.purger._ready()
     await leader.ok(build.cancel_prepare())
     await leader.ok(build.create_volume("vol2"))
-    assert leader.service.purger._ready()
+    assert leader.service.flow.purger._ready()
 
 
 async def test_prepared_survives_a_restart(tmp_path: Path) -> None:

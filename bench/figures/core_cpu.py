@@ -1,10 +1,10 @@
 """``core-cpu``: the leader's core alone, CPU per write, with no sockets, TLS or Raft.
 
-A ``LeaderService`` on a real RocksDB store in a temporary directory, with the
-single-node replicator (apply at once, nothing synced), is fed what ``omkg``
-sends, the way the server feeds it: groups of ``--group`` CreateKey requests
-submitted at once, then the CommitKey of each, ``--writes`` in all after a
-warm-up. It prints the write rate and the process's CPU per write
+The leader flow's request service (``leader_service``) on a real RocksDB store in
+a temporary directory, with the single-node replicator (apply at once, nothing
+synced), is fed what ``omkg`` sends, the way the server feeds it: groups of
+``--group`` CreateKey requests submitted at once, then the CommitKey of each,
+``--writes`` in all after a warm-up. It prints the write rate and the process's CPU per write
 (``time.process_time``): the per-write cost of the template, locks, execution,
 group commit and apply, which bounds one leader (docs/PERFORMANCE.md, *What limits
 one leader*). Alternate it between two checkouts (``PYTHONPATH``) to
@@ -27,7 +27,7 @@ import uvloop
 from bench.figures.figure import Figure, positive_int
 from om.client import requests as build
 from om.consensus.local import LocalReplicator
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import leader_service
 from om.flows.settings import LeaderConfig
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
@@ -45,8 +45,8 @@ class _Core:
         machine = StateMachine(self.store)
         replicator = LocalReplicator("om1", "127.0.0.1:1", machine.applied_index,
                                      machine.apply_entry)
-        self.service = LeaderService("om1", self.store, machine, replicator, LeaderConfig(),
-                                     NullTracer())
+        self.service = leader_service("om1", self.store, machine, replicator, LeaderConfig(),
+                                      NullTracer())
         self._client = str(uuid.uuid4())
         self._calls = itertools.count(1)
 

@@ -36,6 +36,7 @@ from om.chaos import (
     fs_workload,
     mpu_checkers,
     mpu_workload,
+    node_logs,
     resources,
     snap_checkers,
     snap_workload,
@@ -475,7 +476,7 @@ def run(config: ChaosConfig) -> dict[str, Any]:
     (config.out / "resources.jsonl").write_text("".join(
         json.dumps(asdict(sample)) + "\n" for sample in samples))
     observed = {"resources": resources.summarize(samples, config.resource_bounds),
-                VERIFY: verified}
+                VERIFY: verified, "node_logs": node_logs.summarize(cluster.directory)}
     return _write(config.out, config, history, nemesis, workers, recorder, violations,
                   time.monotonic() - started, {**observed, **_mpu_summary(mpu),
                    **({"snapshots_listed": len(snapshots)} if snapshots is not None else {})}, fs)

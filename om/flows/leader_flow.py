@@ -1,7 +1,9 @@
 """The leader flow: execute once on the leader, replicate batches of changes.
 
-The write path (after the shared template in ``om/flows/template.py``, which has
-authorized it):
+``LeaderFlow`` is the write flow (``om/flows/write_flow.py`` ``WriteFlow``) that the
+shared template (``om/flows/template.py`` ``RequestService``) holds in the leader and
+switchable modes; ``leader_service`` builds the template with it. The write path
+(after the template, which has admitted and authorized the write):
 
  1. lock, volume > bucket > key: taken at once where free (no task); a write that
     must wait joins the lock's FIFO queue at once and waits in a task -> TIMEOUT
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from functools import partial
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
@@ -47,11 +50,11 @@ from om.flows.settings import LeaderConfig
 from om.flows.template import (
     Clock,
     RequestService,
-    Write,
     entry_answer,
     not_leader_response,
     wall_clock_ms,
 )
+from om.flows.write_flow import FlowHost, Write
 from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs
 from om.gatekeeper.lock_plan import LockRequest, plan_locks
 from om.gatekeeper.retry_cache import (
@@ -73,51 +76,55 @@ from om.statemachine.replicated_apply import ReplicatedStateMachine
 PURGE_USER = "om"   # the user the leader's own purge steps run as (they need no rights)
 
 
-class LeaderService(RequestService):
-    """Executes writes on the leader and replicates their changes in batches."""
+class LeaderFlow:
+    """Executes writes on the leader and replicates their changes in batches (the
+    template's ``WriteFlow``, om/flows/write_flow.py).
 
-    def __init__(self, node_id: str, store: ReadView,
-                 state_machine: StateMachine | ReplicatedStateMachine,
+    Invariants: a started write holds its locks (and quota reservation) from its
+    execution until its batch (or old-flow entry) settled here, and is ended
+    through the host exactly once, whatever the outcome; its retry-cache mark
+    (``RetryCache.begin``) is finished as it ends (``write_ended``)."""
+
+    def __init__(self, host: FlowHost, store: ReadView, switchable: bool,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
-                 audit: AuditSink | None = None) -> None:
-        """``store``: applied state (the old flow's write cache over the store when
-        ``state_machine`` is the old flow's, which applies both kinds of entry: then
-        every write type runs the flow the ``#FLOWS`` row names,
-        om/executor/admin/flow_switch.py)."""
-        super().__init__(node_id, replicator, state_machine, store, config, tracer, clock_ms,
-                         metrics, audit)
+                 merged_entries: Callable[[], bool]) -> None:
+        """``store``: applied state, or the old flow's write cache over it;
+        ``switchable``: the state machine applies both kinds of entry, so a write
+        type the ``#FLOWS`` row does not name runs the old flow (``_execute_old``);
+        ``merged_entries``: whether a batch sealed now travels as ``M``
+        (``seals_merged_entries``)."""
+        self._host = host
         self.config = config
         self._store = store
-        self._state_machine = state_machine
-        self.switchable = state_machine.executes_requests
+        self._replicator = replicator
+        self.switchable = switchable
         self.locks = AsyncLocks(config.lock_timeout_s)
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
-        self.pipeline = BatchPipeline(replicator, config.batch, node_id, tracer,
-                                      self.metrics.batches, clock_ms, self._merged_entries)
-        self._sweeper: asyncio.Task[None] | None = None
-        self.purger = Purger(store, self.submit,
-                             lambda: self.role().ready and not self.prepare_gate_closed(),
-                             config.purge, PURGE_USER, clock_ms)
+        self.pipeline = BatchPipeline(replicator, config.batch, host.node_id, tracer,
+                                      host.metrics.batches, host.clock_ms, merged_entries)
+        self.purger = Purger(store, host.submit,
+                             lambda: host.role().ready and not host.prepare_gate_closed(),
+                             config.purge, PURGE_USER, host.clock_ms)
         self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Starts group commit, the retry-cache sweeper and the purge of deleted
-        subtrees."""
+        """Starts group commit."""
         self.pipeline.start()
-        self._sweeper = asyncio.get_running_loop().create_task(
-            self.sweep_forever(self.config.sweep_interval_s, self.config.sweep_rows_max))
+
+    async def start_background(self) -> None:
+        """Starts the purge of deleted subtrees, expired open keys and uploads."""
+        assert self._purging is None, "started once"
         self._purging = asyncio.get_running_loop().create_task(self.purger.run_forever())
 
+    async def stop_background(self) -> None:
+        """Stops the purge."""
+        if self._purging is not None:
+            self._purging.cancel()
+            await asyncio.gather(self._purging, return_exceptions=True)
+
     async def close(self) -> None:
-        """Stops the sweeper and the purge, lets every admitted write finish, then stops
-        group commit."""
-        for task in (self._sweeper, self._purging):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        await self.drain()
+        """Stops group commit (every admitted write ended)."""
         await self.pipeline.close()
 
     def leadership_lost(self) -> None:
@@ -137,28 +144,23 @@ class LeaderService(RequestService):
                 "retry_cache_bytes": retry["recent_bytes"],
                 "lock_waiters": self.locks.table.statistics().waiters}
 
-    def _merged_entries(self) -> bool:
-        """Whether batches travel as merged entries: the applied state's layout has
-        MERGED_ENTRIES (finalized, so every node runs software that decodes ``M``). The
-        state machine keeps that layout, moved when a FinalizeUpgrade applies: no row is
-        read per batch. A batch sealed while the FinalizeUpgrade is in flight is ``B``,
-        which every node applies."""
-        return self._state_machine.layout_version >= upgrade.MERGED_ENTRIES.version
-
-    def _on_read_round(self, done: ReadRound) -> None:
+    def on_read_round(self, done: ReadRound) -> None:
+        """The next batch sealed after this call is the read round."""
         self.pipeline.on_read_round(done)
 
-    def _committed_response(self, key: RetryKey) -> StoredReply | None:
-        return self.retry_cache.committed_response(key, self._store, self.clock_ms())
+    def committed_response(self, key: RetryKey) -> StoredReply | None:
+        """From memory, else from clientRequestReplyTable."""
+        return self.retry_cache.committed_response(key, self._store, self._host.clock_ms())
 
-    def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
+    def write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
+        """Finishes the write's retry-cache mark, remembering its reply if committed."""
         if committed is not None and write.key != (committed.client_id, committed.call_id):
             committed = None  # a key of ForgetfulRetryKeys (a fault): remember nothing
         self.retry_cache.finish(write.key, committed)
 
     # -- the write path ------------------------------------------------------------------
 
-    def _start_write(self, write: Write) -> None:
+    def start_write(self, write: Write) -> None:
         """Step 1: takes the write's locks; executes at once when all are free, else in a
         task once they are granted (its place in each lock's queue is taken now)."""
         self.retry_cache.begin(write.key)
@@ -169,7 +171,7 @@ class LeaderService(RequestService):
         file-system bucket's, ``om/gatekeeper/fs_locks.py``) and so must be checked
         again after a wait, the paths it resolved (for the handler, if it executes at
         once); None otherwise."""
-        resolved = plan_fs(request, self._store, self._limits.key_name_max_bytes,
+        resolved = plan_fs(request, self._store, self.config.limits.key_name_max_bytes,
                            self.config.fso_lock_plan)
         if resolved is not None:
             return resolved
@@ -182,7 +184,7 @@ class LeaderService(RequestService):
         if owner.granted:   # nothing was applied since the plan: it stands
             self._execute(write, owner, planned)
         else:
-            self.spawn(self._execute_when_granted(write, owner, resolved, replans))
+            self._host.spawn(self._execute_when_granted(write, owner, resolved, replans))
 
     async def _execute_when_granted(self, write: Write, owner: LockOwner, resolved: bool,
                                     replans: int) -> None:
@@ -190,13 +192,13 @@ class LeaderService(RequestService):
         try:
             await self.locks.finish(owner)
         except OMError as error:   # TIMEOUT; finish released what it held
-            self._end_write(write, error_response(write.request, error.status, error.message),
-                            None)
+            self._host.end_write(
+                write, error_response(write.request, error.status, error.message), None)
             return
         except BaseException:      # cancelled at shutdown: the write ends retryably
-            self._end_write(write, error_response(
+            self._host.end_write(write, error_response(
                 write.request, om_pb2.LEADER_NOT_READY,
-                f"OM:{self.node_id} is shutting down; retry"), None)
+                f"OM:{self._host.node_id} is shutting down; retry"), None)
             raise
         write.trace.lock_wait_ns += time.perf_counter_ns() - started
         planned = None
@@ -207,7 +209,7 @@ class LeaderService(RequestService):
                 if replans < REPLAN_MAX:
                     self._lock_and_execute(write, replans + 1)
                 else:
-                    self._end_write(write, error_response(
+                    self._host.end_write(write, error_response(
                         write.request, om_pb2.TIMEOUT, f"the path kept changing under "
                         f"{REPLAN_MAX} lock plans; retry"), None)
                 return
@@ -221,15 +223,15 @@ class LeaderService(RequestService):
         if self.switchable and not flow_switch.runs_leader_flow(write.request, self._store):
             self._execute_old(write, owner, planned)
             return
-        request, trace = write.request, write.trace
+        request, trace, host = write.request, write.trace, self._host
         queued = False
         try:
-            role = self.role()
+            role = host.role()
             if not role.ready:
-                self._end_write(write, not_leader_response(request, self.node_id, role), None)
+                host.end_write(write, not_leader_response(request, host.node_id, role), None)
                 return
-            index = self.managed_index.next()
-            ctx = self.context(request, index, self.clock_ms(), self.reservations, planned)
+            index = host.managed_index.next()
+            ctx = host.context(request, index, host.clock_ms(), self.reservations, planned)
             recorder = ChangeRecorder()
             started = time.perf_counter_ns()
             response = dispatch(request, self._store, recorder, ctx)
@@ -251,7 +253,7 @@ class LeaderService(RequestService):
         except Exception:
             if queued:
                 raise    # its settle ends it (or ended it)
-            self._end_write(write, self.internal_error(request, trace.op), None)
+            host.end_write(write, host.internal_error(request, trace.op), None)
         finally:
             if not queued:
                 self.locks.release(owner)
@@ -265,13 +267,15 @@ class LeaderService(RequestService):
         one (om/sim found it). Not confirmed: LEADER_NOT_READY or NOT_LEADER, and
         the client retries elsewhere. The write stays in flight meanwhile, so a
         retry of it waits for this answer."""
+        host = self._host
+
         def confirmed(result: ReplicateResult) -> None:
             if result.status is ReplicateStatus.COMMITTED:
-                self._end_write(write, response, None)
+                host.end_write(write, response, None)
             else:
-                self._end_write(write, not_leader_response(write.request, self.node_id,
-                                                           self.role()), None)
-        self._on_read_round(confirmed)
+                host.end_write(write, not_leader_response(write.request, host.node_id,
+                                                          host.role()), None)
+        self.on_read_round(confirmed)
 
     def _execute_old(self, write: Write, owner: LockOwner, planned: Planned | None) -> None:
         """An old-flow write on a switchable node (docs/FLOW_SWITCH.md steps 3-4): under
@@ -283,18 +287,18 @@ class LeaderService(RequestService):
         leader-flow write executes against state the entry is about to change, nor
         fits in quota the entry will take."""
         assert self.switchable, "only a switchable node runs the old flow here"
-        request, trace = write.request, write.trace
+        request, trace, host = write.request, write.trace, self._host
         spawned = False
         try:
-            role = self.role()
+            role = host.role()
             if not role.ready:
-                self._end_write(write, not_leader_response(request, self.node_id, role), None)
+                host.end_write(write, not_leader_response(request, host.node_id, role), None)
                 return
-            index, now_ms = self.managed_index.next(), self.clock_ms()
+            index, now_ms = host.managed_index.next(), host.clock_ms()
             recorder = ChangeRecorder()
             started = time.perf_counter_ns()
             trial = dispatch(request, self._store, recorder,
-                             self.context(request, index, now_ms, self.reservations, planned))
+                             host.context(request, index, now_ms, self.reservations, planned))
             trace.execute_ns = time.perf_counter_ns() - started
             if trial.status == om_pb2.QUOTA_EXCEEDED:
                 self._end_refused(write, trial)
@@ -302,12 +306,12 @@ class LeaderService(RequestService):
             if trial.status == om_pb2.OK:
                 self.reservations.reserve(index, recorder.quota)
             entry = om_pb2.ReplicatedRequest(request=request, timestamp_ms=now_ms,
-                                             managed_index=index, leader_id=self.node_id,
+                                             managed_index=index, leader_id=host.node_id,
                                              term=role.term)
-            self.spawn(self._old_settled(write, owner, index, log_entry.encode_request(entry)))
+            host.spawn(self._old_settled(write, owner, index, log_entry.encode_request(entry)))
             spawned = True
         except Exception:
-            self._end_write(write, self.internal_error(request, trace.op), None)
+            host.end_write(write, host.internal_error(request, trace.op), None)
         finally:
             if not spawned:
                 self.locks.release(owner)
@@ -322,17 +326,17 @@ class LeaderService(RequestService):
         except BaseException:     # cancelled at shutdown: the entry may still commit
             self.reservations.release(index)
             self.locks.release(owner)
-            self._end_write(write, error_response(
+            self._host.end_write(write, error_response(
                 write.request, om_pb2.LEADER_NOT_READY,
-                f"OM:{self.node_id} is shutting down; retry"), None)
+                f"OM:{self._host.node_id} is shutting down; retry"), None)
             raise
         self.reservations.release(index)
         self.locks.release(owner)
         write.trace.apply_ns = result.apply_ns
         write.trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
         write.trace.settled_ns = time.perf_counter_ns()
-        self._end_write(write, entry_answer(write.request, result, self.node_id,
-                                            self._replicator.role()), None)
+        self._host.end_write(write, entry_answer(write.request, result, self._host.node_id,
+                                                 self._replicator.role()), None)
 
     def _settled(self, write: Write, owner: LockOwner, index: int,
                  reply: om_pb2.ClientRequestReply, response: om_pb2.OMResponse,
@@ -354,18 +358,43 @@ class LeaderService(RequestService):
             response = error_response(write.request, om_pb2.SERVER_BUSY,
                                       "the replication queue is full; retry shortly")
         else:
-            response = not_leader_response(write.request, self.node_id,
+            response = not_leader_response(write.request, self._host.node_id,
                                            self._replicator.role())
-        self._end_write(write, response, committed)
+        self._host.end_write(write, response, committed)
 
     def sweep_expired(self) -> int:
         """Queues deletes of expired retry-cache rows; returns how many rows. Paused
         while prepared: a prepared store changes by no write but CancelPrepare."""
-        if not self._replicator.role().ready or self.prepare_gate_closed():
+        if not self._replicator.role().ready or self._host.prepare_gate_closed():
             return 0
-        deletes = expired_row_deletes(self._store, self.clock_ms(),
+        deletes = expired_row_deletes(self._store, self._host.clock_ms(),
                                       self.config.retry.expiry_ms, self.config.sweep_rows_max)
         if deletes:
             self.pipeline.submit(PendingWrite.of(0, ChangeRecorder(), None, deletes),
                                  lambda result, wait_ns, batch_id: None)
         return len(deletes) // 2
+
+
+def seals_merged_entries(state_machine: StateMachine | ReplicatedStateMachine) -> bool:
+    """Whether batches travel as merged entries: the applied state's layout has
+    MERGED_ENTRIES (finalized, so every node runs software that decodes ``M``). The
+    state machine keeps that layout, moved when a FinalizeUpgrade applies: no row is
+    read per batch. A batch sealed while the FinalizeUpgrade is in flight is ``B``,
+    which every node applies."""
+    return state_machine.layout_version >= upgrade.MERGED_ENTRIES.version
+
+
+def leader_service(node_id: str, store: ReadView,
+                   state_machine: StateMachine | ReplicatedStateMachine,
+                   replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
+                   clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
+                   audit: AuditSink | None = None) -> RequestService[LeaderFlow]:
+    """The request template holding the leader flow. ``store``: applied state (the
+    old flow's write cache over the store when ``state_machine`` is the old flow's,
+    which applies both kinds of entry: then every write type runs the flow the
+    ``#FLOWS`` row names, om/executor/admin/flow_switch.py)."""
+    return RequestService(
+        node_id, replicator, state_machine, store, config, tracer,
+        lambda host: LeaderFlow(host, store, state_machine.executes_requests, replicator,
+                                config, tracer, partial(seals_merged_entries, state_machine)),
+        clock_ms, metrics, audit)

@@ -28,8 +28,8 @@ was done yet that would need undoing):
     a feature newer than the finalized layout -> NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION
  7. admission: in-flight limit       -> SERVER_BUSY
  8. authorize                        -> PERMISSION_DENIED
- 9. the flow's own write path (``_start_write``), which ends the write with
-    ``_end_write`` exactly once, whatever the outcome; a Prepare first closes the
+ 9. the flow's own write path (``WriteFlow.start_write``), which ends the write with
+    ``end_write`` exactly once, whatever the outcome; a Prepare first closes the
     gate and waits (bounded) for every other write in flight to end -> PREPARE_FAILED
 
 All of it runs synchronously in ``submit``, which the server calls from its
@@ -45,21 +45,24 @@ INTERNAL_ERROR is a bug's answer only (``internal_error``): a client's mistake i
 status from the field checks or a handler. Each one is logged with its traceback and
 counted in ``om_internal_errors_total``.
 
-Flows: ``om.flows.leader_flow.LeaderService`` (execute on the leader, replicate
-batches of changes; over the old flow's state machine, both flows per write type)
-and ``om.flows.replicated_flow.ReplicatedFlowService`` (Ozone's old flow: replicate
-the request, execute it in every node's apply).
+The template is one concrete class; what differs between execution modes is the
+write flow it holds (composition, the port in ``om/flows/write_flow.py``):
+``om.flows.leader_flow.LeaderFlow`` (execute on the leader, replicate batches of
+changes; over the old flow's state machine, both flows per write type) or
+``om.flows.replicated_flow.ReplicatedFlow`` (Ozone's old flow: replicate the
+request, execute it in every node's apply). The flow sees the template only
+through ``FlowHost``; ``leader_service`` and ``replicated_flow_service`` build a
+template with its flow.
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from om.config import READ_LOCAL, READ_MODES
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
@@ -74,8 +77,8 @@ from om.executor.context import (
 )
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, dispatch, error_response, shape_problem
-from om.flows.read_rounds import ReadRound
 from om.flows.settings import LeaderConfig
+from om.flows.write_flow import Answer, FlowHost, Trace, Write, WriteFlow
 from om.gatekeeper import old_clients, validation
 from om.gatekeeper.authorize import AclPolicy, authorize
 from om.gatekeeper.managed_index import ManagedIndex
@@ -101,29 +104,6 @@ SERVER_REQUEST_FIELDS = (("t_ns", int), ("op", str), ("status", str), ("lock_wai
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch: the leader fixes it for each write."""
     return time.time_ns() // 1_000_000
-
-
-class Trace:
-    """Phase timings of one request (docs/TRACES.md, server_request).
-
-    A plain class with slots: every request makes one, and a dataclass with a
-    default factory costs several times as much to build."""
-
-    __slots__ = ("apply_ns", "batch_id", "batch_wait_ns", "execute_ns", "lock_wait_ns", "op",
-                 "replayed", "replicate_ns", "settled_ns", "started_ns", "t_ns")
-
-    def __init__(self, t_ns: int, op: str) -> None:
-        self.t_ns = t_ns
-        self.op = op
-        self.started_ns = time.perf_counter_ns()
-        self.lock_wait_ns = 0
-        self.execute_ns = 0
-        self.batch_wait_ns = 0
-        self.replicate_ns = 0
-        self.apply_ns = 0
-        self.settled_ns = 0
-        self.batch_id = 0
-        self.replayed = False   # answered by the retry cache: the original was audited
 
 
 def not_leader_response(request: om_pb2.OMRequest, node_id: str,
@@ -187,9 +167,6 @@ def stored_answer(request: om_pb2.OMRequest, request_fingerprint: bytes,
     return reused_call_id(request, stored.response.cmd_type)
 
 
-Answer = asyncio.Future[om_pb2.OMResponse]
-
-
 class Positions(Protocol):
     """The state machine's positions, as the template reads them."""
 
@@ -199,53 +176,33 @@ class Positions(Protocol):
         ...
 
 
-class Write:
-    """An admitted write, from admission until it ends: what ending it needs, and the
-    retries waiting for its answer.
-
-    A retry's future is made only when a retry arrives (rare), so the write itself
-    allocates none."""
-
-    __slots__ = ("_waiters", "answer", "fingerprint", "key", "peer", "request", "trace")
-
-    def __init__(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,
-                 key: RetryKey, request_fingerprint: bytes) -> None:
-        self.request = request
-        self.peer = peer
-        self.answer = answer
-        self.trace = trace
-        self.key = key
-        self.fingerprint = request_fingerprint
-        self._waiters: list[asyncio.Future[om_pb2.OMResponse]] = []
-
-    def wait(self) -> asyncio.Future[om_pb2.OMResponse]:
-        """Resolves with this write's response, once it ends."""
-        waiter: asyncio.Future[om_pb2.OMResponse] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        return waiter
-
-    def settle_waiters(self, response: om_pb2.OMResponse) -> None:
-        """Hands this write's response to every retry waiting for it."""
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(response)
-        self._waiters.clear()
+FlowT = TypeVar("FlowT", bound=WriteFlow)
 
 
-class RequestService(abc.ABC):
-    """The shared template; subclasses provide the write path, read rounds and the
-    retry cache's committed answers (what readers see is given: ``view``)."""
+class RequestService(Generic[FlowT]):
+    """The shared template, holding one write flow (``flow``) that provides the write
+    path, read rounds and the retry cache's committed answers (what readers see is
+    given: ``view``).
+
+    Invariants: every admitted write is in ``_originals`` until it ends, and ends
+    exactly once (``end_write`` for a write the flow started, ``_end_unstarted`` for
+    a Prepare that never reached it); the flow is told of each end it started
+    (``WriteFlow.write_ended``) before the write's answer resolves."""
 
     def __init__(self, node_id: str, replicator: Replicator, positions: Positions,
                  view: ReadView, settings: LeaderConfig, tracer: TraceSink,
-                 clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
-                 audit: AuditSink | None = None) -> None:
+                 flow: Callable[[FlowHost], FlowT], clock_ms: Clock = wall_clock_ms,
+                 metrics: NodeMetrics | None = None, audit: AuditSink | None = None) -> None:
         """``positions``: the state machine, whose managed index a new term starts
         from; ``view``: what readers of this flow see (the store, or the old flow's
         write cache over it); ``settings``: the template reads its ACL policy, handler
-        limits, in-flight limit, retry wait, retry keys and read mode."""
+        limits, in-flight limit, retry wait, retry keys, read mode and sweep period;
+        ``flow``: builds the write flow over this template's ``FlowHost`` handle, last,
+        once everything the handle offers is set."""
         assert settings.in_flight_max > 0
         assert settings.retry_wait_s > 0
+        assert settings.sweep_interval_s > 0
+        assert settings.sweep_rows_max > 0
         assert settings.read_mode in READ_MODES
         self._read_mode = settings.read_mode
         self.metrics = metrics or NodeMetrics()
@@ -273,32 +230,39 @@ class RequestService(abc.ABC):
         self.snapshot_views: SnapshotViews | None = None
         self._preparing = False   # a Prepare closed the gate and waits for the writes in flight
         self._drained: asyncio.Event | None = None   # set when only the Prepare is in flight
+        self._sweep_interval_s = settings.sweep_interval_s
+        self._sweep_rows_max = settings.sweep_rows_max
+        self._sweeper: asyncio.Task[None] | None = None
+        self.flow: FlowT = flow(self)
 
-    # -- what a subclass provides -------------------------------------------------------
+    # -- lifecycle: the template's sweeper around the flow's own ----------------------
 
-    @abc.abstractmethod
-    def _on_read_round(self, done: ReadRound) -> None:
-        """Calls ``done`` once an entry proposed after this call is committed and applied
-        here (COMMITTED), or with the reason none will be."""
+    async def start(self) -> None:
+        """Starts the flow (group commit), the sweeper of expired reply rows (apply
+        writes them; only the leader deletes expired ones, through the log, so every
+        node deletes the same), then the flow's background work (the purge)."""
+        await self.flow.start()
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self.sweep_forever(self._sweep_interval_s, self._sweep_rows_max))
+        await self.flow.start_background()
 
-    @abc.abstractmethod
-    def _committed_response(self, key: RetryKey) -> StoredReply | None:
-        """The stored reply of a committed write with this key, if any."""
+    async def close(self) -> None:
+        """Stops the sweeper and the flow's background work, lets every admitted write
+        end, then closes the flow."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        await self.flow.stop_background()
+        await self.drain()
+        await self.flow.close()
 
-    @abc.abstractmethod
-    def _start_write(self, write: Write) -> None:
-        """Runs an admitted, authorized write; ends it with ``_end_write`` exactly once,
-        now or later."""
+    def leadership_lost(self) -> None:
+        """This node stopped leading: the flow fails what it queued."""
+        self.flow.leadership_lost()
 
-    @abc.abstractmethod
-    def _write_ended(self, write: Write, committed: om_pb2.ClientRequestReply | None) -> None:
-        """Called once per admitted write as it ends, whatever the outcome, with its
-        reply row when it committed."""
-
-    @abc.abstractmethod
-    def sweep_expired(self) -> int:
-        """Replicates deletes of expired retry-cache rows, while this node is the ready
-        leader and not prepared; returns how many rows."""
+    def gauges(self) -> dict[str, float]:
+        """The flow's state gauges by ``StateGauge.key``."""
+        return self.flow.gauges()
 
     # -- the template -------------------------------------------------------------------
 
@@ -322,7 +286,7 @@ class RequestService(abc.ABC):
             ready = self._replicator.role().ready
             now_s = time.monotonic()
             if ready and (not was_ready or behind or now_s - last_s >= interval_s):
-                behind = self.sweep_expired() >= page_rows
+                behind = self.flow.sweep_expired() >= page_rows
                 last_s = now_s
             was_ready = ready
 
@@ -413,13 +377,13 @@ class RequestService(abc.ABC):
         if request.cmd_type == om_pb2.Prepare:
             self._start_prepare(write)
         else:
-            self._start_write(write)
+            self.flow.start_write(write)
 
     def _answered_as_retry(self, request: om_pb2.OMRequest, peer: str, answer: Answer,
                            trace: Trace, key: RetryKey, request_fingerprint: bytes) -> bool:
         """Step 5: whether the write is a retry, answered now (a committed original's
         stored response, or a reused call id) or once its original in flight ends."""
-        stored = self._committed_response(key)
+        stored = self.flow.committed_response(key)
         if stored is not None:
             response = stored_answer(request, request_fingerprint, stored)
             trace.replayed = response is stored.response
@@ -503,7 +467,7 @@ class RequestService(abc.ABC):
                 f"{len(self._originals) - 1} writes still in flight after {timeout_s} s; "
                 "the OM is not prepared (writes are accepted again)"))
             return
-        self._start_write(write)
+        self.flow.start_write(write)
 
     def _end_unstarted(self, write: Write, response: om_pb2.OMResponse) -> None:
         """Ends an admitted write that never reached the flow's write path."""
@@ -524,11 +488,11 @@ class RequestService(abc.ABC):
                                       "timed out waiting for the original of a retried request")
         self._end(request, peer, answer, trace, response)
 
-    def _end_write(self, write: Write, response: om_pb2.OMResponse,
-                   committed: om_pb2.ClientRequestReply | None) -> None:
-        """Ends an admitted write: the flow's bookkeeping, retries waiting for it,
-        metrics, audit and trace, then the answer."""
-        self._write_ended(write, committed)
+    def end_write(self, write: Write, response: om_pb2.OMResponse,
+                  committed: om_pb2.ClientRequestReply | None) -> None:
+        """Ends an admitted write the flow started: the flow's bookkeeping, retries
+        waiting for it, metrics, audit and trace, then the answer."""
+        self.flow.write_ended(write, committed)
         if write.request.cmd_type == om_pb2.Prepare:
             self._preparing = False   # committed: the marker is applied here and shuts the gate
         self._forget(write)
@@ -537,7 +501,8 @@ class RequestService(abc.ABC):
 
     def _forget(self, write: Write) -> None:
         """Drops an ended write from those in flight; wakes a Prepare waiting for them."""
-        del self._originals[write.key]
+        ended = self._originals.pop(write.key)
+        assert ended is write, "a write ends exactly once (a later write reuses its key)"
         if self._preparing and len(self._originals) <= 1 and self._drained is not None:
             self._drained.set()
 
@@ -571,7 +536,7 @@ class RequestService(abc.ABC):
         if local:
             self._end(request, peer, answer, trace, self._read(request, trace))
         else:
-            self._on_read_round(partial(self._answer_read, request, peer, answer, trace,
+            self.flow.on_read_round(partial(self._answer_read, request, peer, answer, trace,
                                         time.perf_counter_ns()))
 
     def _answer_read(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,

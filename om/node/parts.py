@@ -38,9 +38,9 @@ from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.admin import upgrade
 from om.executor.context import Limits as HandlerLimits
 from om.flows.batch_pipeline import BatchConfig
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import leader_service
 from om.flows.purge import PurgeConfig
-from om.flows.replicated_flow import ReplicatedFlowService
+from om.flows.replicated_flow import replicated_flow_service
 from om.flows.settings import LeaderConfig
 from om.flows.template import Clock
 from om.gatekeeper.authorize import acl_policy
@@ -81,8 +81,10 @@ class Machine(SnapshotSource, Protocol):
 
 
 class WritePath(Protocol):
-    """A request service as the node holds it (``LeaderService``,
-    ``ReplicatedFlowService``): the shared template over one flow's write path."""
+    """A request service as the node holds it: the shared template
+    (``om/flows/template.py`` ``RequestService``) holding one write flow
+    (``LeaderFlow`` or ``ReplicatedFlow``), built by ``leader_service`` or
+    ``replicated_flow_service``."""
 
     snapshot_views: SnapshotViews | None
     clock_ms: Clock
@@ -243,9 +245,9 @@ class LeaderExecution:
     machine: StateMachine
 
     def write_path(self, flow: FlowParts) -> WritePath:
-        return LeaderService(flow.node_id, self.machine.view, self.machine, flow.replicator,
-                             flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
-                             flow.audit)
+        return leader_service(flow.node_id, self.machine.view, self.machine, flow.replicator,
+                              flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
+                              flow.audit)
 
 
 @dataclass(frozen=True)
@@ -255,9 +257,9 @@ class OldFlowExecution:
     machine: ReplicatedStateMachine
 
     def write_path(self, flow: FlowParts) -> WritePath:
-        return ReplicatedFlowService(flow.node_id, self.machine, flow.replicator,
-                                     flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
-                                     flow.audit)
+        return replicated_flow_service(flow.node_id, self.machine, flow.replicator,
+                                       flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
+                                       flow.audit)
 
 
 @dataclass(frozen=True)
@@ -268,9 +270,9 @@ class SwitchableExecution:
     machine: ReplicatedStateMachine
 
     def write_path(self, flow: FlowParts) -> WritePath:
-        return LeaderService(flow.node_id, self.machine.view, self.machine, flow.replicator,
-                             flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
-                             flow.audit)
+        return leader_service(flow.node_id, self.machine.view, self.machine, flow.replicator,
+                              flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
+                              flow.audit)
 
 
 def _old_flow_machine(config: ServerConfig, store: Store, settings: LeaderConfig,

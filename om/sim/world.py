@@ -40,8 +40,9 @@ from typing import Any
 
 from om.config import Limits, NodeAddress, Raft
 from om.consensus.pysyncobj.simulated import SimDisk, SimRaftReplicator, address_id
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import LeaderFlow, leader_service
 from om.flows.settings import LeaderConfig
+from om.flows.template import RequestService
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.sim.clock import EPOCH_S, VirtualClock, VirtualLoop
@@ -297,7 +298,7 @@ class SimNode:
         self.store: Store | None = None
         self.machine: StateMachine | None = None
         self.raft: SimRaftReplicator = None  # type: ignore[assignment]
-        self.leader: LeaderService = None    # type: ignore[assignment]
+        self.leader: RequestService[LeaderFlow] = None    # type: ignore[assignment]
 
     async def start(self) -> None:
         """Opens the store and builds the node's parts (inside the node's context); a
@@ -314,8 +315,8 @@ class SimNode:
         self.raft = SimRaftReplicator(self.address, self.addresses, self.dir, RAFT,
                                       self.apply_entry, _NoSnapshots(), self.barrier_entry,
                                       1 << 20, self.network, self.disk)
-        self.leader = LeaderService(self.name, self.store, self.machine, self.raft,
-                                    LeaderConfig(), NullTracer(), clock_ms=self.clock_ms)
+        self.leader = leader_service(self.name, self.store, self.machine, self.raft,
+                                     LeaderConfig(), NullTracer(), clock_ms=self.clock_ms)
         self.raft.on_leadership_lost(self.leader.leadership_lost)
         self.alive = True
         await self.leader.start()

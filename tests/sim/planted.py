@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from om.executor.batcher import PendingWrite
-from om.flows.leader_flow import LeaderService
+from om.flows.leader_flow import LeaderFlow
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
 
@@ -49,17 +49,17 @@ def reply_outside_the_batch() -> Iterator[None]:
 @contextmanager
 def locks_released_before_apply() -> Iterator[None]:
     """A write's locks are released as soon as it is queued, before its batch applies."""
-    original = LeaderService._execute
+    original = LeaderFlow._execute
 
-    def execute(self: LeaderService, write: Any, owner: Any, planned: Any = None) -> None:
+    def execute(self: LeaderFlow, write: Any, owner: Any, planned: Any = None) -> None:
         original(self, write, owner, planned)
         self.locks.release(owner)
 
-    LeaderService._execute = execute  # type: ignore[method-assign]
+    LeaderFlow._execute = execute  # type: ignore[method-assign]
     try:
         yield
     finally:
-        LeaderService._execute = original  # type: ignore[method-assign]
+        LeaderFlow._execute = original  # type: ignore[method-assign]
 
 
 PLANTED: dict[str, Callable[[], AbstractContextManager[None]]] = {
