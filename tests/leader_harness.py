@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import itertools
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from om.schema import tables
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 
+SENT_KEPT = 64   # entries a GatedReplicator keeps
+
 
 @dataclass
 class GatedReplicator:
@@ -30,6 +33,8 @@ class GatedReplicator:
     fail_with: ReplicateStatus | None = None
     waiting: int = 0
     entries: int = 0
+    # the newest entries sent, as sent (tests read their format)
+    sent: deque[bytes] = field(default_factory=lambda: deque(maxlen=SENT_KEPT))
 
     def __post_init__(self) -> None:
         self.gate.set()
@@ -43,6 +48,7 @@ class GatedReplicator:
         if self.fail_with is not None:
             return ReplicateResult(self.fail_with)
         self.entries += 1
+        self.sent.append(entry)
         return await self.inner.replicate(entry)
 
     def role(self) -> Role:

@@ -1,4 +1,5 @@
-"""StateMachine.apply: idempotent by position, atomic across tables, even under kill -9."""
+"""StateMachine.apply: idempotent by position, atomic across tables and across an entry's
+slices, even under kill -9."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from om.protocol import om_pb2
 from om.schema import tables
@@ -64,10 +67,15 @@ def test_quota_delta_skips_a_recreated_bucket(tmp_path: Path) -> None:
     store.close()
 
 
-def test_kill_minus_nine_leaves_whole_batches_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize("merged", [False, True], ids=["batches", "merged-entries"])
+def test_kill_minus_nine_leaves_whole_entries_only(tmp_path: Path, merged: bool) -> None:
+    """Entries of one batch, or merged entries of SLICES batches: after kill -9 the
+    store holds whole entries, all of each one's slices or none."""
     path = tmp_path / "db"
+    slices = worker.SLICES if merged else 1
+    command = [sys.executable, "-m", "tests.apply_crash_worker", str(path)]
     for attempt in range(3):
-        with subprocess.Popen([sys.executable, "-m", "tests.apply_crash_worker", str(path)],
+        with subprocess.Popen(command + (["merged"] if merged else []),
                               stdout=subprocess.PIPE, cwd=Path(__file__).parent.parent) as process:
             try:
                 assert process.stdout is not None
@@ -81,11 +89,11 @@ def test_kill_minus_nine_leaves_whole_batches_only(tmp_path: Path) -> None:
         applied = store.transaction_info().applied_index
         assert applied > 0, "the worker applied nothing before the kill"
         keys = store.count(om_pb2.KEY)
-        assert keys == applied * worker.ROWS, "a batch landed partially"
+        assert keys == applied * slices * worker.ROWS, "an entry landed partially"
         bucket = _bucket(store)
-        assert bucket.used_bytes == applied
-        assert bucket.used_namespace == applied
-        assert store.count(om_pb2.CLIENT_REQUEST_REPLY) == applied
+        assert bucket.used_bytes == applied * slices
+        assert bucket.used_namespace == applied * slices
+        assert store.count(om_pb2.CLIENT_REQUEST_REPLY) == applied * slices
         assert store.get(om_pb2.KEY, f"/v/b/p{applied + 1}-0".encode()) is None
         store.close()
 

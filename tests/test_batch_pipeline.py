@@ -1,19 +1,22 @@
 """Group commit's timing: a lone write is sealed at once; with batches in flight a free
 slot waits for its share of the replication cycle, so batches split the load evenly
-instead of alternating a full batch with a one-write one."""
+instead of alternating a full batch with a one-write one. Each batch's entry format is
+asked for as it is sealed (B until the layout has MERGED_ENTRIES, then M)."""
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
-from om.executor.batcher import PendingWrite
+from om.executor.batcher import BatchBuilder, PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
 from om.flows.template import wall_clock_ms
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import NullTracer
-from om.protocol import om_pb2
+from om.protocol import merged_entry, om_pb2
+from om.statemachine import log_entry
 
 CYCLE_S = 0.1
 
@@ -24,9 +27,11 @@ class SlowReplicator:
     def __init__(self) -> None:
         self.batches: list[int] = []
         self.stamps: list[int] = []
+        self.entries: list[bytes] = []
 
     async def replicate(self, entry: bytes) -> ReplicateResult:
-        batch = om_pb2.PersistDbBatch.FromString(entry[1:])
+        self.entries.append(entry)
+        (batch,) = log_entry.decode_batches(entry)
         self.batches.append(batch.request_count)
         self.stamps.append(batch.timestamp_ms)
         await asyncio.sleep(CYCLE_S)
@@ -45,7 +50,8 @@ def _write(index: int) -> PendingWrite:
 async def _steady_load(inflight: int, writes: int, gap_s: float) -> list[int]:
     replicator = SlowReplicator()
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=inflight), "om1",
-                             NullTracer(), NodeMetrics().batches, wall_clock_ms)
+                             NullTracer(), NodeMetrics().batches, wall_clock_ms,
+                             lambda: True)
     pipeline.start()
     settled: list[ReplicateResult] = []
     all_settled = asyncio.Event()
@@ -67,7 +73,8 @@ async def _steady_load(inflight: int, writes: int, gap_s: float) -> list[int]:
 async def test_a_lone_write_is_sealed_at_once() -> None:
     replicator = SlowReplicator()
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=2), "om1",
-                             NullTracer(), NodeMetrics().batches, wall_clock_ms)
+                             NullTracer(), NodeMetrics().batches, wall_clock_ms,
+                             lambda: True)
     pipeline.start()
     done = asyncio.get_running_loop().create_future()
     pipeline.submit(_write(1), lambda result, wait, batch: done.set_result(wait))
@@ -88,10 +95,43 @@ async def test_each_batch_is_stamped_by_the_clock_the_service_was_given() -> Non
     replicator = SlowReplicator()
     readings = iter(range(7_000, 7_010))
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=1), "om1",
-                             NullTracer(), NodeMetrics().batches, lambda: next(readings))
+                             NullTracer(), NodeMetrics().batches, lambda: next(readings),
+                             lambda: True)
     pipeline.start()
     done = asyncio.get_running_loop().create_future()
     pipeline.submit(_write(1), lambda result, wait, batch: done.set_result(batch))
     await asyncio.wait_for(done, 1.0)
     await pipeline.close()
     assert replicator.stamps == [7_000]
+
+
+def _settled(done: asyncio.Future[int], result: ReplicateResult, wait_ns: int,
+             batch_id: int) -> None:
+    done.set_result(batch_id)
+
+
+async def test_each_batch_is_sealed_in_the_format_asked_for_as_it_is_sealed() -> None:
+    """B (byte for byte what releases before M wrote: the tag, then the sealed batch)
+    while the layout lacks MERGED_ENTRIES; M of one slice carrying the same sealed bytes
+    from the first batch sealed after it changed; the answer is asked for per batch."""
+    replicator = SlowReplicator()
+    merged = [False]
+    config = BatchConfig(inflight_batches_max=1)
+    pipeline = BatchPipeline(replicator, config, "om1", NullTracer(), NodeMetrics().batches,
+                             lambda: 7_000, lambda: merged[0])
+    pipeline.start()
+    for index, merge in ((1, False), (2, True), (3, False)):
+        merged[0] = merge
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        pipeline.submit(_write(index), partial(_settled, done))
+        await asyncio.wait_for(done, 1.0)
+    await pipeline.close()
+    sealed = []
+    for index in (1, 2, 3):
+        builder = BatchBuilder(config.bytes_max, config.writes_max)
+        builder.add(_write(index))
+        sealed.append(builder.seal(index, 7_000, "om1", 1))
+    assert replicator.entries == [b"B" + sealed[0], merged_entry.encode_slice(0, sealed[1]),
+                                  b"B" + sealed[2]]
+    (slice_,) = merged_entry.slices(replicator.entries[1])
+    assert slice_.batch == sealed[1]

@@ -60,7 +60,7 @@ async def test_the_old_flows_machine_applies_a_leader_log_to_identical_tables(
     expected = await leader.tables()
     log, machine = leader.log, leader.machine
     assert len(log) > 50
-    assert any(log_entry.decode(e).ops for _, e in log)   # type: ignore[union-attr]
+    assert any(b.ops for _, e in log for b in log_entry.decode_batches(e))
     old = _old_machine(tmp_path / "old", unflushed_max=7)
     for position, entry in log:
         assert old.apply_entry(position, entry).applied
@@ -203,7 +203,7 @@ async def test_a_leader_flow_write_waits_for_an_unapplied_old_flow_write(
     assert not change.done()
     node.replicator.gate.set()
     assert [r.status for r in await _settles(commit, change)] == [om_pb2.OK, om_pb2.OK]
-    assert node.kinds[-2:] == [log_entry.REPLICATED_REQUEST, log_entry.PERSIST_DB]
+    assert node.kinds[-2:] == [log_entry.REPLICATED_REQUEST, log_entry.MERGED]
     bucket = node.bucket()
     assert (bucket.used_bytes, bucket.quota_in_bytes) == (CHARGE, 10_000)
     await node.close()
@@ -315,7 +315,7 @@ async def test_each_type_runs_the_flow_the_row_names_and_a_retry_crosses_the_swi
     assert first.status == om_pb2.OK
     assert node.kinds[-1] == log_entry.REPLICATED_REQUEST
     await node.flows(om_pb2.CreateVolume)
-    assert node.kinds[-1] == log_entry.PERSIST_DB
+    assert node.kinds[-1] == log_entry.MERGED
     status = await node.ok(build.flow_status())
     assert list(status.flow_status.leader_types) == [om_pb2.CreateVolume]
     node.service.flow.retry_cache.clear_memory()
@@ -325,7 +325,7 @@ async def test_each_type_runs_the_flow_the_row_names_and_a_retry_crosses_the_swi
     assert len(node.kinds) == entries, "answered from the old flow's reply row"
     second = await node.send(build.create_volume("vol2"), call_id=1002)
     assert second.status == om_pb2.OK
-    assert node.kinds[-1] == log_entry.PERSIST_DB
+    assert node.kinds[-1] == log_entry.MERGED
     await node.ok(build.create_bucket("vol2", "bkt"))
     assert node.kinds[-1] == log_entry.REPLICATED_REQUEST, "CreateBucket still runs the old flow"
     await node.flows()

@@ -18,6 +18,7 @@ from om.integrity import auditor
 from om.node.parts import init_layout
 from om.protocol import om_pb2
 from om.schema import tables
+from om.statemachine import log_entry
 from om.statemachine.store import Store
 from tests.handler_harness import LEADER, OLD, Harness, status_name
 from tests.leader_harness import LeaderUnderTest, config
@@ -45,10 +46,12 @@ def marker(h: Harness) -> om_pb2.PrepareMarker | None:
 
 
 def set_layout(h: Harness, version: int) -> None:
-    """Starts the harness's (wiped) store at ``version``, as init_layout does."""
+    """Starts the harness's (wiped) store at ``version``, as init_layout does, and its
+    state machines read it, as at a node's start."""
     init_layout(h.store, version)
+    h.state_machine.reload()
     if h.old_flow is not None:
-        h.old_flow.cache.clear()
+        h.old_flow.reload()
 
 
 # ------------------------------------------------------------------ handlers ---
@@ -116,12 +119,17 @@ class TestLayout:
         progress = om.run(build.finalize_upgrade_progress()).finalize_upgrade_progress
         assert (progress.status, progress.metadata_layout_version) == (
             om_pb2.FINALIZATION_REQUIRED, 0)
-        assert progress.features[-1] == f"LEADER_EXECUTION({SLV}): not finalized"
+        machine = om.old_flow or om.state_machine   # the one that applies this flow
+        assert machine.layout_version == 0
+        assert progress.features[-2:] == ["LEADER_EXECUTION(4): not finalized",
+                                          f"MERGED_ENTRIES({SLV}): not finalized"]
         done = om.run(build.finalize_upgrade("ops"), user=ADMIN).finalize_upgrade
         assert (done.status, done.metadata_layout_version) == (om_pb2.FINALIZATION_DONE, SLV)
         assert any("MULTIPART_UPLOAD" in m for m in done.messages)
         assert any("FILESYSTEM_SNAPSHOT" in m for m in done.messages)
         assert any("LEADER_EXECUTION" in m for m in done.messages)
+        assert any("MERGED_ENTRIES" in m for m in done.messages)
+        assert machine.layout_version == SLV, "apply keeps the layout it wrote"
         again = om.run(build.finalize_upgrade(), user=ADMIN).finalize_upgrade
         assert again.status == om_pb2.ALREADY_FINALIZED
         view = om.old_flow.view if om.old_flow is not None else om.store
@@ -286,3 +294,54 @@ async def test_a_feature_above_the_layout_is_refused_until_finalized(tmp_path: P
         await under_test.ok(build.initiate_multipart_upload("vol", "bkt", "k", 1))
     finally:
         await under_test.close()
+
+
+async def test_batches_travel_as_b_entries_until_merged_entries_is_finalized(
+        tmp_path: Path) -> None:
+    """Below MERGED_ENTRIES a node of the previous release may follow, and it decodes
+    B only: every batch is B, byte for byte the tag and the sealed batch. The
+    FinalizeUpgrade's own batch is B too (sealed before it applied); the next batch is
+    M, and after a restart the first one is."""
+    store = Store(tmp_path / "db")
+    init_layout(store, upgrade.MERGED_ENTRIES.version - 1)
+    store.close()
+    first = LeaderUnderTest(tmp_path / "db", config())
+    await first.start()
+    try:
+        await first.ok(build.create_volume("vol"))
+        await first.ok(build.create_bucket("vol", "bkt"))
+        sealed_b = list(first.replicator.sent)
+        await first.ok(build.finalize_upgrade())
+        await first.ok(build.create_key("vol", "bkt", "k", 0))
+        finalize, after = list(first.replicator.sent)[-2:]
+    finally:
+        await first.close()
+    assert [entry[:1] for entry in sealed_b] == [b"B", b"B"]
+    (volume,) = [op for op in _batch_of_b(sealed_b[0]).ops if op.table == om_pb2.VOLUME]
+    assert volume.key == tables.volume_key("vol")
+    assert _batch_of_b(finalize).ops[0].key == tables.LAYOUT_VERSION_KEY
+    assert after[:1] == b"M"
+    (after_batch,) = log_entry.decode_batches(after)
+    assert any(op.table == om_pb2.OPEN_KEY for op in after_batch.ops)
+    second = LeaderUnderTest(tmp_path / "db", config())
+    await second.start()
+    try:
+        assert second.state_machine.layout_version == SLV
+        await second.ok(build.create_volume("vol2"))
+        assert [entry[:1] for entry in second.replicator.sent] == [b"M"]
+    finally:
+        await second.close()
+
+
+def _batch_of_b(entry: bytes) -> om_pb2.PersistDbBatch:
+    """A B entry's batch, as a release before M decodes it (the tag, then the batch)."""
+    assert entry[:1] == log_entry.PERSIST_DB
+    batch = log_entry.decode(entry)
+    assert isinstance(batch, om_pb2.PersistDbBatch)
+    return batch
+
+
+async def test_a_fresh_store_seals_merged_entries_at_once(leader: LeaderUnderTest) -> None:
+    """A new cluster runs at the software's layout: M from its first batch."""
+    assert leader.state_machine.layout_version == SLV
+    assert [entry[:1] for entry in leader.replicator.sent] == [b"M", b"M"]

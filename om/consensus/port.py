@@ -104,6 +104,12 @@ class Applied(Protocol):
     @property
     def response(self) -> bytes: ...
 
+    @property
+    def batches_applied(self) -> tuple[bool, ...]:
+        """Per batch of the entry, in order (a merged entry's slices): applied, or
+        skipped as a stale term's; empty when the position was applied before."""
+        ...
+
 
 class ApplyEntry(Protocol):
     """Applies one committed log entry at a position (``om.node.node.Node.apply_entry``)."""

@@ -72,10 +72,13 @@ class BatchPipeline:
 
     def __init__(self, replicator: Replicator, config: BatchConfig, leader_id: str,
                  tracer: TraceSink, metrics: BatchMetrics,
-                 clock_ms: Callable[[], int]) -> None:
+                 clock_ms: Callable[[], int], merged_entries: Callable[[], bool]) -> None:
         """``clock_ms``: the service's clock, which stamps each batch (replicated data,
-        so never the wall clock read here: a simulator drives the same clock)."""
+        so never the wall clock read here: a simulator drives the same clock).
+        ``merged_entries``: whether a batch sealed now travels as a merged entry (``M``)
+        or as a ``B`` entry (``log_entry.encode_sealed``), asked once per batch."""
         self._replicator = replicator
+        self._merged_entries = merged_entries
         self._clock_ms = clock_ms
         self._metrics = metrics
         self.config = config
@@ -189,7 +192,8 @@ class BatchPipeline:
                               self._replicator.role().term)
         assert len(builder.writes) == len(taken)
         rounds, self._read_rounds = self._read_rounds, []
-        return log_entry.encode_sealed(sealed), taken, batch_id, rounds
+        entry = log_entry.encode_sealed(sealed, self._merged_entries())
+        return entry, taken, batch_id, rounds
 
     async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,
                          rounds: list[ReadRound]) -> None:

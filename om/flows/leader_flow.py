@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from functools import partial
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator
-from om.executor.admin import flow_switch
+from om.executor.admin import flow_switch, upgrade
 from om.executor.batcher import PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import Planned
@@ -85,10 +86,13 @@ class LeaderFlow:
     (``RetryCache.begin``) is finished as it ends (``write_ended``)."""
 
     def __init__(self, host: FlowHost, store: ReadView, switchable: bool,
-                 replicator: Replicator, config: LeaderConfig, tracer: TraceSink) -> None:
+                 replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
+                 merged_entries: Callable[[], bool]) -> None:
         """``store``: applied state, or the old flow's write cache over it;
         ``switchable``: the state machine applies both kinds of entry, so a write
-        type the ``#FLOWS`` row does not name runs the old flow (``_execute_old``)."""
+        type the ``#FLOWS`` row does not name runs the old flow (``_execute_old``);
+        ``merged_entries``: whether a batch sealed now travels as ``M``
+        (``seals_merged_entries``)."""
         self._host = host
         self.config = config
         self._store = store
@@ -98,7 +102,7 @@ class LeaderFlow:
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
         self.pipeline = BatchPipeline(replicator, config.batch, host.node_id, tracer,
-                                      host.metrics.batches, host.clock_ms)
+                                      host.metrics.batches, host.clock_ms, merged_entries)
         self.purger = Purger(store, host.submit,
                              lambda: host.role().ready and not host.prepare_gate_closed(),
                              config.purge, PURGE_USER, host.clock_ms)
@@ -371,6 +375,15 @@ class LeaderFlow:
         return len(deletes) // 2
 
 
+def seals_merged_entries(state_machine: StateMachine | ReplicatedStateMachine) -> bool:
+    """Whether batches travel as merged entries: the applied state's layout has
+    MERGED_ENTRIES (finalized, so every node runs software that decodes ``M``). The
+    state machine keeps that layout, moved when a FinalizeUpgrade applies: no row is
+    read per batch. A batch sealed while the FinalizeUpgrade is in flight is ``B``,
+    which every node applies."""
+    return state_machine.layout_version >= upgrade.MERGED_ENTRIES.version
+
+
 def leader_service(node_id: str, store: ReadView,
                    state_machine: StateMachine | ReplicatedStateMachine,
                    replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
@@ -383,5 +396,5 @@ def leader_service(node_id: str, store: ReadView,
     return RequestService(
         node_id, replicator, state_machine, store, config, tracer,
         lambda host: LeaderFlow(host, store, state_machine.executes_requests, replicator,
-                                config, tracer),
+                                config, tracer, partial(seals_merged_entries, state_machine)),
         clock_ms, metrics, audit)

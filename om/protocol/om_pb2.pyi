@@ -6223,6 +6223,61 @@ class PersistDbBatch(_message.Message):
 Global___PersistDbBatch: _TypeAlias = PersistDbBatch  # noqa: Y015
 
 @_typing.final
+class MergedEntry(_message.Message):
+    """One log entry of the leader flow, tag "M" (om/protocol/merged_entry.py): the
+    sealed sub-batches of the shards, merged by the Raft process into one entry
+    so that all of them commit at one log position (docs/SHARDS.md). Merging is
+    concatenation: two serialized MergedEntry messages, concatenated, are the one
+    whose slices are theirs in order (a repeated field), byte for byte.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLICES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def slices(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShardSlice]: ...
+    def __init__(
+        self,
+        *,
+        slices: _abc.Iterable[Global___ShardSlice] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["slices", b"slices"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MergedEntry: _TypeAlias = MergedEntry  # noqa: Y015
+
+@_typing.final
+class ShardSlice(_message.Message):
+    """One shard's part of a merged entry: one sealed PersistDbBatch, as its shard
+    sealed it. With one shard (S = 1) every slice is shard 0's, and an entry holds
+    one slice per sub-batch that reached the Raft process since its last append.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHARD_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
+    shard: _builtins.int
+    batch: _builtins.bytes
+    """a serialized PersistDbBatch (om/executor/batcher.py)"""
+    def __init__(
+        self,
+        *,
+        shard: _builtins.int = ...,
+        batch: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "shard", b"shard"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShardSlice: _TypeAlias = ShardSlice  # noqa: Y015
+
+@_typing.final
 class VerifyMarker(_message.Message):
     """What a verify entry fixes for every replica (om/integrity/verifier.py)."""
 

@@ -1,25 +1,38 @@
-"""StateMachine.apply: writes a committed batch, deterministically, atomically.
+"""StateMachine.apply: writes a committed entry's batches, deterministically, atomically.
 
-Given the same sequence of (position, batch bytes), every node ends with
-byte-identical tables: apply uses nothing but the batch, the rows it adds
+Given the same sequence of (position, entry bytes), every node ends with
+byte-identical tables: apply uses nothing but the batches, the rows it adds
 quota deltas to, and the stored applied position and term (the idempotence
 and staleness checks).
 
+An entry carries one batch (``B``, ``V``) or one per slice (``M``: the sub-batches
+the Raft process merged, ``om.protocol.merged_entry``). All of an entry's batches
+go into ONE RocksDB write batch with the entry's position: a crash leaves the
+whole entry applied or none of it, and a replay of its position is skipped
+whole. Each batch keeps the staleness rule of its own term (a deposed leader's
+batch is skipped, the others of the entry apply); the rest is written as the one
+batch their concatenation parses to (``om.executor.batcher``: repeated fields in
+order), so the quota deltas of all of them are summed per row before the row is
+read, and no batch's charge hides another's.
+
 Order inside the write batch: table ops, then quota deltas, then retry-cache
-rows, then expiries, then the transaction info, then the digests of all of them
-(``om.statemachine.digests``: each row change is reported as it is added). A row
-is never both put and quota-adjusted within one batch (the lock plans guarantee it: a request that
-puts a volume or bucket row holds its write lock, which excludes the requests
-that charge it).
+rows, then expiries (each kind over the entry's batches in order), then the
+transaction info, then the digests of all of them (``om.statemachine.digests``:
+each row change is reported as it is added). A row is never both put and
+quota-adjusted within one entry (the lock plans guarantee it: a request that
+puts a volume or bucket row holds its write lock until its entry applied, which
+excludes the requests that charge it, in any batch in flight).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rocksdict import WriteBatch
 
+from om.executor.admin import upgrade
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
@@ -39,6 +52,9 @@ class ApplyResult:
     # right after it (om/statemachine/om_snapshot_checkpoints.py)
     snapshots_changed: bool = False
     prepared: bool = False  # the entry wrote the prepared marker (om/executor/admin/upgrade.py)
+    # per batch of the entry, in order: applied, or skipped as a stale term's (empty:
+    # the position was applied before, or the entry carries no batch)
+    batches_applied: tuple[bool, ...] = ()
 
 
 def writes_prepared_marker(ops: list[om_pb2.TableOp]) -> bool:
@@ -50,6 +66,17 @@ def writes_prepared_marker(ops: list[om_pb2.TableOp]) -> bool:
             assert op.key in tables.UPGRADE_KEYS, "only apply writes transaction info"
             marker = marker or (op.key == tables.PREPARED_KEY and not op.delete)
     return marker
+
+
+def written_layout_version(ops: Iterable[om_pb2.TableOp]) -> int | None:
+    """The layout version ``ops`` put in ``#LAYOUTVERSION`` (FinalizeUpgrade), or None.
+    Nothing deletes the row: a store without it runs at the software's layout."""
+    version = None
+    for op in ops:
+        if op.table == om_pb2.TRANSACTION_INFO and op.key == tables.LAYOUT_VERSION_KEY:
+            assert not op.delete, "the layout version row is never deleted"
+            version = om_pb2.LayoutVersion.FromString(op.value).version
+    return version
 
 
 def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
@@ -87,35 +114,50 @@ class StateMachine:
         self.term = 0
         self.timestamp_ms = 0
         self.snapshot_change_position = 0
+        # the MLV of the applied state (om/executor/admin/upgrade.py), kept here so that
+        # the leader reads no row per batch to pick the entry format
+        self.layout_version = upgrade.SOFTWARE_LAYOUT_VERSION
         self.reload()
 
-    def apply(self, position: int, batch: om_pb2.PersistDbBatch) -> ApplyResult:
-        """Applies ``batch`` committed at log ``position``.
+    def apply(self, position: int, *batches: om_pb2.PersistDbBatch) -> ApplyResult:
+        """Applies the ``batches`` of the entry committed at log ``position``, in one
+        write batch with the position.
 
-        Skips it (recording only the position) when the position was already
-        applied (replay) or the batch comes from a term older than one already
-        applied (a deposed leader's batch, committed after its successor's).
+        Skips them all (nothing written) when the position was already applied
+        (replay); skips a batch from a term older than one already applied (a
+        deposed leader's, committed after its successor's), the position still
+        advancing. ``applied`` is True only when every batch applied.
         """
         assert position > 0
+        assert batches, "an entry carries at least one batch"
         with self._lock:
             if position <= self.applied_index:
                 return ApplyResult(position, False, self.managed_index)
-            stale = batch.term < self.term
+            flags = tuple(self._advance(batch) for batch in batches)   # in log order
+            fresh = [batch for batch, applies in zip(batches, flags, strict=True) if applies]
             snapshots_changed = prepared = False
             with self.digests.changes() as digest:
                 write = self.store.new_batch()
-                if not stale:
-                    snapshots_changed, prepared = self._add_ops(write, batch, digest)
-                    self.managed_index = max(self.managed_index, batch.managed_index)
-                    self.term = batch.term
-                    self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
+                if fresh:
+                    snapshots_changed, prepared = self._add_ops(write, fresh, digest)
                 self.applied_index = position
                 if snapshots_changed:
                     self.snapshot_change_position = position
                 self._put_transaction_info(write, digest)
                 digest.write(write)      # the rows and their digests: one write batch
-            return ApplyResult(position, not stale, self.managed_index,
-                               snapshots_changed=snapshots_changed, prepared=prepared)
+            return ApplyResult(position, all(flags), self.managed_index,
+                               snapshots_changed=snapshots_changed, prepared=prepared,
+                               batches_applied=flags)
+
+    def _advance(self, batch: om_pb2.PersistDbBatch) -> bool:
+        """Whether ``batch`` applies (its term is not below the highest applied); if so,
+        moves the term, managed index and time up to it."""
+        if batch.term < self.term:
+            return False
+        self.term = batch.term
+        self.managed_index = max(self.managed_index, batch.managed_index)
+        self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
+        return True
 
     def seed(self, batch: om_pb2.PersistDbBatch) -> None:
         """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).
@@ -134,7 +176,7 @@ class StateMachine:
             assert batch.term == 0, "a seed batch belongs to no term"
             with self.digests.changes() as digest:
                 write = self.store.new_batch()
-                self._add_ops(write, batch, digest)
+                self._add_ops(write, [batch], digest)
                 self.managed_index = max(self.managed_index, batch.managed_index)
                 self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
                 self._put_transaction_info(write, digest)
@@ -150,10 +192,9 @@ class StateMachine:
         digest.put(om_pb2.TRANSACTION_INFO, tables.TRANSACTION_INFO_KEY, row)
 
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
-        """Applies one committed leader-flow log entry."""
-        message = log_entry.decode(entry)
-        assert isinstance(message, om_pb2.PersistDbBatch), "an old-flow entry on a leader node"
-        return self.apply(position, message)
+        """Applies one committed leader-flow log entry (``B``, ``V`` or ``M``)."""
+        assert not log_entry.is_request(entry), "an old-flow entry on a leader node"
+        return self.apply(position, *log_entry.decode_batches(entry))
 
     def quiesce(self) -> None:
         """Nothing to wait for: apply writes RocksDB synchronously."""
@@ -184,49 +225,69 @@ class StateMachine:
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
+        self.layout_version = upgrade.metadata_layout_version(self.store)
 
-    def _add_ops(self, write: WriteBatch, batch: om_pb2.PersistDbBatch,
+    def _add_ops(self, write: WriteBatch, batches: list[om_pb2.PersistDbBatch],
                  digest: DigestChanges) -> tuple[bool, bool]:
-        """Adds the batch's rows to ``write``, each change reported to ``digest``; whether
-        any changes snapshotInfoTable, and whether they put the prepared marker."""
+        """Adds the batches' rows to ``write`` as the one batch their concatenation is,
+        each change reported to ``digest``; whether any changes snapshotInfoTable, and
+        whether they put the prepared marker. A put of ``#LAYOUTVERSION`` (FinalizeUpgrade)
+        moves ``layout_version`` with it."""
         store = self.store
-        tables_written = store.batch_ops(write, batch.ops)
-        digest.ops(batch.ops)
+        tables_written: set[int] = set()
+        for batch in batches:
+            tables_written |= store.batch_ops(write, batch.ops)
+            digest.ops(batch.ops)
         snapshots_changed = om_pb2.SNAPSHOT_INFO in tables_written
-        prepared = (om_pb2.TRANSACTION_INFO in tables_written
-                    and writes_prepared_marker(list(batch.ops)))
-        for delta in merged_deltas(batch):
+        prepared = False
+        if om_pb2.TRANSACTION_INFO in tables_written:
+            prepared = any(writes_prepared_marker(list(batch.ops)) for batch in batches)
+            layout = written_layout_version(op for batch in batches for op in batch.ops)
+            self.layout_version = self.layout_version if layout is None else layout
+        for delta in merged_deltas(d for batch in batches for d in batch.quota_deltas):
             raw = store.get(delta.table, delta.key)
             updated = None if raw is None else add_usage(raw, delta)
             if updated is not None:
                 store.batch_put(write, delta.table, delta.key, updated)
                 digest.put(delta.table, delta.key, updated, old=raw)
+        for batch in batches:
+            self._add_reply_rows(write, batch, digest)
+        for batch in batches:
+            self._add_replies(write, batch, digest)
+        for batch in batches:
+            for op in batch.retry_expiry:
+                assert op.delete
+                assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
+                store.batch_delete(write, op.table, op.key)
+                digest.delete(op.table, op.key)
+        return snapshots_changed, prepared
+
+    def _add_reply_rows(self, write: WriteBatch, batch: om_pb2.PersistDbBatch,
+                        digest: DigestChanges) -> None:
         for reply_row in batch.reply_rows:
-            store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY, reply_row.key, reply_row.row)
-            store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY, reply_row.expiry_key, b"")
+            self.store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY, reply_row.key,
+                                 reply_row.row)
+            self.store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY, reply_row.expiry_key, b"")
             digest.put(om_pb2.CLIENT_REQUEST_REPLY, reply_row.key, reply_row.row)
             digest.put(om_pb2.CLIENT_REQUEST_EXPIRY, reply_row.expiry_key, b"")
-        for reply in batch.replies:     # entries an earlier version wrote
+
+    def _add_replies(self, write: WriteBatch, batch: om_pb2.PersistDbBatch,
+                     digest: DigestChanges) -> None:
+        """The reply rows of entries an earlier version wrote (``replies``)."""
+        for reply in batch.replies:
             row = reply.SerializeToString(deterministic=True)
             reply_key = tables.reply_key(reply.client_id, reply.call_id)
             expiry_key = tables.expiry_key(reply.timestamp_ms, reply.client_id, reply.call_id)
-            store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY, reply_key, row)
-            store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY, expiry_key, b"")
+            self.store.batch_put(write, om_pb2.CLIENT_REQUEST_REPLY, reply_key, row)
+            self.store.batch_put(write, om_pb2.CLIENT_REQUEST_EXPIRY, expiry_key, b"")
             digest.put(om_pb2.CLIENT_REQUEST_REPLY, reply_key, row)
             digest.put(om_pb2.CLIENT_REQUEST_EXPIRY, expiry_key, b"")
-        for op in batch.retry_expiry:
-            assert op.delete
-            assert op.table in (om_pb2.CLIENT_REQUEST_REPLY, om_pb2.CLIENT_REQUEST_EXPIRY)
-            store.batch_delete(write, op.table, op.key)
-            digest.delete(op.table, op.key)
-        return snapshots_changed, prepared
 
 
-
-def merged_deltas(batch: om_pb2.PersistDbBatch) -> list[om_pb2.QuotaDelta]:
+def merged_deltas(deltas: Iterable[om_pb2.QuotaDelta]) -> list[om_pb2.QuotaDelta]:
     """Deltas summed per (table, key, object id), in first-seen order."""
     merged: dict[tuple[int, bytes, int], om_pb2.QuotaDelta] = {}
-    for delta in batch.quota_deltas:
+    for delta in deltas:
         assert delta.table in (om_pb2.VOLUME, om_pb2.BUCKET)
         slot = (delta.table, delta.key, delta.object_id)
         if slot in merged:

@@ -1,6 +1,14 @@
 """The replicated log entry: a tag byte, then a protobuf message.
 
-* ``B`` + PersistDbBatch: the leader flow's batch of executed changes.
+* ``M`` + MergedEntry: the leader flow's sealed batches of executed changes, one
+  slice per batch (``om.protocol.merged_entry``: the Raft process merges the
+  batches that reached it since its last append into one entry). With one shard
+  (S = 1) every slice is shard 0's, and a store applies all of an entry's slices
+  in one write batch at the entry's position (``om.statemachine.apply``).
+* ``B`` + PersistDbBatch: one batch alone: a new leader's barrier, the old flow's
+  expiry sweeps and read rounds, and every leader-flow batch of a store whose
+  layout is below MERGED_ENTRIES (not finalized yet) or of journals written
+  before ``M``.
 * ``R`` + ReplicatedRequest: the old flow's single request, executed at apply.
 * ``V`` + PersistDbBatch with ``verify`` set and no ops: a verify entry. Both
   flows apply it as an empty batch (its position, term and time); its own tag
@@ -10,8 +18,10 @@
 
 from __future__ import annotations
 
-from om.protocol import om_pb2
+from om.protocol import merged_entry, om_pb2
 
+MERGED = merged_entry.MERGED
+SHARD = 0   # this store's shard: with S = 1 the only one (docs/SHARDS.md, step 1)
 PERSIST_DB = b"B"
 REPLICATED_REQUEST = b"R"
 VERIFY = b"V"
@@ -22,8 +32,14 @@ def encode_batch(batch: om_pb2.PersistDbBatch) -> bytes:
     return PERSIST_DB + batch.SerializeToString(deterministic=True)
 
 
-def encode_sealed(payload: bytes) -> bytes:
-    """A leader-flow log entry from a batch already encoded (``BatchBuilder.seal``)."""
+def encode_sealed(payload: bytes, merged: bool) -> bytes:
+    """A leader-flow log entry from a batch already encoded (``BatchBuilder.seal``):
+    ``merged``, a merged entry of one slice, which the Raft process may merge with
+    others; else a ``B`` entry, byte for byte what releases before ``M`` wrote (the
+    store's layout is below MERGED_ENTRIES, ``om/executor/admin/upgrade.py``: a node
+    of such a release may still be a follower, and would fail-stop on ``M``)."""
+    if merged:
+        return merged_entry.encode_slice(SHARD, payload)
     return PERSIST_DB + payload
 
 
@@ -48,8 +64,26 @@ def encode_request(request: om_pb2.ReplicatedRequest) -> bytes:
     return REPLICATED_REQUEST + request.SerializeToString(deterministic=True)
 
 
+def is_request(entry: bytes) -> bool:
+    """Whether ``entry`` is an old-flow request (a one-byte check, no decoding)."""
+    return entry[:1] == REPLICATED_REQUEST
+
+
+def decode_batches(entry: bytes) -> list[om_pb2.PersistDbBatch]:
+    """The batches a ``B``, ``V`` or ``M`` entry carries for this store, in log order:
+    an ``M`` entry's slices (every one shard 0's: S = 1), any other's one batch."""
+    if entry[:1] != MERGED:
+        message = decode(entry)
+        assert isinstance(message, om_pb2.PersistDbBatch), "an old-flow entry is no batch"
+        return [message]
+    parts = merged_entry.slices(entry)
+    assert all(part.shard == SHARD for part in parts), "S = 1: every slice is shard 0's"
+    return [om_pb2.PersistDbBatch.FromString(part.batch) for part in parts]
+
+
 def decode(entry: bytes) -> om_pb2.PersistDbBatch | om_pb2.ReplicatedRequest:
-    """The message a log entry carries. A malformed committed entry is a bug."""
+    """The message a ``B``, ``V`` or ``R`` entry carries (``M``: ``decode_batches``). A
+    malformed committed entry is a bug."""
     tag, payload = entry[:1], entry[1:]
     if tag in (PERSIST_DB, VERIFY):
         return om_pb2.PersistDbBatch.FromString(payload)

@@ -21,8 +21,9 @@ counts different log positions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from om.executor.admin import upgrade
 from om.executor.change_recorder import ChangeRecorder
 from om.executor.context import ExecContext, Limits, NoReservations
 from om.executor.registry import dispatch
@@ -33,7 +34,13 @@ from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
 from om.schema.recent_replies import RecentReplies
 from om.statemachine import log_entry
-from om.statemachine.apply import ApplyResult, add_usage, merged_deltas, writes_prepared_marker
+from om.statemachine.apply import (
+    ApplyResult,
+    add_usage,
+    merged_deltas,
+    writes_prepared_marker,
+    written_layout_version,
+)
 from om.statemachine.double_buffer import DoubleBuffer, Transaction
 from om.statemachine.store import Store
 from om.statemachine.write_cache import CacheView, Row, WriteCache
@@ -113,37 +120,66 @@ class ReplicatedStateMachine:
         self.term = 0
         self.timestamp_ms = 0
         self.snapshot_change_position = 0
+        self.layout_version = upgrade.SOFTWARE_LAYOUT_VERSION   # as StateMachine's
         self._read_positions()
         self.double_buffer = DoubleBuffer(store, self.cache, unflushed_max,
                                           self.applied_index, fail_stop)
 
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
-        """Executes the entry's request (or records a barrier) at ``position``."""
+        """Executes the entry's request, or writes its batches, at ``position``: one
+        transaction of the double buffer either way, so the entry is whole or absent
+        after a crash. A message of a term below the highest applied is skipped (a
+        deposed leader's), the position still advancing."""
         assert position > 0
         with self._lock:
             if position <= self.applied_index:
                 return ApplyResult(position, False, self.managed_index)
-            message = log_entry.decode(entry)
-            stale = message.term < self.term
             writes: list[tuple[Row, bytes | None]] = []
             response = b""
-            snapshots_changed = prepared = False
-            if not stale:
-                if isinstance(message, om_pb2.PersistDbBatch):
-                    writes, prepared = self._apply_batch(position, message)
-                else:
-                    writes, response, prepared = self._execute(position, message)
-                snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO
-                                        for (table, _), _ in writes)
-                self.term = message.term
-                self.managed_index = max(self.managed_index, message.managed_index)
-                self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
+            prepared = False
+            if log_entry.is_request(entry):
+                request = log_entry.decode(entry)
+                assert isinstance(request, om_pb2.ReplicatedRequest)
+                flags: tuple[bool, ...] = (self._advance(request),)
+                if flags[0]:
+                    writes, response, prepared = self._execute(position, request)
+            else:
+                flags, writes, prepared = self._apply_batches(
+                    position, log_entry.decode_batches(entry))
+            snapshots_changed = any(table == om_pb2.SNAPSHOT_INFO for (table, _), _ in writes)
             self.applied_index = position
             if snapshots_changed:
                 self.snapshot_change_position = position
             self.double_buffer.add(Transaction(position, writes, self._info()))
-            return ApplyResult(position, not stale, self.managed_index, response,
-                               snapshots_changed, prepared)
+            return ApplyResult(position, all(flags), self.managed_index, response,
+                               snapshots_changed, prepared, flags)
+
+    def _advance(self, message: om_pb2.ReplicatedRequest | om_pb2.PersistDbBatch) -> bool:
+        """Whether ``message`` applies (its term is not below the highest applied); if
+        so, moves the term, managed index and time up to it."""
+        if message.term < self.term:
+            return False
+        self.term = message.term
+        self.managed_index = max(self.managed_index, message.managed_index)
+        self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
+        return True
+
+    def _apply_batches(self, position: int, batches: list[om_pb2.PersistDbBatch]
+                       ) -> tuple[tuple[bool, ...], list[tuple[Row, bytes | None]], bool]:
+        """Each batch of a ``B``, ``V`` or ``M`` entry in order, each after its term's
+        check: whether each applied, the rows of those that did, and whether they
+        put the prepared marker. Each batch reads the cache the ones before it wrote,
+        so their quota deltas add up."""
+        flags: list[bool] = []
+        writes: list[tuple[Row, bytes | None]] = []
+        prepared = False
+        for batch in batches:
+            flags.append(self._advance(batch))
+            if flags[-1]:
+                rows, marker = self._apply_batch(position, batch)
+                writes.extend(rows)
+                prepared = prepared or marker
+        return tuple(flags), writes, prepared
 
     def _execute(self, position: int, message: om_pb2.ReplicatedRequest
                  ) -> tuple[list[tuple[Row, bytes | None]], bytes, bool]:
@@ -175,6 +211,7 @@ class ReplicatedStateMachine:
         for row, value in reply_rows(self.view, reply):
             writes.append((row, value))
             self.cache.put(row[0], row[1], value, position)
+        self._note_layout(recorder.ops)
         return writes, response, writes_prepared_marker(recorder.ops)
 
     def _apply_batch(self, position: int, batch: om_pb2.PersistDbBatch
@@ -188,7 +225,7 @@ class ReplicatedStateMachine:
         for op in batch.ops:
             assert op.table in tables.TABLE_NAMES
             writes.append(((op.table, op.key), None if op.delete else op.value))
-        for delta in merged_deltas(batch):   # read before the batch's own rows, as there
+        for delta in merged_deltas(batch.quota_deltas):   # read before its own rows, as there
             raw = self.view.get(delta.table, delta.key)
             updated = None if raw is None else add_usage(raw, delta)
             if updated is not None:
@@ -203,6 +240,7 @@ class ReplicatedStateMachine:
             writes.append(((op.table, op.key), None))
         for (table, key), value in writes:
             self.cache.put(table, key, value, position)
+        self._note_layout(batch.ops)
         return writes, writes_prepared_marker(list(batch.ops))
 
     def _info(self) -> om_pb2.TransactionInfo:
@@ -232,6 +270,13 @@ class ReplicatedStateMachine:
         self.term = info.term
         self.timestamp_ms = info.timestamp_ms
         self.snapshot_change_position = info.snapshot_change_position
+        self.layout_version = upgrade.metadata_layout_version(self.view)
+
+    def _note_layout(self, ops: Iterable[om_pb2.TableOp]) -> None:
+        """Moves ``layout_version`` when ``ops`` put ``#LAYOUTVERSION`` (FinalizeUpgrade,
+        executed here in the old flow or on the leader in a batch)."""
+        layout = written_layout_version(ops)
+        self.layout_version = self.layout_version if layout is None else layout
 
     def metrics(self) -> dict[str, float]:
         """State gauges by key (``om/observe/metrics.py``, NODE_STATE)."""

@@ -24,6 +24,7 @@ class Applied:
     position: int
     applied: bool = True
     response: bytes = b""
+    batches_applied: tuple[bool, ...] = ()
 
 
 class NoSnapshots:

@@ -4,8 +4,11 @@
 transport and overrides as in-process) with no tick thread: this process's
 only thread ticks it, and the channel to the parent (``FD``, a socketpair end)
 is one more descriptor in pysyncobj's poller, so a submitted entry wakes it as
-a Raft message does. Committed entries are not applied here: ``persist``
-forwards each to the parent, which applies it to its store in log order.
+a Raft message does. The entries submitted in one pass over the channel are
+appended after it, the leader flow's sub-batches merged into as few entries as
+the byte cap allows (``entry_merge.py``: one log position for all of them).
+Committed entries are not applied here: ``persist`` forwards each to the parent,
+which applies it to its store in log order.
 Snapshots are written and installed by the parent too (it owns the store).
 Writing one never blocks Raft: ``serialize`` only asks the parent to write it
 to a file of its own and returns, pysyncobj polls ``serialize_checker`` on
@@ -42,6 +45,7 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.poller import POLL_EVENT_TYPE
 
 from om.consensus.pysyncobj import journal
+from om.consensus.pysyncobj.entry_merge import Append, plan_appends
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.transport import GroupCommitTransport
@@ -62,6 +66,7 @@ class Forwarded:
     position: int
     applied: bool = True
     response: bytes = b""
+    batches_applied: tuple[bool, ...] = ()
 
 
 class Child:
@@ -79,11 +84,15 @@ class Child:
         self._matches: dict[str, int] = {}
         self._members: list[str] = []
         self._closing = False
-        # entries the parent submitted and that have not committed, by their bytes
-        self._own: dict[bytes, int] = {}
+        # entries appended for the parent and not committed, by their bytes: the
+        # parent's request ids, one per slice
+        self._own: dict[bytes, tuple[int, ...]] = {}
+        # what the parent submitted in this pass over the channel, not yet appended
+        self._submitted: list[tuple[int, bytes]] = []
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
         _, node, nodes, data_dir, settings, entry_bytes_max = setup
+        self._entry_bytes_max: int = entry_bytes_max
         conf: SyncObjConf = syncobj_conf(settings, Path(data_dir), self, entry_bytes_max,
                                          serialize_checker=self.serialize_checker)
         self._dump_file = Path(conf.fullDumpFile)
@@ -139,7 +148,7 @@ class Child:
             message = self._backlog.popleft()
             kind = message[0]
             if kind == "submit":
-                self._submit(message[1], message[2])
+                self._submitted.append((message[1], message[2]))
             elif kind == "snapshot_written":
                 self._snapshot_written(message[1])
             elif kind == "close":
@@ -156,15 +165,29 @@ class Child:
                 self._change_membership(message[1], message[2], message[3])
             else:
                 assert kind == "keepalive", f"unexpected message {kind}"
+        self._append_submitted()
 
-    def _submit(self, request_id: int, entry: bytes) -> None:
+    def _append_submitted(self) -> None:
+        """Appends what the parent submitted since the last append, merged
+        (``entry_merge.py``), in the order it came."""
+        if not self._submitted:
+            return
+        submitted, self._submitted = self._submitted, []
+        for append in plan_appends(submitted, self._entry_bytes_max):
+            self._append(append)
+
+    def _append(self, append: Append) -> None:
+        """Submits one entry to Raft; its outcome goes back once per request id, as
+        ("result", request ids, reason, position): the same position for every slice."""
+        entry = append.entry
+
         def callback(result: Any, reason: int) -> None:
             position = result[0].position if result is not None else 0
             if result is None:
                 self._own.pop(entry, None)   # if it commits after all: sent whole
-            self._send(("result", request_id, reason, position))
+            self._send(("result", append.request_ids, reason, position))
 
-        self._own[entry] = request_id
+        self._own[entry] = append.request_ids
         while len(self._own) > OWN_ENTRIES_MAX:
             del self._own[next(iter(self._own))]   # the oldest: sent whole if it commits
         self.raft.submit(entry, callback)
@@ -223,8 +246,9 @@ class Child:
     # -- what Raft hands to the parent -----------------------------------------------------
 
     def _forward_apply(self, position: int, entry: bytes) -> Forwarded:
-        """Hands a committed entry to the parent: an entry the parent submitted by the
-        id it gave it (the parent keeps its bytes until the result), any other whole."""
+        """Hands a committed entry to the parent: an entry appended for the parent by the
+        ids it gave its slices (the parent keeps their bytes until the result and
+        merges them as this process did), any other whole."""
         own = self._own.pop(entry, None)
         if own is None:
             self._send(("apply", position, entry))

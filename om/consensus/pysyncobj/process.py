@@ -17,15 +17,16 @@ The channel's messages (``om.protocol.channel`` frames them): parent to child,
 ``submit(request id, entry)``, ``keepalive()``, ``snapshot_written(error)``,
 ``snapshot_installed(raft data | error)``, ``catching_up(bool)``, ``close()``;
 child to parent, in the order the child produced them, ``apply(position,
-entry)`` for every committed entry (``apply_own(position, request id)`` for one
-this node submitted: its bytes stay here, not sent back), ``result(request id,
-reason, position)``
-for every submitted one, ``state(...)`` when its role, term, leader or commit index changed,
-``snapshot_write(tmp file, raft data)`` and ``snapshot_install(file)``
-(answered before the child goes on, as soon as the dump is read: the store's
-install follows, the child ticking meanwhile, and the entries it commits
-meanwhile are held, within HELD_ENTRIES_MAX / HELD_BYTES_MAX, and applied after
-the install, in order).
+entry)`` for every committed entry (``apply_own(position, request ids)`` for one
+the child appended for this node: the bytes stay here, not sent back, and the
+entry is the merge of the submitted entries those ids name, ``entry_merge.py``),
+``result(request ids, reason, position)`` for every appended one, each id then
+answered with its own slice's outcome, ``state(...)`` when its role, term,
+leader or commit index changed, ``snapshot_write(tmp file, raft data)`` and
+``snapshot_install(file)`` (answered before the child goes on, as soon as the
+dump is read: the store's install follows, the child ticking meanwhile, and the
+entries it commits meanwhile are held, within HELD_ENTRIES_MAX / HELD_BYTES_MAX,
+and applied after the install, in order).
 
 Fate sharing: the node fails stop (``on_child_exit``) if the child dies; the
 child exits when this process dies (the channel closes) and stops ticking if
@@ -42,6 +43,7 @@ import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,7 @@ from om.consensus.port import (
 from om.consensus.pysyncobj.leadership import LeadershipBarrier
 from om.consensus.pysyncobj.replicator import ENTRY_BYTES_MAX, status_of
 from om.observe.histogram import Snapshot
+from om.protocol import merged_entry
 from om.protocol.channel import FrameReader, Message, encode
 
 logger = logging.getLogger(__name__)
@@ -69,6 +72,31 @@ RECENT_APPLIED_MAX = 4096
 HELD_ENTRIES_MAX = 200_000      # entries held while a snapshot's store is installed
 HELD_BYTES_MAX = 512 << 20
 CLOSE_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class SliceApplied:
+    """What apply did with one slice of a merged entry (``Applied``)."""
+
+    position: int
+    applied: bool
+    response: bytes = b""
+    batches_applied: tuple[bool, ...] = ()
+
+
+def slice_outcome(outcome: tuple[Applied, int] | None, slot: int,
+                  slices: int) -> tuple[Applied, int] | None:
+    """The outcome of the ``slot``-th of ``slices`` one-slice entries merged into one
+    (``entry_merge.py``): committed where its own slice applied. One entry alone keeps
+    the entry's outcome (all its slices applied, or not committed)."""
+    assert 0 <= slot < slices
+    if outcome is None or slices == 1:
+        return outcome
+    applied, apply_ns = outcome
+    flags = applied.batches_applied
+    assert not flags or len(flags) == slices, "one batch per merged slice"
+    own = bool(flags) and flags[slot]
+    return SliceApplied(applied.position, own, applied.response, (own,)), apply_ns
 
 
 class _Channel(asyncio.Protocol):
@@ -257,15 +285,12 @@ class RaftProcessReplicator:
         """Handles one message of the child, in the order it sent them."""
         kind = message[0]
         if kind == "apply_own":
-            self._apply(message[1], self._submitted[message[2]])
+            self._apply(message[1], merged_entry.merge([self._submitted[request]
+                                                        for request in message[2]]))
         elif kind == "apply":
             self._apply(message[1], message[2])
         elif kind == "result":
-            self._submitted.pop(message[1], None)
-            future = self._requests.get(message[1])
-            applied = self._recent.pop(message[3], None)
-            if future is not None and not future.done():
-                future.set_result((applied, message[2]))
+            self._resolve(message[1], message[2], message[3])
         elif kind == "state":
             self._state = message[1:]
             self.leader_changes.saw(self._state[2])
@@ -290,6 +315,17 @@ class RaftProcessReplicator:
         else:
             assert kind == "snapshot_install", f"unexpected message {kind}"
             self._answer_snapshot_install(message[1])
+
+    def _resolve(self, requests: tuple[int, ...], reason: int, position: int) -> None:
+        """Answers every request whose entry the child appended in one entry: each with
+        the outcome of its own slice (a slice of a deposed leader's term is skipped
+        while the others of its entry apply), at that entry's position."""
+        applied = self._recent.pop(position, None)
+        for slot, request in enumerate(requests):
+            self._submitted.pop(request, None)
+            future = self._requests.get(request)
+            if future is not None and not future.done():
+                future.set_result((slice_outcome(applied, slot, len(requests)), reason))
 
     def _apply(self, position: int, entry: bytes) -> None:
         if self._held is not None:

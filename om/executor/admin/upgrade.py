@@ -25,6 +25,13 @@ MLV (NOT_SUPPORTED_OPERATION_PRIOR_FINALIZATION, Ozone's 75) until
 written in one batch, so a kill at any moment leaves it either done or not done; a
 repeat answers ALREADY_FINALIZED. As in recent Ozone, finalizing does not need the
 cluster prepared (and a prepared cluster refuses it like any write: cancel first).
+
+A feature may gate a log entry format rather than a request: ``MERGED_ENTRIES``. A
+node of the previous release fail-stops on a tag it does not know, so until the MLV
+reaches it the leader seals its batches as ``B`` entries, which every release
+applies; the state machines keep the MLV of their applied state
+(``layout_version``), and the leader reads it where it seals a batch
+(``om/flows/batch_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("FILESYSTEM_SNAPSHOT", 3, "OM snapshots (CreateSnapshot)"),
     Feature("LEADER_EXECUTION", 4, "the flow switch: write types run on the leader "
             "(SetFlows, docs/FLOW_SWITCH.md)"),
+    Feature("MERGED_ENTRIES", 5, "leader-flow batches travel as merged entries (M), "
+            "docs/SHARDS.md"),
 )
 SOFTWARE_LAYOUT_VERSION = FEATURES[-1].version
 assert [f.version for f in FEATURES] == list(range(len(FEATURES)))
@@ -71,6 +80,7 @@ BUCKET_LAYOUT_SUPPORT = _feature("BUCKET_LAYOUT_SUPPORT")
 MULTIPART_UPLOAD = _feature("MULTIPART_UPLOAD")
 FILESYSTEM_SNAPSHOT = _feature("FILESYSTEM_SNAPSHOT")
 LEADER_EXECUTION = _feature("LEADER_EXECUTION")
+MERGED_ENTRIES = _feature("MERGED_ENTRIES")
 
 # Writes allowed while prepared (Ozone's OzoneManagerPrepareState.requestAllowed).
 ALLOWED_WHEN_PREPARED = frozenset({om_pb2.Prepare, om_pb2.CancelPrepare})
