@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from rocksdict import WriteBatch
 
@@ -77,6 +78,27 @@ def written_layout_version(ops: Iterable[om_pb2.TableOp]) -> int | None:
             assert not op.delete, "the layout version row is never deleted"
             version = om_pb2.LayoutVersion.FromString(op.value).version
     return version
+
+
+class Stamped(Protocol):
+    """What a state machine keeps of the entries it applied (both flows')."""
+
+    term: int
+    managed_index: int
+    timestamp_ms: int
+
+
+def advance(machine: Stamped,
+            message: om_pb2.PersistDbBatch | om_pb2.ReplicatedRequest) -> bool:
+    """Whether ``message`` applies (its term is not below the highest applied); if so,
+    moves ``machine``'s term, managed index and time up to it. The staleness rule of
+    both flows' apply, in one place."""
+    if message.term < machine.term:
+        return False
+    machine.term = message.term
+    machine.managed_index = max(machine.managed_index, message.managed_index)
+    machine.timestamp_ms = max(machine.timestamp_ms, message.timestamp_ms)
+    return True
 
 
 def add_usage(raw: bytes, delta: om_pb2.QuotaDelta) -> bytes | None:
@@ -133,7 +155,7 @@ class StateMachine:
         with self._lock:
             if position <= self.applied_index:
                 return ApplyResult(position, False, self.managed_index)
-            flags = tuple(self._advance(batch) for batch in batches)   # in log order
+            flags = tuple(advance(self, batch) for batch in batches)   # in log order
             fresh = [batch for batch, applies in zip(batches, flags, strict=True) if applies]
             snapshots_changed = prepared = False
             with self.digests.changes() as digest:
@@ -148,16 +170,6 @@ class StateMachine:
             return ApplyResult(position, all(flags), self.managed_index,
                                snapshots_changed=snapshots_changed, prepared=prepared,
                                batches_applied=flags)
-
-    def _advance(self, batch: om_pb2.PersistDbBatch) -> bool:
-        """Whether ``batch`` applies (its term is not below the highest applied); if so,
-        moves the term, managed index and time up to it."""
-        if batch.term < self.term:
-            return False
-        self.term = batch.term
-        self.managed_index = max(self.managed_index, batch.managed_index)
-        self.timestamp_ms = max(self.timestamp_ms, batch.timestamp_ms)
-        return True
 
     def seed(self, batch: om_pb2.PersistDbBatch) -> None:
         """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).

@@ -37,6 +37,7 @@ from om.statemachine import log_entry
 from om.statemachine.apply import (
     ApplyResult,
     add_usage,
+    advance,
     merged_deltas,
     writes_prepared_marker,
     written_layout_version,
@@ -140,7 +141,7 @@ class ReplicatedStateMachine:
             if log_entry.is_request(entry):
                 request = log_entry.decode(entry)
                 assert isinstance(request, om_pb2.ReplicatedRequest)
-                flags: tuple[bool, ...] = (self._advance(request),)
+                flags: tuple[bool, ...] = (advance(self, request),)
                 if flags[0]:
                     writes, response, prepared = self._execute(position, request)
             else:
@@ -154,16 +155,6 @@ class ReplicatedStateMachine:
             return ApplyResult(position, all(flags), self.managed_index, response,
                                snapshots_changed, prepared, flags)
 
-    def _advance(self, message: om_pb2.ReplicatedRequest | om_pb2.PersistDbBatch) -> bool:
-        """Whether ``message`` applies (its term is not below the highest applied); if
-        so, moves the term, managed index and time up to it."""
-        if message.term < self.term:
-            return False
-        self.term = message.term
-        self.managed_index = max(self.managed_index, message.managed_index)
-        self.timestamp_ms = max(self.timestamp_ms, message.timestamp_ms)
-        return True
-
     def _apply_batches(self, position: int, batches: list[om_pb2.PersistDbBatch]
                        ) -> tuple[tuple[bool, ...], list[tuple[Row, bytes | None]], bool]:
         """Each batch of a ``B``, ``V`` or ``M`` entry in order, each after its term's
@@ -174,7 +165,7 @@ class ReplicatedStateMachine:
         writes: list[tuple[Row, bytes | None]] = []
         prepared = False
         for batch in batches:
-            flags.append(self._advance(batch))
+            flags.append(advance(self, batch))
             if flags[-1]:
                 rows, marker = self._apply_batch(position, batch)
                 writes.extend(rows)
