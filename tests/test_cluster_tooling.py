@@ -57,6 +57,25 @@ def test_a_node_that_dies_at_start_fails_up_with_its_log(tmp_path: Path) -> None
     assert not any(directory.glob("*.pid"))
 
 
+
+def test_a_cluster_that_does_not_converge_says_which_node_is_silent_and_why(
+        tmp_path: Path) -> None:
+    """No node answers (om1 never started, om2's process gone): the error names each,
+    its process's state and its log's last lines, not only the positions."""
+    directory = tmp_path / "c"
+    om_cluster.write_config(directory, 2, om_cluster.free_port_base(), "leader", secure=False)
+    cluster = om_cluster.Cluster(directory)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    cluster.pid_file("om2").write_text(str(gone.pid))
+    (directory / "om2.log").write_text("OM om2 listening\nCRITICAL the reason om2 stopped\n")
+    with pytest.raises(om_cluster.ClusterError) as failed:
+        cluster.wait_converged(timeout_s=0.3)
+    message = str(failed.value)
+    assert "om1 does not answer; its process: not started" in message
+    assert "om2 does not answer; its process: exited (status ?)" in message
+    assert "CRITICAL the reason om2 stopped" in message
+
 @pytest.mark.slow
 def test_status_says_which_nodes_are_up_and_fails_without_a_leader(tmp_path: Path) -> None:
     directory = tmp_path / "c"

@@ -234,7 +234,23 @@ class Cluster:
                 return positions.pop()
             time.sleep(0.1)
         raise ClusterError(f"nodes did not converge within {timeout_s} s: "
-                           f"{[(i.node_id, i.role, i.applied_index) for i in infos]}")
+                           f"{[(i.node_id, i.role, i.applied_index) for i in infos]}"
+                           f"{self._silent_nodes(infos)}")
+
+    def _silent_nodes(self, infos: list[om_pb2.NodeInfo]) -> str:
+        """For each node that did not answer: whether its process runs, and its log's
+        last lines (a node that stopped answering says why there, if anywhere)."""
+        report = ""
+        for node, info in zip(self.nodes, infos, strict=True):
+            if info.role != "UNREACHABLE":
+                continue
+            pid = self.pid(node.id)
+            child = _CHILDREN.get(pid) if pid is not None else None
+            state = ("not started" if pid is None else "running" if _alive(pid)
+                     else f"exited (status {child.returncode if child else '?'})")
+            report += (f"\n{node.id} does not answer; its process: {state}; last lines of "
+                       f"{self.directory / node.id}.log:\n{self.log_tail(node.id, 30)}")
+        return report
 
     def stopped_digests(self) -> dict[str, dict[str, str]]:
         """Each stopped node's per-table digests, read from its RocksDB files."""
