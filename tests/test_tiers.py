@@ -80,6 +80,11 @@ def test_reads_the_bench_too(smoke_bench, n):
 @pytest.mark.slow
 def test_a_long_run():
     pass
+
+
+@pytest.mark.spark
+def test_a_spark_job_of_its_own():
+    pass
 '''
 
 
@@ -93,6 +98,8 @@ def _suite(directory: Path, extra_conftest: str = "") -> Path:
         asyncio_default_fixture_loop_scope = function
         markers =
             slow: a long run
+            integration: starts real server processes
+            spark: runs a Spark job
     '''))
     return directory
 
@@ -111,11 +118,11 @@ def _made(directory: Path, name: str) -> list[str]:
 def test_the_slow_tier_runs_only_when_named(tmp_path: Path) -> None:
     suite = _suite(tmp_path)
     done = _pytest(suite, "-n", "0")
-    assert "20 passed, 1 deselected" in done.stdout, done.stdout
+    assert "21 passed, 1 deselected" in done.stdout, done.stdout
     done = _pytest(suite, "-n", "0", "-m", "slow")
-    assert "1 passed, 20 deselected" in done.stdout, done.stdout
+    assert "1 passed, 21 deselected" in done.stdout, done.stdout
     done = _pytest(suite, "-n", "0", "test_spark_users.py")
-    assert "5 passed" in done.stdout, done.stdout
+    assert "6 passed" in done.stdout, done.stdout
     assert "deselected" not in done.stdout
 
 
@@ -125,7 +132,7 @@ def test_costly_fixtures_are_made_once_across_workers(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout
     # the controller does not count deselections; a warning under load (a worker's
     # slow start) is reported, not a failure of the tiers
-    assert re.search(r" 20 passed(, \d+ warnings?)? in ", done.stdout), done.stdout
+    assert re.search(r" 21 passed(, \d+ warnings?)? in ", done.stdout), done.stdout
     assert len(_made(suite, "smoke_bench")) == 1     # two modules, one worker
     assert len(_made(suite, "cluster")) == 1          # one module's fixture, one worker
     # A per-worker session fixture is made by each worker that needs it: so the tests
@@ -146,3 +153,12 @@ def a_new_cluster():
     assert done.returncode != 0
     assert "session fixtures ['a_new_cluster']: add them to ONE_WORKER_FIXTURES or " \
            "PER_WORKER_FIXTURES" in done.stdout + done.stderr
+
+
+def test_the_fast_tier_starts_no_jvm_nor_bench(tmp_path: Path) -> None:
+    """Tests that use the Spark session or the smoke bench, or run a Spark job, are
+    ``integration`` whatever their module says: the fast tier leaves them out."""
+    suite = _suite(tmp_path)
+    done = _pytest(suite, "-n", "0", "-m", "not integration")
+    assert "12 passed, 10 deselected" in done.stdout, done.stdout
+    assert not (suite / "smoke_bench.made").exists()

@@ -8,7 +8,9 @@ Tiers:
   and so does any ``-m`` expression that names ``slow``, or naming a test's file or
   the test itself on the command line. A test that adds a long run is marked ``slow``.
 * ``integration`` (starts real server processes): ``pytest -m "not integration"`` is
-  the fast tier (no OM server processes; the Spark jobs are in it).
+  the fast tier. A test that uses the Spark session (a JVM serving its Python driver
+  on 127.0.0.1) or the smoke bench (OM nodes), or is marked ``spark``, is marked
+  ``integration`` here whatever its module says: the fast tier starts no JVM.
 
 Workers: the default run spreads tests over pytest-xdist workers (``-n`` and ``--dist
 loadgroup`` in pyproject.toml), one test at a time, except where tests share a fixture
@@ -31,6 +33,7 @@ from pathlib import Path
 import pytest
 
 SLOW = "slow"
+SPARK = "spark"
 ONE_WORKER_FIXTURES = frozenset({"spark", "smoke_bench"})
 ONE_WORKER_GROUP = "spark-jvm-and-smoke-bench"
 PER_WORKER_FIXTURES = frozenset({"own_cluster_cache", "own_ports"})
@@ -45,6 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = groups[id(item)]
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if group == ONE_WORKER_GROUP or item.get_closest_marker(SPARK):
+            item.add_marker(pytest.mark.integration)   # a JVM, a bench's OM nodes
     # The one-worker group is the longest chain of the run (a JVM, then Spark jobs one
     # after the other): first in line, it runs beside everything else, not after it.
     items.sort(key=lambda item: groups[id(item)] != ONE_WORKER_GROUP)
