@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -12,6 +13,12 @@ from hypothesis import HealthCheck, settings
 
 from om.cluster import lifecycle as om_cluster
 from tests.processes import REPO, BenchRun, om_command, worker_free_ports
+
+# pytest keeps each test module's assertion-rewritten bytecode in __pycache__ (ignored
+# by git), unless writing bytecode is off (PYTHONDONTWRITEBYTECODE, set on some
+# machines): then every worker of every run rewrites all test modules again, 10 of the
+# 16 s of CPU a worker's collection took. The modules collected after this one are cached.
+sys.dont_write_bytecode = False
 
 # A hung test fails within its timeout, in the event loop too (tests/timeouts.py); the
 # slow tier and the tests that share a worker (tests/tiers.py).

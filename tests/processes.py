@@ -53,6 +53,22 @@ def om_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "om", *args]
 
 
+
+# The plugins the suites that tests write for pytest runs of their own use.
+INNER_PYTEST_PLUGINS = ("xdist.plugin", "pytest_timeout", "pytest_asyncio.plugin")
+
+
+def inner_pytest(directory: Path, *args: str,
+                 timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Runs pytest on the suite a test wrote in ``directory``, with only the plugins
+    such suites use: autoloading every installed one (hypothesis, locust) costs about
+    2 s of CPU a process, and these runs start a dozen processes (xdist workers too)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    plugins = [arg for plugin in INNER_PYTEST_PLUGINS for arg in ("-p", plugin)]
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
+                           *args], cwd=directory, env=env, capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+
 class ServerProcess:
     """``om serve`` as a child process; ``stop`` sends SIGTERM and waits."""
 

@@ -3,14 +3,12 @@ run by pytest in a subprocess with the same plugin, on real pytest-xdist workers
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.processes import REPO
+from tests.processes import inner_pytest
 
 RUN_BOUND_S = 120
 
@@ -105,10 +103,7 @@ def _suite(directory: Path, extra_conftest: str = "") -> Path:
 
 
 def _pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          cwd=directory, env=env, capture_output=True, text=True,
-                          timeout=RUN_BOUND_S, check=False)
+    return inner_pytest(directory, *args, timeout_s=RUN_BOUND_S)
 
 
 def _made(directory: Path, name: str) -> list[str]:

@@ -4,16 +4,14 @@ uvloop event loop and with its timeout plugin."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import psutil
 
-from tests.processes import REPO
+from tests.processes import inner_pytest
 
 RUN_BOUND_S = 120   # no run below may take longer, hung or not
 
@@ -90,12 +88,8 @@ def _run(directory: Path, test_file: str, timeout_s: float, grace_s: float,
         timeout = {timeout_s}
         timeout_grace_s = {grace_s}
     '''))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "-n", str(workers)],
-                          cwd=directory, env=env, capture_output=True, text=True,
-                          timeout=RUN_BOUND_S, check=False)
+    done = inner_pytest(directory, "-n", str(workers), timeout_s=RUN_BOUND_S)
     return done, time.monotonic() - started
 
 
