@@ -6,6 +6,8 @@ import gc
 
 from om.node import gc_policy
 
+FROZEN_DRIFT_MAX = 100   # objects frozen or freed by other threads between two reads
+
 
 def test_serving_freezes_raises_and_restores() -> None:
     before = gc.get_threshold()
@@ -14,13 +16,14 @@ def test_serving_freezes_raises_and_restores() -> None:
         assert gc.get_threshold() == (gc_policy.GEN0_THRESHOLD, before[1], before[2])
         assert gc.get_freeze_count() > frozen_before
         assert gc.isenabled()
-        low = gc.get_freeze_count()
         values = gc_policy.metrics()
-        high = gc.get_freeze_count()
+        now = gc.get_freeze_count()
         assert values["gc_gen0_threshold"] == gc_policy.GEN0_THRESHOLD
-        # the count is the process's: a node another test serves in a thread of this
-        # worker may freeze more meanwhile (seen once in a full run: +2 objects)
-        assert low <= values["gc_frozen_objects"] <= high
+        # the count is the process's: meanwhile a node another test serves in a thread
+        # of this worker may freeze more, and frozen objects that die leave it (full
+        # runs saw +2 and -1), so the gauge is the frozen heap give or take a few
+        assert values["gc_frozen_objects"] > frozen_before
+        assert abs(values["gc_frozen_objects"] - now) <= FROZEN_DRIFT_MAX
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
 
