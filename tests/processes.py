@@ -53,7 +53,6 @@ def om_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "om", *args]
 
 
-
 # The plugins the suites that tests write for pytest runs of their own use.
 INNER_PYTEST_PLUGINS = ("xdist.plugin", "pytest_timeout", "pytest_asyncio.plugin")
 
@@ -68,6 +67,7 @@ def inner_pytest(directory: Path, *args: str,
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
                            *args], cwd=directory, env=env, capture_output=True, text=True,
                           timeout=timeout_s, check=False)
+
 
 class ServerProcess:
     """``om serve`` as a child process; ``stop`` sends SIGTERM and waits."""

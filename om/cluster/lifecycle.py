@@ -245,9 +245,8 @@ class Cluster:
             if info.role != "UNREACHABLE":
                 continue
             pid = self.pid(node.id)
-            child = _CHILDREN.get(pid) if pid is not None else None
             state = ("not started" if pid is None else "running" if _alive(pid)
-                     else f"exited (status {child.returncode if child else '?'})")
+                     else f"exited (status {_exit_status(pid)})")
             report += (f"\n{node.id} does not answer; its process: {state}; last lines of "
                        f"{self.directory / node.id}.log:\n{self.log_tail(node.id, 30)}")
         return report
@@ -297,11 +296,10 @@ class Cluster:
         for node in self.nodes:
             pid = self.pid(node.id)
             if pid is not None and not _alive(pid):
-                child = _CHILDREN.get(pid)
-                status = child.returncode if child is not None else "?"
                 raise ClusterError(
-                    f"{node.id} exited (status {status}) while the cluster started; last "
-                    f"lines of {self.directory / node.id}.log:\n{self.log_tail(node.id)}")
+                    f"{node.id} exited (status {_exit_status(pid)}) while the cluster "
+                    f"started; last lines of {self.directory / node.id}.log:\n"
+                    f"{self.log_tail(node.id)}")
 
     def wait_for_leader(self, timeout_s: float = 30.0) -> om_pb2.NodeInfo:
         """The ready leader, once there is exactly one."""
@@ -345,6 +343,12 @@ def node_infos(addresses: list[str], timeout_s: float,
             continue
         infos.extend(n for n in response.service_list.nodes if n.address == address)
     return infos
+
+
+def _exit_status(pid: int) -> str:
+    """An exited node process's status ("?" when this process did not start it)."""
+    child = _CHILDREN.get(pid)
+    return str(child.returncode) if child is not None else "?"
 
 
 def _alive(pid: int) -> bool:
