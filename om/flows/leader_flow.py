@@ -134,9 +134,11 @@ class LeaderFlow:
 
     def gauges(self) -> dict[str, float]:
         """State gauges by key (``om/observe/metrics.py``, NODE_STATE): the purge, the
-        retry cache's memory and the lock table."""
+        retry cache's memory and the lock table. Called from the scrape thread: it
+        reads only counters in memory, never the store (which may be closing)."""
         retry, purger = self.retry_cache.statistics(), self.purger
-        return {"purge_pending_directories": purger.pending(), "purge_steps": purger.steps,
+        return {"purge_pending_directories": purger.pending_directories,
+                "purge_steps": purger.steps,
                 "purge_entries": purger.purged, "purge_deleted_keys": purger.keys_purged,
                 "purge_expired_open_keys": purger.open_keys_deleted,
                 "purge_expired_multipart_uploads": purger.uploads_aborted,

@@ -25,6 +25,10 @@ step, one at a time, so purges never crowd out client writes. The row kinds are
 scanned from a cursor, at most ``SCAN_PAGES * rows_max`` rows a step, wrapping
 round at the end: a step's cost is bounded whatever the table holds.
 
+The gauge of deleted directories waiting (``pending_directories``) is counted on
+the event loop, by each directory step or each interval on a node that does not
+lead: the scrape thread reads it and never the store.
+
 Idempotent across leader changes and crashes: a step is computed from applied
 state by whoever leads and names its cutoff; its handler re-checks each row
 against it and skips rows already gone. A deposed leader's step that commits
@@ -54,6 +58,7 @@ Submit = Callable[[om_pb2.OMRequest], asyncio.Future[om_pb2.OMResponse]]
 
 
 SCAN_PAGES = 4    # a keys step scans at most this many times rows_max rows
+PENDING_COUNTED = 10_000   # deleted directories the gauge counts at most
 
 
 @dataclass(frozen=True)
@@ -96,22 +101,23 @@ class Purger:
         self._client_id = f"om-purge-{uuid.uuid4()}"
         self._calls = itertools.count(1)
         self._cursors: dict[TableId, bytes | None] = {}
+        self.pending_directories = 0
         self.steps = 0
         self.purged = 0
         self.keys_purged = 0
         self.open_keys_deleted = 0
         self.uploads_aborted = 0
 
-    def pending(self, limit: int = 10_000) -> int:
-        """Deleted directories waiting for their purge (counted up to ``limit``)."""
-        return len(self._view.scan(om_pb2.DELETED_DIRECTORY, b"", None, limit))
+    def count_pending(self) -> bytes | None:
+        """Counts the deleted directories waiting (up to ``PENDING_COUNTED``) into
+        ``pending_directories``, the gauge's value; the first one's key, if any."""
+        waiting = self._view.scan(om_pb2.DELETED_DIRECTORY, b"", None, PENDING_COUNTED)
+        self.pending_directories = len(waiting)
+        return waiting[0][0] if waiting else None
 
-    def next_bucket(self) -> tuple[str, str] | None:
-        """The bucket (volume, name) of the first deleted directory, if any."""
-        found = self._view.scan(om_pb2.DELETED_DIRECTORY, b"", None, 1)
-        if not found:
-            return None
-        _, volume_id, bucket_id = found[0][0].split(b"/", 3)[:3]
+    def _bucket_of(self, deleted_directory: bytes) -> tuple[str, str] | None:
+        """The bucket (volume, name) holding a deleted directory, if it is still there."""
+        _, volume_id, bucket_id = deleted_directory.split(b"/", 3)[:3]
         for _, raw in self._view.scan(om_pb2.BUCKET, b"", None, 100_000):
             bucket = om_pb2.BucketInfo.FromString(raw)
             if str(bucket.object_id).encode() == bucket_id:
@@ -123,8 +129,10 @@ class Purger:
         return None
 
     async def step(self) -> bool:
-        """Submits one step of purging deleted subtrees; True when one was applied."""
-        found = self.next_bucket()
+        """Submits one step of purging deleted subtrees; True when one was applied.
+        ``pending_directories`` is what it saw waiting before it."""
+        first = self.count_pending()
+        found = None if first is None else self._bucket_of(first)
         if found is None:
             return False
         volume, bucket = found
@@ -214,13 +222,20 @@ class Purger:
             return None
         return answer
 
+    async def _count_only(self) -> None:
+        """What a node that does not lead does each interval: keeps its gauge current."""
+        self.count_pending()
+
     async def run_forever(self) -> None:
-        """Purges while this node is the ready leader: each kind one step an interval."""
+        """Purges while this node is the ready leader: each kind one step an interval;
+        a node that does not lead only counts the deleted directories (its gauge)."""
         while True:
             await asyncio.sleep(self.config.interval_s)
-            for step in (self.step, self.purge_deleted_keys, self.expire_open_keys,
-                         self.expire_multipart_uploads):
-                if not self._ready():
+            leading = self._ready()
+            steps = (self.step, self.purge_deleted_keys, self.expire_open_keys,
+                     self.expire_multipart_uploads) if leading else (self._count_only,)
+            for step in steps:
+                if leading and not self._ready():
                     break
                 try:
                     await step()
