@@ -110,6 +110,9 @@ NODE_STATE: tuple[StateGauge, ...] = (
     StateGauge("purge_pending_directories", "om_purge_pending_directories",
                "Deleted directories of file-system buckets waiting for their purge, as "
                "this node's purger last counted them (each interval, up to 10,000)"),
+    StateGauge("purge_rows_scanned", "om_purge_rows_scanned",
+               "Rows of deletedTable, open keys and files and uploads the purger read to "
+               "find rows due", counter=True),
     StateGauge("purge_steps", "om_purge_steps", "Purge steps this leader applied",
                counter=True),
     StateGauge("purge_entries", "om_purge_entries",
