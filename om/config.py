@@ -231,7 +231,8 @@ class Purge:
     ``ozone.om.open.key.expire.threshold``, 7 days), multipart uploads never completed
     ``multipart_expire_s`` after their initiate (Ozone's ``ozone.om.mpu.expire.threshold``,
     30 days; their parts go to deletedTable). Each kind: one step of at most
-    ``rows_max`` rows every ``interval_s`` while any waits."""
+    ``rows_max`` rows every ``interval_s`` while any waits; a time-based kind whose
+    pass found nothing due rests until its earliest row can be (om/flows/purge_scan.py)."""
 
     interval_s: float = 1.0
     rows_max: int = 1000

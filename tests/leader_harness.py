@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from om.consensus.local import LocalReplicator
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.flows.leader_flow import leader_service
 from om.flows.settings import LeaderConfig
+from om.flows.template import wall_clock_ms
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.schema import tables
@@ -35,6 +37,7 @@ class GatedReplicator:
     entries: int = 0
     # the newest entries sent, as sent (tests read their format)
     sent: deque[bytes] = field(default_factory=lambda: deque(maxlen=SENT_KEPT))
+    term: int | None = None   # a term this node leads in instead of the inner's (an election)
 
     def __post_init__(self) -> None:
         self.gate.set()
@@ -52,14 +55,17 @@ class GatedReplicator:
         return await self.inner.replicate(entry)
 
     def role(self) -> Role:
-        return self.inner.role()
+        role = self.inner.role()
+        return role if self.term is None else dataclasses.replace(role, term=self.term)
 
 
 class LeaderUnderTest:
     """The leader flow's request service with its store and replicator; ``call`` fills
     in ids."""
 
-    def __init__(self, path: Path, config: LeaderConfig) -> None:
+    def __init__(self, path: Path, config: LeaderConfig,
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        """``clock_ms``: the service's clock (a test's, to move time)."""
         self.path = path
         self.store = Store(path)
         self.state_machine = StateMachine(self.store)
@@ -67,7 +73,7 @@ class LeaderUnderTest:
                                 self.state_machine.apply_entry)
         self.replicator = GatedReplicator(inner)
         self.service = leader_service("om1", self.store, self.state_machine, self.replicator,
-                                      config, NullTracer())
+                                      config, NullTracer(), clock_ms)
         self._call_ids = itertools.count(1)
         self.client_id = str(uuid.uuid4())
 

@@ -204,10 +204,10 @@ async def test_prepared_refuses_writes_and_writes_nothing_reads_go_on(
     assert (await leader.ok(build.info_bucket("vol", "bkt"))).info_bucket.bucket_info.bucket_name \
         == "bkt"
     assert leader.service.flow.sweep_expired() == 0, "the leader's own writes pause too"
-    assert not leader.service.flow.purger._ready()
+    assert leader.service.flow.purger.ready_term() is None
     await leader.ok(build.cancel_prepare())
     await leader.ok(build.create_volume("vol2"))
-    assert leader.service.flow.purger._ready()
+    assert leader.service.flow.purger.ready_term() == 1
 
 
 async def test_prepared_survives_a_restart(tmp_path: Path) -> None:

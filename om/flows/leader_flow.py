@@ -103,10 +103,15 @@ class LeaderFlow:
         self.reservations = QuotaReservationTable()
         self.pipeline = BatchPipeline(replicator, config.batch, host.node_id, tracer,
                                       host.metrics.batches, host.clock_ms, merged_entries)
-        self.purger = Purger(store, host.submit,
-                             lambda: host.role().ready and not host.prepare_gate_closed(),
-                             config.purge, PURGE_USER, host.clock_ms)
+        self.purger = Purger(store, host.submit, self._purging_term, config.purge,
+                             PURGE_USER, host.clock_ms)
         self._purging: asyncio.Task[None] | None = None
+
+    def _purging_term(self) -> int | None:
+        """The term in which this node is the ready leader and its gate open (the
+        purger's steps are writes), or None."""
+        role = self._host.role()
+        return role.term if role.ready and not self._host.prepare_gate_closed() else None
 
     async def start(self) -> None:
         """Starts group commit."""
@@ -134,9 +139,11 @@ class LeaderFlow:
 
     def gauges(self) -> dict[str, float]:
         """State gauges by key (``om/observe/metrics.py``, NODE_STATE): the purge, the
-        retry cache's memory and the lock table."""
+        retry cache's memory and the lock table. Called from the scrape thread: it
+        reads only counters in memory, never the store (which may be closing)."""
         retry, purger = self.retry_cache.statistics(), self.purger
-        return {"purge_pending_directories": purger.pending(), "purge_steps": purger.steps,
+        return {"purge_pending_directories": purger.pending_directories,
+                "purge_rows_scanned": purger.rows_scanned, "purge_steps": purger.steps,
                 "purge_entries": purger.purged, "purge_deleted_keys": purger.keys_purged,
                 "purge_expired_open_keys": purger.open_keys_deleted,
                 "purge_expired_multipart_uploads": purger.uploads_aborted,

@@ -108,8 +108,11 @@ NODE_STATE: tuple[StateGauge, ...] = (
                "on a switchable node; [limits] retry_cache_memory_entries bounds them)"),
     StateGauge("lock_waiters", "om_lock_waiters", "Writes waiting for a lock now"),
     StateGauge("purge_pending_directories", "om_purge_pending_directories",
-               "Deleted directories of file-system buckets waiting for their purge "
-               "(counted up to 10,000)"),
+               "Deleted directories of file-system buckets waiting for their purge, as "
+               "this node's purger last counted them (each interval, up to 10,000)"),
+    StateGauge("purge_rows_scanned", "om_purge_rows_scanned",
+               "Rows of deletedTable, open keys and files and uploads the purger read to "
+               "find rows due", counter=True),
     StateGauge("purge_steps", "om_purge_steps", "Purge steps this leader applied",
                counter=True),
     StateGauge("purge_entries", "om_purge_entries",
