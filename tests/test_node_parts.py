@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import parts
 from om.node.node import Node
 from om.protocol import om_pb2
+from om.schema.seam import Seam
 from om.statemachine import log_entry
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import ReplicatedStateMachine
@@ -119,7 +121,8 @@ async def test_each_execution_gets_its_state_machine_and_write_path(
 
 
 async def test_the_seam_gives_the_node_its_clock_and_randomness(tmp_path: Path) -> None:
-    seam = parts.Seam(clock_ms=lambda: 1_234_000, randomness=lambda n: b"\x07" * n)
+    seam = Seam(wall_ns=lambda: 1_234_000_999_999, elapsed_ns=time.perf_counter_ns,
+                randomness=lambda n: b"\x07" * n)
     node = Node(one_node(tmp_path, "leader"), seam=seam)
     try:
         assert node.leader.clock_ms() == 1_234_000
