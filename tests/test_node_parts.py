@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from om import config as om_config
+from om.consensus.local import LocalReplicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
@@ -115,6 +116,9 @@ async def test_each_execution_gets_its_state_machine_and_write_path(
         assert type(node.leader.flow) is flow
         assert node.raft is None
         assert node.checkpoints is None
+        assert node.replication.machine is node.state_machine
+        assert type(node.replication.replicator) is LocalReplicator
+        assert node.replication.metrics() == node.state_machine.metrics()
         assert node.state()["writes_in_flight"] == 0
     finally:
         await node.close()
@@ -151,12 +155,16 @@ async def test_a_ring_gets_the_raft_adapter_its_configuration_names(
     node = Node(om_config.load(path, data_dir=tmp_path / "data"))
     try:
         assert type(node.raft) is adapter
+        assert node.replication.replicator is node.raft, "the Raft part is the pair's"
         assert node.checkpoints is not None
         assert node.checkpoint_client is not None
         await node.start()
         assert node.raft is not None
         assert not node.raft.catching_up
         assert node.state()["leader_changes"] == 0
+        gauges = node.replication.metrics()
+        assert gauges.items() >= node.state_machine.metrics().items()
+        assert gauges["leader_changes"] == node.raft.metrics()["leader_changes"]
     finally:
         await node.close()
 

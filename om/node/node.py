@@ -102,9 +102,11 @@ class Node:
             self.apply_entry, self.barrier_entry, self._leads, fail_stop), self.seam)
         self.raft, self.checkpoints = ring.raft, ring.checkpoints
         self.checkpoint_client = ring.checkpoint_client
+        self.replication = parts.Replication(self.state_machine, parts.replicator(
+            config, ring, self.state_machine.applied_index, self.apply_entry))
         # The flows never see a diverged node ready: it executes and answers nothing.
         self.replicator: Replicator = self.integrity.attach(
-            parts.replicator(config, ring, self.state_machine.applied_index, self.apply_entry),
+            self.replication.replicator,
             self.raft.transfer_leadership if self.raft is not None else None)
         self.leader = execution.write_path(parts.FlowParts(
             config.node_id, self.replicator, settings, self.tracer, self.metrics,
@@ -166,10 +168,9 @@ class Node:
             raise
 
     async def start(self) -> None:
-        """Starts the leader service and, with Raft, following leadership."""
+        """Starts the leader service, then replication (with Raft, following leadership)."""
         await self.leader.start()
-        if self.raft is not None:
-            await self.raft.start()
+        await self.replication.start()
         self.integrity.start()
 
     def submit(self, request: om_pb2.OMRequest,
@@ -359,10 +360,7 @@ class Node:
             "checkpoint_cache_bytes": sum(shared_memory().usage()),
             "digest_leaf_cache_bytes": Digests.attach(self.store).cache_bytes(),
             **gc_policy.metrics()}
-        parts_ = [self.leader.gauges(), self.state_machine.metrics()]
-        if self.raft is not None:
-            parts_.append(self.raft.metrics())
-        for gauges in parts_:
+        for gauges in (self.leader.gauges(), self.replication.metrics()):
             for key, value in gauges.items():
                 values[key] = values.get(key, 0) + value
         return values
@@ -381,9 +379,7 @@ class Node:
         await self.integrity.close()
         if self.checkpoint_client is not None:
             self.checkpoint_client.stop()
-        if self.raft is not None:
-            await self.raft.close()
-        self.state_machine.close()
+        await self.replication.close()
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()

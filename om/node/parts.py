@@ -12,6 +12,8 @@ and nowhere else in ``om/node``:
   checkpoints); more, over Raft.
 * ``[raft] separate_process`` picks the Raft adapter (``RAFT_ADAPTERS``): a Raft child
   process (the default) or pysyncobj in a thread of this process.
+* The node holds the state machine and the replicator that applies to it as one part
+  (``Replication``): one start, one scrape of both's gauges, one close.
 * ``unsafe_disable_retry_cache`` picks the retry cache's keys (``leader_config``): the
   fault ``ForgetfulRetryKeys`` for chaos's red case, else ``retry_key``.
 
@@ -36,7 +38,7 @@ from typing import Protocol
 
 from om.config import ConfigError, ServerConfig
 from om.consensus.local import LocalReplicator
-from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator
+from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator, ReplicatorPart
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.admin import upgrade
@@ -352,9 +354,38 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
 
 
 def replicator(config: ServerConfig, ring: Ring, applied_index: int,
-               apply_entry: ApplyEntry) -> Replicator:
+               apply_entry: ApplyEntry) -> ReplicatorPart:
     """Raft for a ring; for a single node, ``LocalReplicator`` (an entry commits when
     applied, at the position after ``applied_index``)."""
     if ring.raft is not None:
         return ring.raft
     return LocalReplicator(config.node_id, config.node.address, applied_index, apply_entry)
+
+
+class Replication:
+    """The node's state machine and the replicator that applies entries to it, held as
+    one part: the node starts, scrapes and closes the pair without asking which
+    replicator (local or Raft) or which state machine (either flow's) it is.
+
+    Invariant: the replicator closes before the state machine, so nothing applies to
+    a closed state machine; a gauge both report is their sum."""
+
+    def __init__(self, machine: Machine, replicator: ReplicatorPart) -> None:
+        self.machine = machine
+        self.replicator = replicator
+
+    async def start(self) -> None:
+        """Starts replication (the state machine is ready once built)."""
+        await self.replicator.start()
+
+    def metrics(self) -> dict[str, float]:
+        """Both parts' state gauges by ``StateGauge.key``."""
+        values = dict(self.machine.metrics())
+        for key, value in self.replicator.metrics().items():
+            values[key] = values.get(key, 0) + value
+        return values
+
+    async def close(self) -> None:
+        """Stops replication, then closes the state machine."""
+        await self.replicator.close()
+        self.machine.close()
