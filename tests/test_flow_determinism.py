@@ -9,12 +9,15 @@ batches, the old flow requests).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import random
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+import uvloop
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from om.client import requests as build
@@ -31,6 +34,7 @@ from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store
 from tests.leader_harness import seam_at
+from tests.tiers import examples
 
 GROUPS = {"alice": ("dev", "eng")}
 # The leader's purger runs on the wall clock (once a second, cutoffs from time.time()),
@@ -148,12 +152,21 @@ async def _run(flow: Flow, seed: int, steps: int) -> list[bytes]:
     return answers
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1))
-async def test_both_flows_store_identical_tables(tmp_path_factory: object, seed: int) -> None:
-    assert hasattr(tmp_path_factory, "mktemp")
-    base = Path(tmp_path_factory.mktemp("flows"))
+@examples(fast=3, slow=8)
+def test_both_flows_store_identical_tables(tmp_path_factory: pytest.TempPathFactory,
+                                           examples: int) -> None:
+    @settings(max_examples=examples, deadline=None)
+    @given(seed=st.integers(0, 2**32 - 1))
+    def identical(seed: int) -> None:
+        base = tmp_path_factory.mktemp("flows")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:   # the suite's
+            runner.run(_both_flows_store_identical_tables(base, seed))
+
+    identical()
+
+
+async def _both_flows_store_identical_tables(base: Path, seed: int) -> None:
+    """Runs the request sequence of ``seed`` through each flow, on stores under ``base``."""
     leader, replicated = Flow(base / "leader", "leader"), Flow(base / "old", "replicated")
     await leader.start()
     leader_answers = await _run(leader, seed, 250)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -179,10 +179,9 @@ def _sources(base: Path) -> dict[str, Path]:
     return {m: p for m, p in _modules(base).items() if not _is_test_module(m)}
 
 
-def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
+@functools.cache
+def _import_nodes(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    return tuple(node for node in _nodes(path) if isinstance(node, ast.Import | ast.ImportFrom))
 
 
 def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
@@ -204,10 +203,11 @@ def _known(name: str, modules: Mapping[str, Path]) -> str | None:
 
 
 @functools.cache
-def _parse(path: Path) -> ast.Module:
-    """The syntax tree of ``path``, read once per run (the rules walk a module many
-    times: once per core file that reaches it, for one)."""
-    return ast.parse(path.read_text())
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the syntax tree of ``path``, parsed and walked once per run (the
+    rules read a module many times: once per core file that reaches it, for one; a
+    walk of every module took longer than its parse)."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
 
 
 @functools.cache
@@ -215,7 +215,7 @@ def _imports(path: Path) -> frozenset[str]:
     """Every name an import statement of ``path`` names (``m`` and ``m.x`` for
     ``from m import x``), third-party ones included."""
     names: set[str] = set()
-    for node in _import_nodes(_parse(path)):
+    for node in _import_nodes(path):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif node.module:
@@ -232,7 +232,7 @@ def _module_graph(base: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in _sources(base).items():
         targets: set[str] = set()
-        for node in _import_nodes(_parse(path)):
+        for node in _import_nodes(path):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:
@@ -327,9 +327,8 @@ def private_uses(base: Path) -> list[str]:
     modules = _modules(base)
     bad = []
     for module, path in sorted(_sources(base).items()):
-        tree = _parse(path)
         bound: dict[str, str] = {}   # local name -> the tree module it names
-        for node in _import_nodes(tree):
+        for node in _import_nodes(path):
             if isinstance(node, ast.Import):
                 bound.update({alias.asname: alias.name for alias in node.names
                               if alias.asname and alias.name in modules})
@@ -342,7 +341,7 @@ def private_uses(base: Path) -> list[str]:
                 if full in modules:
                     bound[alias.asname or alias.name] = full
         bad.extend(f"{module} uses {bound[use.value.id]}.{use.attr}"
-                   for use in ast.walk(tree)
+                   for use in _nodes(path)
                    if isinstance(use, ast.Attribute) and _private(use.attr)
                    and isinstance(use.value, ast.Name) and use.value.id in bound
                    and bound[use.value.id] != module)

@@ -67,7 +67,11 @@ def test_reads_the_bench(smoke_bench, own_ports, n):
 '''
 
 SPARK_USERS = '''
+from pathlib import Path
+
 import pytest
+
+from tests.tiers import examples
 
 
 @pytest.mark.parametrize("n", range(4))
@@ -83,6 +87,12 @@ def test_a_long_run():
 @pytest.mark.spark
 def test_a_spark_job_of_its_own():
     pass
+
+
+@examples(fast=3, slow=30)
+def test_a_property(examples):
+    with (Path(__file__).parent / "examples.run").open("a") as ran:
+        ran.write(f"{examples}\\n")
 '''
 
 
@@ -113,12 +123,23 @@ def _made(directory: Path, name: str) -> list[str]:
 def test_the_slow_tier_runs_only_when_named(tmp_path: Path) -> None:
     suite = _suite(tmp_path)
     done = _pytest(suite, "-n", "0")
-    assert "21 passed, 1 deselected" in done.stdout, done.stdout
+    assert "22 passed, 2 deselected" in done.stdout, done.stdout
+    assert _examples_run(suite) == [3]      # a property's share of its examples
     done = _pytest(suite, "-n", "0", "-m", "slow")
-    assert "1 passed, 21 deselected" in done.stdout, done.stdout
+    assert "2 passed, 22 deselected" in done.stdout, done.stdout
+    assert _examples_run(suite) == [30]     # and all of them
     done = _pytest(suite, "-n", "0", "test_spark_users.py")
-    assert "6 passed" in done.stdout, done.stdout
+    assert "8 passed" in done.stdout, done.stdout
     assert "deselected" not in done.stdout
+    assert sorted(_examples_run(suite)) == [3, 30]
+
+
+def _examples_run(directory: Path) -> list[int]:
+    """The example counts the suite's property test ran with since the last call."""
+    ran = directory / "examples.run"
+    counts = [int(n) for n in ran.read_text().split()]
+    ran.unlink()
+    return counts
 
 
 def test_costly_fixtures_are_made_once_across_workers(tmp_path: Path) -> None:
@@ -127,7 +148,7 @@ def test_costly_fixtures_are_made_once_across_workers(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout
     # the controller does not count deselections; a warning under load (a worker's
     # slow start) is reported, not a failure of the tiers
-    assert re.search(r" 21 passed(, \d+ warnings?)? in ", done.stdout), done.stdout
+    assert re.search(r" 22 passed(, \d+ warnings?)? in ", done.stdout), done.stdout
     assert len(_made(suite, "smoke_bench")) == 1     # two modules, one worker
     assert len(_made(suite, "cluster")) == 1          # one module's fixture, one worker
     # A per-worker session fixture is made by each worker that needs it: so the tests
@@ -155,5 +176,5 @@ def test_the_fast_tier_starts_no_jvm_nor_bench(tmp_path: Path) -> None:
     ``integration`` whatever their module says: the fast tier leaves them out."""
     suite = _suite(tmp_path)
     done = _pytest(suite, "-n", "0", "-m", "not integration")
-    assert "12 passed, 10 deselected" in done.stdout, done.stdout
+    assert "13 passed, 11 deselected" in done.stdout, done.stdout
     assert not (suite / "smoke_bench.made").exists()

@@ -7,6 +7,8 @@ Tiers:
   deselected); ``pytest -m slow`` runs them, as ``.ci/run`` does after the default run,
   and so does any ``-m`` expression that names ``slow``, or naming a test's file or
   the test itself on the command line. A test that adds a long run is marked ``slow``.
+  A property test whose examples take long runs a share of them by default and all
+  of them in the slow tier: ``@examples(fast, slow)`` below.
 * ``integration`` (starts real server processes): ``pytest -m "not integration"`` is
   the fast tier. A test that uses the Spark session (a JVM serving its Python driver
   on 127.0.0.1) or the smoke bench (OM nodes), or is marked ``spark``, is marked
@@ -38,6 +40,19 @@ ONE_WORKER_FIXTURES = frozenset({"spark", "smoke_bench"})
 ONE_WORKER_GROUP = "spark-jvm-and-smoke-bench"
 PER_WORKER_FIXTURES = frozenset({"own_cluster_cache", "own_ports"})
 SHARED_SCOPES = frozenset({"class", "module", "package"})
+
+
+def examples(fast: int, slow: int) -> pytest.MarkDecorator:
+    """Runs a property test twice over: ``fast`` examples by default (the fast tier's
+    share) and ``slow`` in the slow tier. The test takes them as its ``examples``
+    argument and hands them to ``settings(max_examples=examples)`` on a ``@given``
+    function it defines and calls: hypothesis binds one example count per decorated
+    function, so the two counts need two. ``fast`` is chosen so the test's red case
+    still fails within it."""
+    assert 0 < fast < slow, (fast, slow)
+    return pytest.mark.parametrize("examples", [
+        pytest.param(fast, id=f"{fast}-examples"),
+        pytest.param(slow, id=f"{slow}-examples", marks=pytest.mark.slow)])
 
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from om.chaos.history import F, History, Outcome
 from om.chaos.linearizability import Verdict, check_linearizable, search_key
+from tests.tiers import examples
 
 from .chaos_builders import Builder, simulate
 
@@ -224,30 +225,37 @@ _SHAPES = {
 }
 
 
-@settings(max_examples=300, deadline=None)
-@given(**_SHAPES)
-def test_histories_of_a_real_linearization_are_accepted(
-    rng: random.Random, processes: int, ops_per_process: int, keys: int
-) -> None:
-    sim = simulate(rng, processes=processes, ops_per_process=ops_per_process, keys=keys)
-    result = check_linearizable(sim.history)
-    assert result.verdict is Verdict.OK, result
+@examples(fast=100, slow=300)
+def test_histories_of_a_real_linearization_are_accepted(examples: int) -> None:
+    @settings(max_examples=examples, deadline=None)
+    @given(**_SHAPES)
+    def accepted(rng: random.Random, processes: int, ops_per_process: int, keys: int) -> None:
+        sim = simulate(rng, processes=processes, ops_per_process=ops_per_process, keys=keys)
+        result = check_linearizable(sim.history)
+        assert result.verdict is Verdict.OK, result
+
+    accepted()
 
 
-@settings(max_examples=200, deadline=None)
-@given(**_SHAPES, pick=st.integers(min_value=0))
-def test_a_read_of_a_never_written_value_is_rejected(
-    rng: random.Random, processes: int, ops_per_process: int, keys: int, pick: int
-) -> None:
-    history = simulate(rng, processes=processes, ops_per_process=ops_per_process, keys=keys).history
-    reads = [i for i, op in enumerate(history.ops) if op.f is F.GET and op.outcome is Outcome.OK]
-    assume(reads)
-    target = reads[pick % len(reads)]
-    ops = list(history.ops)
-    ops[target] = replace(ops[target], value=-1)
-    result = check_linearizable(History(tuple(ops)))
-    assert result.verdict is Verdict.VIOLATION
-    assert ops[target] in result.violations[0].ops
+@examples(fast=60, slow=200)
+def test_a_read_of_a_never_written_value_is_rejected(examples: int) -> None:
+    @settings(max_examples=examples, deadline=None)
+    @given(**_SHAPES, pick=st.integers(min_value=0))
+    def rejected(rng: random.Random, processes: int, ops_per_process: int, keys: int,
+                 pick: int) -> None:
+        history = simulate(rng, processes=processes, ops_per_process=ops_per_process,
+                           keys=keys).history
+        reads = [i for i, op in enumerate(history.ops)
+                 if op.f is F.GET and op.outcome is Outcome.OK]
+        assume(reads)
+        target = reads[pick % len(reads)]
+        ops = list(history.ops)
+        ops[target] = replace(ops[target], value=-1)
+        result = check_linearizable(History(tuple(ops)))
+        assert result.verdict is Verdict.VIOLATION
+        assert ops[target] in result.violations[0].ops
+
+    rejected()
 
 
 # --- agreement with a brute-force reference --------------------------------------------
@@ -303,8 +311,12 @@ def _tiny_histories(draw: st.DrawFn) -> History:
     return b.history()
 
 
-@settings(max_examples=1500, deadline=None)
-@given(_tiny_histories())
-def test_agrees_with_a_brute_force_reference(history: History) -> None:
-    expected = Verdict.OK if _reference_linearizable(history) else Verdict.VIOLATION
-    assert check_linearizable(history).verdict is expected
+@examples(fast=300, slow=1500)
+def test_agrees_with_a_brute_force_reference(examples: int) -> None:
+    @settings(max_examples=examples, deadline=None)
+    @given(_tiny_histories())
+    def agrees(history: History) -> None:
+        expected = Verdict.OK if _reference_linearizable(history) else Verdict.VIOLATION
+        assert check_linearizable(history).verdict is expected
+
+    agrees()

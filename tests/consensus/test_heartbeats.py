@@ -22,8 +22,9 @@ from pathlib import Path
 from om.consensus.port import ReplicateStatus
 from tests.consensus.raft_nodes import FAST, RaftNode, close_all, ready_leader, start_nodes
 
-STALL_S = 2.0          # election timeouts are 0.4-0.8 s
-WRITERS = 8
+STALL_S = 2.0          # election timeouts are 0.4-0.8 s, the leader's fallback 1.5 s
+LOAD_AROUND_S = 0.5    # writes before the stall (they flow) and after (they resume):
+WRITERS = 8            # 20 heartbeat intervals each, and the load costs CPU throughout
 STALLABLE = dataclasses.replace(FAST, unsafe_journal_stall=True)
 
 
@@ -48,7 +49,7 @@ class Run:
 async def _stall_under_load(nodes: list[RaftNode], leader: RaftNode,
                             stalled: list[RaftNode]) -> Run:
     """Writes through ``leader`` from WRITERS tasks; stalls the journals of
-    ``stalled`` for STALL_S after a second of load; writes a second more."""
+    ``stalled`` for STALL_S after LOAD_AROUND_S of load; writes LOAD_AROUND_S more."""
     run = Run({n.term() for n in nodes}, set(), [])
     stop = asyncio.Event()
 
@@ -65,7 +66,8 @@ async def _stall_under_load(nodes: list[RaftNode], leader: RaftNode,
 
     writers = [asyncio.create_task(writer(n)) for n in range(WRITERS)]
     try:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(LOAD_AROUND_S)
+        assert run.acknowledged, "no write committed before the stall"
         for node in stalled:
             node.stall_file.touch()
         began = time.monotonic_ns()
@@ -73,7 +75,7 @@ async def _stall_under_load(nodes: list[RaftNode], leader: RaftNode,
         for node in stalled:
             node.stall_file.unlink()
         run.stall = (began, time.monotonic_ns())
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(LOAD_AROUND_S)
     finally:
         stop.set()
         await asyncio.gather(*writers)
