@@ -152,11 +152,24 @@ class Child:
                 self._on_channel(channel.fileno(), POLL_EVENT_TYPE.READ)
 
     def _on_channel(self, descr: int, event: int) -> None:
+        """A channel is readable: reads it and every other channel that has bytes (one
+        pass over the channels), then handles and appends what they brought, so the
+        sub-batches of shards that submitted together share an entry."""
         channel = self._by_descriptor[descr]
+        if not self._read(channel, event):
+            return
+        for other in range(len(self._channels)):
+            if other != channel and not self._closing:
+                self._read(other, POLL_EVENT_TYPE.READ)
+        self._handle_backlog()
+
+    def _read(self, channel: int, event: int) -> bool:
+        """Reads what ``channel`` holds into the backlog; whether anything came. A
+        closed channel stops this process (fate sharing)."""
         try:
             data = self._channels[channel].recv(1 << 20)
         except BlockingIOError:
-            return
+            return False
         except ConnectionResetError:   # its process died: as if it had closed the channel
             data = b""
         if not data or event & POLL_EVENT_TYPE.ERROR:
@@ -164,10 +177,10 @@ class Child:
                 logger.critical("shard %d's channel closed: the Raft process stops, and "
                                 "with it the node (fate sharing)", channel)
             self._closing = True
-            return
+            return False
         self._heard_s[channel] = time.monotonic()
         self._backlog.extend((channel, m) for m in self._readers[channel].feed(data))
-        self._handle_backlog()
+        return True
 
     def _handle_backlog(self) -> None:
         while self._backlog:
