@@ -47,6 +47,9 @@ def ids_by_channel(ids: Sequence[SubmitId]) -> dict[int, tuple[int, ...]]:
 
 def results(ids: Sequence[SubmitId], reason: int, position: int) -> dict[int, Message]:
     """The ``result`` message for each channel with an id in one append."""
+    if len(ids) == 1:      # an entry alone: at S = 1 with one batch in flight, every one
+        (channel, request), = ids
+        return {channel: ("result", (request,), reason, position)}
     return {channel: ("result", requests, reason, position)
             for channel, requests in ids_by_channel(ids).items()}
 
@@ -56,13 +59,13 @@ def forwards(position: int, entry: bytes, own: Sequence[SubmitId] | None,
     """The message for each channel (index = channel) for the entry committed at
     ``position``; ``own``: the ids it was appended with here, None when another node
     appended it (or this process no longer remembers it)."""
-    assert channels >= 1
     assert position > 0
-    assert own is None or all(0 <= channel < channels for channel, _ in own)
     if channels == 1:
         if own is None:
             return [("apply", position, entry)]
         return [("apply_own", position, tuple(request for _, request in own))]
+    assert channels > 1, "no channel, no forward"
+    assert own is None or all(0 <= channel < channels for channel, _ in own)
     if entry[:1] != merged_entry.MERGED:
         return _to_every_channel(position, entry, own, channels)
     if own is not None:
