@@ -5,11 +5,13 @@ shard's slices to a store of its own.
 Channel 0 is the spawning side (``RaftProcessReplicator`` with ``shards=2``); channel 1
 a driver attached to the end the spawner hands over (``channel=``), as a shard process
 will be. Red cases: without the merge across channels, sub-batches of two shards read
-together take two positions; without the split, a channel applies the other shard's
-slices (the driver's apply asserts); a channel left out of an entry it has no slice in
-has a hole in its positions; a result sent to the wrong channel leaves the submitter
-waiting (request ids are per channel and collide); a closed shard channel that did
-not stop its node's Raft process leaves that node leading.
+together take two positions (and the merge-rate gauge counts no entry of two
+slices); without the split, a channel applies the other shard's slices (the driver's
+apply asserts); a channel left out of an entry it has no slice in has a hole in its
+positions; a result sent to the wrong channel leaves the submitter waiting (request
+ids are per channel and collide); a closed shard channel that did not stop its
+node's Raft process leaves that node leading; without ``closing``, an orderly stop
+of the Raft process looks like its death to every shard.
 """
 
 from __future__ import annotations
@@ -209,6 +211,11 @@ async def test_sub_batches_of_two_shards_read_together_share_one_position(
             (entry,) = [e for p, e in driver.events if p == position]
             assert entry is not None
             assert [s.shard for s in merged_entry.slices(entry)] == [driver.shard]
+    deadline = time.monotonic() + 5.0    # the gauge is reported about once a second
+    while (gauges := leader[0].raft.metrics())["merged_slices_appended"] \
+            <= gauges["merged_entries_appended"]:
+        assert time.monotonic() < deadline, f"no merge in the merge-rate gauge: {gauges}"
+        await asyncio.sleep(0.1)
 
 
 async def test_every_channel_gets_its_shards_slices_in_log_order_and_every_position(
