@@ -6,7 +6,7 @@ Channel 0 is the spawning side (``RaftProcessReplicator`` with ``shards=2``); ch
 a driver attached to the end the spawner hands over (``channel=``), as a shard process
 will be. Red cases: without the merge across channels, sub-batches of two shards read
 together take two positions (and the merge-rate gauge counts no entry of two
-slices); without the split, a channel applies the other shard's slices (the driver's
+slices); without the split, a channel applies the other shard's slices (its store's
 apply asserts); a channel left out of an entry it has no slice in has a hole in its
 positions; a result sent to the wrong channel leaves the submitter waiting (request
 ids are per channel and collide); a closed shard channel that did not stop its
@@ -89,15 +89,9 @@ class ShardDriver:
         return self.replicator
 
     def apply(self, position: int, entry: bytes) -> ApplyResult:
-        """Applies the entry's batches: a merged entry's must all be this shard's."""
+        """Applies the entry to the shard's store (which asserts every slice its own)."""
         self.events.append((position, entry))
-        if entry[:1] == merged_entry.MERGED:
-            parts = merged_entry.slices(entry)
-            assert {part.shard for part in parts} == {self.shard}, "another shard's slice"
-            batches = [om_pb2.PersistDbBatch.FromString(part.batch) for part in parts]
-        else:
-            batches = log_entry.decode_batches(entry)
-        return self.machine.apply(position, *batches)
+        return self.machine.apply_entry(position, entry)
 
     def passed(self, position: int) -> None:
         self.events.append((position, None))
@@ -145,7 +139,7 @@ async def nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
     try:
         for address in addresses:
             directory = tmp_path / address.id
-            node = [ShardDriver(k, StateMachine(Store(directory / f"shard-{k}")))
+            node = [ShardDriver(k, StateMachine(Store(directory / f"shard-{k}"), k))
                     for k in range(SHARDS)]
             started.append(node)
             await _start(address, addresses, directory, node)
