@@ -16,14 +16,22 @@ from om.consensus.local import LocalReplicator
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.flows.leader_flow import leader_service
 from om.flows.settings import LeaderConfig
-from om.flows.template import wall_clock_ms
+from om.node.parts import MACHINE_SEAM
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.schema import tables
+from om.schema.seam import Seam
 from om.statemachine.apply import StateMachine
 from om.statemachine.store import Store
 
 SENT_KEPT = 64   # entries a GatedReplicator keeps
+
+
+def seam_at(clock_ms: Callable[[], int] | None) -> Seam:
+    """The machine's seam, its wall clock replaced by a test's ``clock_ms`` when given."""
+    if clock_ms is None:
+        return MACHINE_SEAM
+    return dataclasses.replace(MACHINE_SEAM, wall_ns=lambda: clock_ms() * 1_000_000)
 
 
 @dataclass
@@ -64,8 +72,9 @@ class LeaderUnderTest:
     in ids."""
 
     def __init__(self, path: Path, config: LeaderConfig,
-                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
-        """``clock_ms``: the service's clock (a test's, to move time)."""
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        """``clock_ms``: the service's clock (a test's, to move time; the machine's
+        wall clock by default)."""
         self.path = path
         self.store = Store(path)
         self.state_machine = StateMachine(self.store)
@@ -73,7 +82,7 @@ class LeaderUnderTest:
                                 self.state_machine.apply_entry)
         self.replicator = GatedReplicator(inner)
         self.service = leader_service("om1", self.store, self.state_machine, self.replicator,
-                                      config, NullTracer(), clock_ms)
+                                      config, NullTracer(), seam_at(clock_ms))
         self._call_ids = itertools.count(1)
         self.client_id = str(uuid.uuid4())
 

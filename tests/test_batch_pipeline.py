@@ -6,13 +6,14 @@ asked for as it is sealed (B until the layout has MERGED_ENTRIES, then M)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from functools import partial
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
-from om.flows.template import wall_clock_ms
+from om.node.parts import MACHINE_SEAM
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import NullTracer
 from om.protocol import merged_entry, om_pb2
@@ -50,7 +51,7 @@ def _write(index: int) -> PendingWrite:
 async def _steady_load(inflight: int, writes: int, gap_s: float) -> list[int]:
     replicator = SlowReplicator()
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=inflight), "om1",
-                             NullTracer(), NodeMetrics().batches, wall_clock_ms,
+                             NullTracer(), NodeMetrics().batches, MACHINE_SEAM,
                              lambda: True)
     pipeline.start()
     settled: list[ReplicateResult] = []
@@ -73,7 +74,7 @@ async def _steady_load(inflight: int, writes: int, gap_s: float) -> list[int]:
 async def test_a_lone_write_is_sealed_at_once() -> None:
     replicator = SlowReplicator()
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=2), "om1",
-                             NullTracer(), NodeMetrics().batches, wall_clock_ms,
+                             NullTracer(), NodeMetrics().batches, MACHINE_SEAM,
                              lambda: True)
     pipeline.start()
     done = asyncio.get_running_loop().create_future()
@@ -91,12 +92,12 @@ async def test_two_in_flight_split_a_steady_load_evenly() -> None:
 
 
 async def test_each_batch_is_stamped_by_the_clock_the_service_was_given() -> None:
-    """The stamp is replicated data: it comes from the injected clock, not the wall's."""
+    """The stamp is replicated data: it comes from the seam's clock, not the wall's."""
     replicator = SlowReplicator()
     readings = iter(range(7_000, 7_010))
+    seam = replace(MACHINE_SEAM, wall_ns=lambda: next(readings) * 1_000_000)
     pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=1), "om1",
-                             NullTracer(), NodeMetrics().batches, lambda: next(readings),
-                             lambda: True)
+                             NullTracer(), NodeMetrics().batches, seam, lambda: True)
     pipeline.start()
     done = asyncio.get_running_loop().create_future()
     pipeline.submit(_write(1), lambda result, wait, batch: done.set_result(batch))
@@ -118,7 +119,8 @@ async def test_each_batch_is_sealed_in_the_format_asked_for_as_it_is_sealed() ->
     merged = [False]
     config = BatchConfig(inflight_batches_max=1)
     pipeline = BatchPipeline(replicator, config, "om1", NullTracer(), NodeMetrics().batches,
-                             lambda: 7_000, lambda: merged[0])
+                             replace(MACHINE_SEAM, wall_ns=lambda: 7_000_000_000),
+                             lambda: merged[0])
     pipeline.start()
     for index, merge in ((1, False), (2, True), (3, False)):
         merged[0] = merge

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from om.config import Catchup, ConfigError, Limits, ServerConfig
+from om.node.parts import MACHINE_SEAM
 from om.protocol import om_pb2
 from om.statemachine.checkpoint_download import DownloadFailed, download
 from om.statemachine.checkpoint_shelf import (
@@ -54,7 +55,8 @@ def sealed(shelf: CheckpointShelf, position: int = 10) -> Manifest:
 
 @pytest.fixture
 def shelf(tmp_path: Path) -> CheckpointShelf:
-    return CheckpointShelf(tmp_path / "leader" / "checkpoints", 2, "om1", durable=False)
+    return CheckpointShelf(tmp_path / "leader" / "checkpoints", 2, "om1", durable=False,
+                           seam=MACHINE_SEAM)
 
 
 def reader(shelf: CheckpointShelf, manifest: Manifest,
@@ -170,14 +172,14 @@ def test_the_shelf_refuses_bad_offsets_lengths_and_unknown_checkpoints(
 
 
 def test_the_shelf_keeps_the_newest_and_drops_cut_checkpoints(tmp_path: Path) -> None:
-    shelf = CheckpointShelf(tmp_path / "checkpoints", 2, "om1", durable=False)
+    shelf = CheckpointShelf(tmp_path / "checkpoints", 2, "om1", durable=False, seam=MACHINE_SEAM)
     first, second, third = (sealed(shelf, position) for position in (10, 20, 30))
     assert not (shelf.root / first.checkpoint_id).exists()
     with pytest.raises(CheckpointGone):
         shelf.manifest(first.checkpoint_id)
     assert shelf.manifest() == third
     cut_id, _ = shelf.begin(40)                      # a kill before its manifest
-    reopened = CheckpointShelf(tmp_path / "checkpoints", 2, "om1", durable=False)
+    reopened = CheckpointShelf(tmp_path / "checkpoints", 2, "om1", durable=False, seam=MACHINE_SEAM)
     assert not (reopened.root / cut_id).exists()
     assert {reopened.manifest(m.checkpoint_id) for m in (second, third)} == {second, third}
 
@@ -204,7 +206,8 @@ def test_a_store_checkpoint_downloads_and_opens(shelf: CheckpointShelf, tmp_path
 @pytest.mark.parametrize(("lease_s", "first_kept"), [(60.0, True), (0.0, False)])
 def test_a_checkpoint_being_read_outlives_kept_for_its_lease(
         tmp_path: Path, lease_s: float, first_kept: bool) -> None:
-    shelf = CheckpointShelf(tmp_path / "checkpoints", 1, "om1", durable=False, lease_s=lease_s)
+    shelf = CheckpointShelf(tmp_path / "checkpoints", 1, "om1", durable=False,
+                            seam=MACHINE_SEAM, lease_s=lease_s)
     first = sealed(shelf, 10)
     shelf.read(first.checkpoint_id, "db/CURRENT", 0, CHUNK, CHUNK)
     second, third = sealed(shelf, 20), sealed(shelf, 30)

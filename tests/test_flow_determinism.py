@@ -30,6 +30,7 @@ from om.protocol import om_pb2
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMachine
 from om.statemachine.store import Store
+from tests.leader_harness import seam_at
 
 GROUPS = {"alice": ("dev", "eng")}
 # The leader's purger runs on the wall clock (once a second, cutoffs from time.time()),
@@ -63,7 +64,7 @@ class Flow:
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
                                          self._apply)
             self.service = leader_service("om1", self.store, self.machine, replicator, config,
-                                          NullTracer(), clock_ms=lambda: self.now_ms)
+                                          NullTracer(), seam_at(lambda: self.now_ms))
         else:
             self.machine = ReplicatedStateMachine(self.store, config.limits,
                                                   MemoryRetryCache(600_000, 1000), 100, _fail,
@@ -71,7 +72,7 @@ class Flow:
             replicator = LocalReplicator("om1", "a:1", self.machine.applied_index,
                                          self._apply)
             self.service = replicated_flow_service("om1", self.machine, replicator, config,
-                                                   NullTracer(), clock_ms=lambda: self.now_ms)
+                                                   NullTracer(), seam_at(lambda: self.now_ms))
         self.call_ids = itertools.count(1)
         self.replies: dict[bytes, bytes] = {}
 

@@ -23,6 +23,7 @@ from om.flows.settings import LeaderConfig
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.integrity import auditor
+from om.node.parts import MACHINE_SEAM
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.schema import tables
@@ -135,7 +136,7 @@ class Switchable:
                                 self._apply)
         self.replicator = GatedReplicator(inner)
         self.service = leader_service("om1", self.machine.view, self.machine, self.replicator,
-                                      config, NullTracer())
+                                      config, NullTracer(), MACHINE_SEAM)
         self.kinds: list[bytes] = []        # the tag of every entry applied, in order
         self._call_ids = itertools.count(1)
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ast
 import inspect
+import time
 from pathlib import Path
 
 import pytest
 
 from om import config as om_config
+from om.consensus.local import LocalReplicator
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.context import Limits as HandlerLimits
@@ -29,6 +31,7 @@ from om.gatekeeper.retry_cache import RetryCacheConfig
 from om.node import parts
 from om.node.node import Node
 from om.protocol import om_pb2
+from om.schema.seam import Seam
 from om.statemachine import log_entry
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import ReplicatedStateMachine
@@ -113,13 +116,17 @@ async def test_each_execution_gets_its_state_machine_and_write_path(
         assert type(node.leader.flow) is flow
         assert node.raft is None
         assert node.checkpoints is None
+        assert node.replication.machine is node.state_machine
+        assert type(node.replication.replicator) is LocalReplicator
+        assert node.replication.metrics() == node.state_machine.metrics()
         assert node.state()["writes_in_flight"] == 0
     finally:
         await node.close()
 
 
 async def test_the_seam_gives_the_node_its_clock_and_randomness(tmp_path: Path) -> None:
-    seam = parts.Seam(clock_ms=lambda: 1_234_000, randomness=lambda n: b"\x07" * n)
+    seam = Seam(wall_ns=lambda: 1_234_000_999_999, elapsed_ns=time.perf_counter_ns,
+                randomness=lambda n: b"\x07" * n)
     node = Node(one_node(tmp_path, "leader"), seam=seam)
     try:
         assert node.leader.clock_ms() == 1_234_000
@@ -148,12 +155,16 @@ async def test_a_ring_gets_the_raft_adapter_its_configuration_names(
     node = Node(om_config.load(path, data_dir=tmp_path / "data"))
     try:
         assert type(node.raft) is adapter
+        assert node.replication.replicator is node.raft, "the Raft part is the pair's"
         assert node.checkpoints is not None
         assert node.checkpoint_client is not None
         await node.start()
         assert node.raft is not None
         assert not node.raft.catching_up
         assert node.state()["leader_changes"] == 0
+        gauges = node.replication.metrics()
+        assert gauges.items() >= node.state_machine.metrics().items()
+        assert gauges["leader_changes"] == node.raft.metrics()["leader_changes"]
     finally:
         await node.close()
 

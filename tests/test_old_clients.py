@@ -20,6 +20,7 @@ from om.flows.replicated_flow import ReplicatedFlow, replicated_flow_service
 from om.flows.settings import LeaderConfig
 from om.flows.template import RequestService
 from om.gatekeeper import old_clients
+from om.node.parts import MACHINE_SEAM
 from om.observe.tracing import NullTracer
 from om.protocol import acls, om_pb2
 from om.protocol.client_version import CURRENT_VERSION, ClientVersion, is_older
@@ -78,13 +79,13 @@ class Node:
         replicator = LocalReplicator("om1", "a:1", self.machine.applied_index, self._apply)
         if isinstance(self.machine, StateMachine):
             self.service = leader_service("om1", self.store, self.machine, replicator, config,
-                                          NullTracer())
+                                          NullTracer(), MACHINE_SEAM)
         elif execution == "switchable":
             self.service = leader_service("om1", self.machine.view, self.machine, replicator,
-                                          config, NullTracer())
+                                          config, NullTracer(), MACHINE_SEAM)
         else:
             self.service = replicated_flow_service("om1", self.machine, replicator, config,
-                                                   NullTracer())
+                                                   NullTracer(), MACHINE_SEAM)
         self.calls = 0
 
     def _apply(self, position: int, entry: bytes) -> ApplyResult:

@@ -29,6 +29,7 @@ from om.client import requests as build
 from om.consensus.local import LocalReplicator
 from om.flows.leader_flow import leader_service
 from om.flows.settings import LeaderConfig
+from om.node.parts import MACHINE_SEAM
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
 from om.statemachine.apply import StateMachine
@@ -46,7 +47,7 @@ class _Core:
         replicator = LocalReplicator("om1", "127.0.0.1:1", machine.applied_index,
                                      machine.apply_entry)
         self.service = leader_service("om1", self.store, machine, replicator, LeaderConfig(),
-                                      NullTracer())
+                                      NullTracer(), MACHINE_SEAM)
         self._client = str(uuid.uuid4())
         self._calls = itertools.count(1)
 

@@ -32,3 +32,13 @@ class LocalReplicator:
     def role(self) -> Role:
         return Role(is_leader=True, ready=True, leader_id=self._node_id,
                     leader_address=self._address, term=1, commit_index=self._position)
+
+    async def start(self) -> None:
+        """Nothing to start: it leads from the first entry."""
+
+    async def close(self) -> None:
+        """Nothing to stop: no entry is ever in flight between two loop iterations."""
+
+    def metrics(self) -> dict[str, float]:
+        """No gauges of its own: one node never changes leader."""
+        return {}

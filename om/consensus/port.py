@@ -10,10 +10,12 @@ node's store*, or reports why it was not. Implementations:
 * ``om.consensus.pysyncobj.replicator.RaftReplicator``: the same in a thread of this
   process (``[raft] separate_process = false``; the simulator's base).
 
-Both Raft adapters are a ``RaftPort`` too: what the node asks of Raft beyond
-replication (transfers, membership, compaction, leadership lost), so the node holds
-one Raft part and never asks which. Every part also reports ``metrics()`` (state
-gauges by key) and has a ``close()``.
+Each is a ``ReplicatorPart``: a replicator with the lifecycle and gauges a node
+holds it by (``start``, ``close``, ``metrics()``: state gauges by key), so the node
+starts, scrapes and closes whichever it holds alike. Both Raft adapters are a
+``RaftPort`` too: what the node asks of Raft beyond replication (transfers,
+membership, compaction, leadership lost), so the node holds one Raft part and never
+asks which.
 
 Callers must treat every outcome but COMMITTED as "not applied here"; for
 LEADER_CHANGED the entry may still commit later under the new leader, which
@@ -90,6 +92,19 @@ class Replicator(Protocol):
         ...
 
 
+class ReplicatorPart(Replicator, Protocol):
+    """A replicator as a node holds it: started once after the node's flows, closed
+    once after them (it fails what it still holds), its gauges read at every scrape."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def metrics(self) -> dict[str, float]:
+        """State gauges by ``StateGauge.key`` (om/observe/metrics.py, NODE_STATE)."""
+        ...
+
+
 class Applied(Protocol):
     """What applying one entry reported (``om.statemachine.apply.ApplyResult``)."""
 
@@ -143,7 +158,7 @@ class BarrierEntry(Protocol):
     def __call__(self, term: int) -> bytes: ...
 
 
-class RaftPort(Replicator, Protocol):
+class RaftPort(ReplicatorPart, Protocol):
     """A Raft replicator as the node uses it, whichever adapter runs it.
 
     ``catching_up``: a follower installing a peer's checkpoint (it refuses writes
@@ -154,14 +169,6 @@ class RaftPort(Replicator, Protocol):
 
     @property
     def catching_up(self) -> bool: ...
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def metrics(self) -> dict[str, float]:
-        """State gauges by ``StateGauge.key`` (``leader_changes``)."""
-        ...
 
     def journal_syncs(self) -> Snapshot | None: ...
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from om.executor.batcher import BatchBuilder, PendingWrite
 from om.flows.read_rounds import ReadRound
 from om.observe.metrics import BatchMetrics
 from om.observe.tracing import TraceSink
+from om.schema.seam import Seam
 from om.statemachine import log_entry
 
 logger = logging.getLogger(__name__)
@@ -72,14 +72,17 @@ class BatchPipeline:
 
     def __init__(self, replicator: Replicator, config: BatchConfig, leader_id: str,
                  tracer: TraceSink, metrics: BatchMetrics,
-                 clock_ms: Callable[[], int], merged_entries: Callable[[], bool]) -> None:
-        """``clock_ms``: the service's clock, which stamps each batch (replicated data,
-        so never the wall clock read here: a simulator drives the same clock).
+                 seam: Seam, merged_entries: Callable[[], bool]) -> None:
+        """``seam``: the node's clocks: its wall clock stamps each batch (replicated
+        data) and dates its trace record, its elapsed clock times the queue and the
+        replication cycle, which decides how long a batch gathers (``_gather``); a
+        simulator drives both.
         ``merged_entries``: whether a batch sealed now travels as a merged entry (``M``)
         or as a ``B`` entry (``log_entry.encode_sealed``), asked once per batch."""
         self._replicator = replicator
         self._merged_entries = merged_entries
-        self._clock_ms = clock_ms
+        self._seam = seam
+        self._elapsed_ns = seam.elapsed_ns
         self._metrics = metrics
         self.config = config
         self._leader_id = leader_id
@@ -114,7 +117,7 @@ class BatchPipeline:
         """Queues an executed write; False when the queue is full (back-pressure)."""
         if len(self._queue) >= self.config.queue_max:
             return False
-        self._queue.append(_Queued(write, settle, time.perf_counter_ns()))
+        self._queue.append(_Queued(write, settle, self._elapsed_ns()))
         self._wakeup.set()
         return True
 
@@ -170,7 +173,7 @@ class BatchPipeline:
         fills a batch."""
         spacing_s = self._cycle_ns / self.config.inflight_batches_max / 1e9
         while self._replicating and self._queue and len(self._queue) < self.config.writes_max:
-            waited_s = (time.perf_counter_ns() - self._queue[0].queued_ns) / 1e9
+            waited_s = (self._elapsed_ns() - self._queue[0].queued_ns) / 1e9
             if waited_s >= spacing_s:
                 return
             self._idle.clear()
@@ -188,7 +191,7 @@ class BatchPipeline:
             taken.append(queued)
         batch_id = self._next_batch_id
         self._next_batch_id += 1
-        sealed = builder.seal(batch_id, self._clock_ms(), self._leader_id,
+        sealed = builder.seal(batch_id, self._seam.clock_ms(), self._leader_id,
                               self._replicator.role().term)
         assert len(builder.writes) == len(taken)
         rounds, self._read_rounds = self._read_rounds, []
@@ -197,8 +200,8 @@ class BatchPipeline:
 
     async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,
                          rounds: list[ReadRound]) -> None:
-        sealed_ns = time.perf_counter_ns()
-        t_ns = time.time_ns()
+        sealed_ns = self._elapsed_ns()
+        t_ns = self._seam.wall_ns()
         result = ReplicateResult(ReplicateStatus.LEADER_CHANGED)
         self._metrics.in_flight.inc()
         self._replicating += 1
@@ -215,7 +218,7 @@ class BatchPipeline:
             for queued in taken:
                 queued.settle(result, sealed_ns - queued.queued_ns, batch_id)
             _resolve_all(rounds, result)
-        replicate_ns = time.perf_counter_ns() - sealed_ns - result.apply_ns
+        replicate_ns = self._elapsed_ns() - sealed_ns - result.apply_ns
         if result.status is ReplicateStatus.COMMITTED:
             self._cycle_ns += (replicate_ns - self._cycle_ns) * CYCLE_WEIGHT
         self._metrics.replicated(len(taken), len(entry), replicate_ns / 1e9, result.apply_ns / 1e9)

@@ -30,7 +30,6 @@ every node's apply (``_execute_old``).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from functools import partial
 
@@ -47,13 +46,7 @@ from om.flows.batch_pipeline import BatchPipeline
 from om.flows.purge import Purger
 from om.flows.read_rounds import ReadRound
 from om.flows.settings import LeaderConfig
-from om.flows.template import (
-    Clock,
-    RequestService,
-    entry_answer,
-    not_leader_response,
-    wall_clock_ms,
-)
+from om.flows.template import RequestService, entry_answer, not_leader_response
 from om.flows.write_flow import FlowHost, Write
 from om.gatekeeper.fs_locks import REPLAN_MAX, plan_fs
 from om.gatekeeper.lock_plan import LockRequest, plan_locks
@@ -69,6 +62,7 @@ from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView
+from om.schema.seam import Seam
 from om.statemachine import log_entry
 from om.statemachine.apply import StateMachine
 from om.statemachine.replicated_apply import ReplicatedStateMachine
@@ -101,10 +95,11 @@ class LeaderFlow:
         self.locks = AsyncLocks(config.lock_timeout_s)
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
+        self._elapsed_ns = host.seam.elapsed_ns
         self.pipeline = BatchPipeline(replicator, config.batch, host.node_id, tracer,
-                                      host.metrics.batches, host.clock_ms, merged_entries)
+                                      host.metrics.batches, host.seam, merged_entries)
         self.purger = Purger(store, host.submit, self._purging_term, config.purge,
-                             PURGE_USER, host.clock_ms)
+                             PURGE_USER, host.seam)
         self._purging: asyncio.Task[None] | None = None
 
     def _purging_term(self) -> int | None:
@@ -195,7 +190,7 @@ class LeaderFlow:
 
     async def _execute_when_granted(self, write: Write, owner: LockOwner, resolved: bool,
                                     replans: int) -> None:
-        started = time.perf_counter_ns()
+        started = self._elapsed_ns()
         try:
             await self.locks.finish(owner)
         except OMError as error:   # TIMEOUT; finish released what it held
@@ -207,7 +202,7 @@ class LeaderFlow:
                 write.request, om_pb2.LEADER_NOT_READY,
                 f"OM:{self._host.node_id} is shutting down; retry"), None)
             raise
-        write.trace.lock_wait_ns += time.perf_counter_ns() - started
+        write.trace.lock_wait_ns += self._elapsed_ns() - started
         planned = None
         if resolved:
             plan, planned = self._plan(write.request)
@@ -240,9 +235,9 @@ class LeaderFlow:
             index = host.managed_index.next()
             ctx = host.context(request, index, host.clock_ms(), self.reservations, planned)
             recorder = ChangeRecorder()
-            started = time.perf_counter_ns()
+            started = self._elapsed_ns()
             response = dispatch(request, self._store, recorder, ctx)
-            trace.execute_ns = time.perf_counter_ns() - started
+            trace.execute_ns = self._elapsed_ns() - started
             if response.status != om_pb2.OK:
                 self._end_refused(write, response)
                 return
@@ -254,7 +249,7 @@ class LeaderFlow:
             self.reservations.reserve(index, recorder.quota)
             settle = partial(self._settled, write, owner, index, reply, response)
             queued = True
-            trace.settled_ns = time.perf_counter_ns()   # until it settles: when it queued
+            trace.settled_ns = self._elapsed_ns()   # until it settles: when it queued
             if not self.pipeline.submit(pending, settle):
                 settle(ReplicateResult(ReplicateStatus.QUEUE_FULL), 0, 0)
         except Exception:
@@ -303,10 +298,10 @@ class LeaderFlow:
                 return
             index, now_ms = host.managed_index.next(), host.clock_ms()
             recorder = ChangeRecorder()
-            started = time.perf_counter_ns()
+            started = self._elapsed_ns()
             trial = dispatch(request, self._store, recorder,
                              host.context(request, index, now_ms, self.reservations, planned))
-            trace.execute_ns = time.perf_counter_ns() - started
+            trace.execute_ns = self._elapsed_ns() - started
             if trial.status == om_pb2.QUOTA_EXCEEDED:
                 self._end_refused(write, trial)
                 return
@@ -327,7 +322,7 @@ class LeaderFlow:
                            encoded: bytes) -> None:
         """Replicates an old-flow write's entry; once it applied here (or will not be
         by this leader), releases its reservation and locks, then answers."""
-        started = time.perf_counter_ns()
+        started = self._elapsed_ns()
         try:
             result = await self._replicator.replicate(encoded)
         except BaseException:     # cancelled at shutdown: the entry may still commit
@@ -340,8 +335,8 @@ class LeaderFlow:
         self.reservations.release(index)
         self.locks.release(owner)
         write.trace.apply_ns = result.apply_ns
-        write.trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
-        write.trace.settled_ns = time.perf_counter_ns()
+        write.trace.replicate_ns = max(self._elapsed_ns() - started - result.apply_ns, 0)
+        write.trace.settled_ns = self._elapsed_ns()
         self._host.end_write(write, entry_answer(write.request, result, self._host.node_id,
                                                  self._replicator.role()), None)
 
@@ -352,7 +347,7 @@ class LeaderFlow:
         self.reservations.release(index)
         self.locks.release(owner)
         trace = write.trace
-        now = time.perf_counter_ns()
+        now = self._elapsed_ns()
         trace.batch_wait_ns = batch_wait_ns
         trace.batch_id = batch_id
         trace.apply_ns = result.apply_ns
@@ -394,14 +389,15 @@ def seals_merged_entries(state_machine: StateMachine | ReplicatedStateMachine) -
 def leader_service(node_id: str, store: ReadView,
                    state_machine: StateMachine | ReplicatedStateMachine,
                    replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                   clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
+                   seam: Seam, metrics: NodeMetrics | None = None,
                    audit: AuditSink | None = None) -> RequestService[LeaderFlow]:
     """The request template holding the leader flow. ``store``: applied state (the
     old flow's write cache over the store when ``state_machine`` is the old flow's,
     which applies both kinds of entry: then every write type runs the flow the
-    ``#FLOWS`` row names, om/executor/admin/flow_switch.py)."""
+    ``#FLOWS`` row names, om/executor/admin/flow_switch.py); ``seam``: the node's
+    clocks and randomness."""
     return RequestService(
         node_id, replicator, state_machine, store, config, tracer,
         lambda host: LeaderFlow(host, store, state_machine.executes_requests, replicator,
                                 config, tracer, partial(seals_merged_entries, state_machine)),
-        clock_ms, metrics, audit)
+        seam, metrics, audit)

@@ -62,6 +62,7 @@ from om.flows.purge_scan import TableScan
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView
+from om.schema.seam import Seam
 from om.schema.tables import TableId
 
 logger = logging.getLogger(__name__)
@@ -114,18 +115,19 @@ class Purger:
     table."""
 
     def __init__(self, view: ReadView, submit: Submit, ready_term: Callable[[], int | None],
-                 config: PurgeConfig, user: str, clock_ms: Callable[[], int]) -> None:
+                 config: PurgeConfig, user: str, seam: Seam) -> None:
         """``ready_term``: the term in which this node is the ready leader free to
-        purge, or None; ``clock_ms``: the service's clock; an expiry cutoff rides in
-        the replicated request (``created_before_ms``), so it comes from the injected
-        clock, and so does the "now" a pass starts at."""
+        purge, or None; ``seam``: the node's clock and randomness: an expiry cutoff
+        rides in the replicated request (``created_before_ms``), so it comes from the
+        seam's clock, and so does the "now" a pass starts at; the purger's client id
+        (in every replicated purge request) from its randomness."""
         self._view = view
-        self.clock_ms = clock_ms
+        self.clock_ms: Callable[[], int] = seam.clock_ms
         self._submit = submit
         self.ready_term = ready_term
         self.config = config
         self._user = user
-        self._client_id = f"om-purge-{uuid.uuid4()}"
+        self._client_id = f"om-purge-{uuid.UUID(bytes=seam.randomness(16), version=4)}"
         self._calls = itertools.count(1)
         self._scans: dict[TableId, TableScan] = {}
         self._term: int | None = None

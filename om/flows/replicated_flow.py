@@ -12,13 +12,11 @@ RocksDB.
 
 from __future__ import annotations
 
-import time
-
 from om.consensus.port import ReplicateResult, Replicator
 from om.executor.registry import error_response
 from om.flows.read_rounds import ReadRound, ReadRounds
 from om.flows.settings import LeaderConfig
-from om.flows.template import Clock, RequestService, entry_answer, wall_clock_ms
+from om.flows.template import RequestService, entry_answer
 from om.flows.write_flow import FlowHost, Write
 from om.gatekeeper.retry_cache import StoredReply, expired_row_deletes, reply_row
 from om.observe.audit import AuditSink
@@ -26,6 +24,7 @@ from om.observe.metrics import NodeMetrics
 from om.observe.tracing import TraceSink
 from om.protocol import om_pb2
 from om.schema.ids import RetryKey
+from om.schema.seam import Seam
 from om.statemachine import log_entry
 from om.statemachine.replicated_apply import ReplicatedStateMachine
 
@@ -44,6 +43,7 @@ class ReplicatedFlow:
         self._state_machine = state_machine
         self._replicator = replicator
         self._config = config
+        self._elapsed_ns = host.seam.elapsed_ns
         self.read_rounds = ReadRounds(self._read_round_trip)
 
     async def start(self) -> None:
@@ -131,7 +131,7 @@ class ReplicatedFlow:
 
     async def _replicate(self, write: Write, encoded: bytes) -> None:
         request, trace = write.request, write.trace
-        started = time.perf_counter_ns()
+        started = self._elapsed_ns()
         try:
             result = await self._replicator.replicate(encoded)
         except BaseException:     # cancelled at shutdown: the entry may still commit
@@ -140,21 +140,21 @@ class ReplicatedFlow:
                 f"OM:{self._host.node_id} is shutting down; retry"), None)
             raise
         trace.execute_ns = result.apply_ns
-        trace.replicate_ns = max(time.perf_counter_ns() - started - result.apply_ns, 0)
+        trace.replicate_ns = max(self._elapsed_ns() - started - result.apply_ns, 0)
         self._host.metrics.batches.replicated(1, len(encoded), trace.replicate_ns / 1e9,
                                               result.apply_ns / 1e9)
-        trace.settled_ns = time.perf_counter_ns()
+        trace.settled_ns = self._elapsed_ns()
         self._host.end_write(write, entry_answer(request, result, self._host.node_id,
                                                  self._replicator.role()), None)
 
 
 def replicated_flow_service(node_id: str, state_machine: ReplicatedStateMachine,
                             replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                            clock_ms: Clock = wall_clock_ms, metrics: NodeMetrics | None = None,
+                            seam: Seam, metrics: NodeMetrics | None = None,
                             audit: AuditSink | None = None) -> RequestService[ReplicatedFlow]:
     """The request template holding the old flow; its readers see the state machine's
     write cache over the store."""
     return RequestService(
         node_id, replicator, state_machine, state_machine.view, config, tracer,
         lambda host: ReplicatedFlow(host, state_machine, replicator, config),
-        clock_ms, metrics, audit)
+        seam, metrics, audit)

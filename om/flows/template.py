@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
@@ -91,6 +90,7 @@ from om.protocol.status_names import status_name
 from om.schema.fingerprint import fingerprint, same_request
 from om.schema.ids import RetryKey
 from om.schema.read_view import ReadView, SnapshotViews
+from om.schema.seam import Seam
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], int]
@@ -99,11 +99,6 @@ SWEEP_TICK_S = 1.0  # how often the retry-cache sweeper looks at this node's rol
 SERVER_REQUEST_FIELDS = (("t_ns", int), ("op", str), ("status", str), ("lock_wait_ns", int),
                          ("execute_ns", int), ("batch_wait_ns", int), ("replicate_ns", int),
                          ("apply_ns", int), ("reply_ns", int), ("batch_id", int))
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch: the leader fixes it for each write."""
-    return time.time_ns() // 1_000_000
 
 
 def not_leader_response(request: om_pb2.OMRequest, node_id: str,
@@ -191,14 +186,15 @@ class RequestService(Generic[FlowT]):
 
     def __init__(self, node_id: str, replicator: Replicator, positions: Positions,
                  view: ReadView, settings: LeaderConfig, tracer: TraceSink,
-                 flow: Callable[[FlowHost], FlowT], clock_ms: Clock = wall_clock_ms,
+                 flow: Callable[[FlowHost], FlowT], seam: Seam,
                  metrics: NodeMetrics | None = None, audit: AuditSink | None = None) -> None:
         """``positions``: the state machine, whose managed index a new term starts
         from; ``view``: what readers of this flow see (the store, or the old flow's
         write cache over it); ``settings``: the template reads its ACL policy, handler
         limits, in-flight limit, retry wait, retry keys, read mode and sweep period;
         ``flow``: builds the write flow over this template's ``FlowHost`` handle, last,
-        once everything the handle offers is set."""
+        once everything the handle offers is set; ``seam``: every clock and random
+        byte this service and its flow read (om/schema/seam.py)."""
         assert settings.in_flight_max > 0
         assert settings.retry_wait_s > 0
         assert settings.sweep_interval_s > 0
@@ -216,7 +212,10 @@ class RequestService(Generic[FlowT]):
         self._tracer = tracer
         self._request_line = LineFormat("server_request", {"flow": tracer.flow, "node": node_id},
                                         SERVER_REQUEST_FIELDS)
-        self.clock_ms = clock_ms
+        self.seam = seam
+        self.clock_ms: Clock = seam.clock_ms
+        self._wall_ns = seam.wall_ns
+        self._elapsed_ns = seam.elapsed_ns
         self._retry_key: RetryKeys = settings.retry_keys
         self._positions = positions
         self._reader = view
@@ -284,7 +283,7 @@ class RequestService(Generic[FlowT]):
         while True:
             await asyncio.sleep(min(interval_s, SWEEP_TICK_S))
             ready = self._replicator.role().ready
-            now_s = time.monotonic()
+            now_s = self._elapsed_ns() / 1e9
             if ready and (not was_ready or behind or now_s - last_s >= interval_s):
                 behind = self.flow.sweep_expired() >= page_rows
                 last_s = now_s
@@ -350,7 +349,7 @@ class RequestService(Generic[FlowT]):
             answer.set_result(error_response(request, om_pb2.INVALID_REQUEST, problem))
             return
         kind = KINDS[request.cmd_type]
-        trace = Trace(time.time_ns(), kind.name)
+        trace = Trace(self._wall_ns(), kind.name, self._elapsed_ns())
         refusal = validation.problem(request, self._limits)
         if refusal is not None:
             self._end(request, peer, answer, trace,
@@ -537,12 +536,12 @@ class RequestService(Generic[FlowT]):
             self._end(request, peer, answer, trace, self._read(request, trace))
         else:
             self.flow.on_read_round(partial(self._answer_read, request, peer, answer, trace,
-                                        time.perf_counter_ns()))
+                                        self._elapsed_ns()))
 
     def _answer_read(self, request: om_pb2.OMRequest, peer: str, answer: Answer, trace: Trace,
                      started_ns: int, confirmed: ReplicateResult) -> None:
         """Runs a linearizable read once its round confirmed this leader."""
-        trace.replicate_ns = time.perf_counter_ns() - started_ns
+        trace.replicate_ns = self._elapsed_ns() - started_ns
         try:
             if confirmed.status is not ReplicateStatus.COMMITTED:
                 response = not_leader_response(request, self.node_id, self._replicator.role())
@@ -556,7 +555,7 @@ class RequestService(Generic[FlowT]):
     def _count(self, trace: Trace, response: om_pb2.OMResponse) -> None:
         requests = self.metrics.requests
         requests.answered(trace.op, status_name(response.status),
-                          (time.perf_counter_ns() - trace.started_ns) / 1e9)
+                          (self._elapsed_ns() - trace.started_ns) / 1e9)
         if trace.lock_wait_ns:
             requests.lock_wait.observe(trace.lock_wait_ns / 1e9)
 
@@ -588,13 +587,13 @@ class RequestService(Generic[FlowT]):
 
     def _read(self, request: om_pb2.OMRequest, trace: Trace) -> om_pb2.OMResponse:
         """Runs an authorized read's handler against what this flow's readers see."""
-        started = time.perf_counter_ns()
+        started = self._elapsed_ns()
         response = old_clients.post_process(request, dispatch(
             request, self._view(), ChangeRecorder(), self.context(request, 0, self.clock_ms())))
         if (self._preparing and response.HasField("prepare_status")
                 and response.prepare_status.status == om_pb2.NOT_PREPARED):
             response.prepare_status.status = om_pb2.PREPARE_GATE_ENABLED
-        trace.execute_ns = time.perf_counter_ns() - started
+        trace.execute_ns = self._elapsed_ns() - started
         return response
 
     def _emit(self, trace: Trace, response: om_pb2.OMResponse) -> None:
@@ -603,5 +602,5 @@ class RequestService(Generic[FlowT]):
         self._tracer.emit_line(self._request_line.line(
             trace.t_ns, trace.op, status_name(response.status), trace.lock_wait_ns,
             trace.execute_ns, trace.batch_wait_ns, trace.replicate_ns, trace.apply_ns,
-            (time.perf_counter_ns() - trace.settled_ns) if trace.settled_ns else 0,
+            (self._elapsed_ns() - trace.settled_ns) if trace.settled_ns else 0,
             trace.batch_id))

@@ -11,7 +11,8 @@ flows per write type) or ``om/flows/replicated_flow.py`` ``ReplicatedFlow``
   the retry cache's committed answers, the sweep of expired reply rows, its
   lifecycle and gauges).
 * ``FlowHost``: the narrow handle a flow gets from the template (end a write, the
-  role, the managed index, a handler's context, tasks, the clock, metrics), not
+  role, the managed index, a handler's context, tasks, the seam's clocks and randomness,
+  metrics), not
   the template: a flow cannot reach admission, the retry bookkeeping or the
   prepare gate's internals.
 * ``Write`` (an admitted write, from admission until it ends) and ``Trace`` (the
@@ -25,7 +26,6 @@ the template then calls ``WriteFlow.write_ended`` exactly once for it.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
@@ -38,12 +38,15 @@ from om.observe.metrics import NodeMetrics
 from om.protocol import om_pb2
 from om.schema.ids import RetryKey
 from om.schema.read_view import SnapshotViews
+from om.schema.seam import Seam
 
 Answer = asyncio.Future[om_pb2.OMResponse]
 
 
 class Trace:
-    """Phase timings of one request (docs/TRACES.md, server_request).
+    """Phase timings of one request (docs/TRACES.md, server_request): ``t_ns`` its
+    arrival by the seam's wall clock, every ``*_ns`` after it by the seam's elapsed
+    clock (``started_ns``: the arrival on that clock).
 
     A plain class with slots: every request makes one, and a dataclass with a
     default factory costs several times as much to build."""
@@ -51,10 +54,10 @@ class Trace:
     __slots__ = ("apply_ns", "batch_id", "batch_wait_ns", "execute_ns", "lock_wait_ns", "op",
                  "replayed", "replicate_ns", "settled_ns", "started_ns", "t_ns")
 
-    def __init__(self, t_ns: int, op: str) -> None:
+    def __init__(self, t_ns: int, op: str, started_ns: int) -> None:
         self.t_ns = t_ns
         self.op = op
-        self.started_ns = time.perf_counter_ns()
+        self.started_ns = started_ns
         self.lock_wait_ns = 0
         self.execute_ns = 0
         self.batch_wait_ns = 0
@@ -118,8 +121,13 @@ class FlowHost(Protocol):
         """The node's OM snapshot checkpoints; None: none can be read (no node)."""
         ...
 
+    @property
+    def seam(self) -> Seam:
+        """The node's clocks and randomness: the flow reads no other."""
+        ...
+
     def clock_ms(self) -> int:
-        """Now, in milliseconds since the epoch (the node's clock, read at each call)."""
+        """Now, in milliseconds since the epoch (the seam's wall clock, read at each call)."""
         ...
 
     def role(self) -> Role:

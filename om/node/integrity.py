@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +46,7 @@ from contextlib import AbstractContextManager
 from om.config import NodeAddress, ServerConfig
 from om.consensus.port import ReplicateResult, ReplicateStatus, Replicator, Role
 from om.executor.registry import error_response
-from om.flows.template import not_leader_response, wall_clock_ms
+from om.flows.template import not_leader_response
 from om.integrity import auditor, marker
 from om.integrity.auditor import AuditConfig
 from om.integrity.continuous import SelfCheck
@@ -58,6 +57,7 @@ from om.integrity.verifier import Verification, Verifier
 from om.node.integrity_peers import PeerLink
 from om.observe.metrics import StateGauge
 from om.protocol import om_pb2
+from om.schema.seam import Seam
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult
 from om.statemachine.digests import Digests
@@ -174,13 +174,12 @@ class NodeIntegrity:
     def __init__(self, config: ServerConfig, store: Store, quiesce: Callable[[], None],
                  applying: Callable[[], AbstractContextManager[object]],
                  applied_index: Callable[[], int], fail_stop: Callable[[], None],
-                 clock_ms: Callable[[], int] = wall_clock_ms,
-                 randomness: Callable[[int], bytes] = os.urandom) -> None:
-        """``clock_ms``, ``randomness``: what a verify entry's time and id are read from
-        (the node's seam, om/node/parts.py: a verify entry is replicated data)."""
+                 seam: Seam) -> None:
+        """``seam``: what a verify entry's time and id are read from (the node's,
+        om/node/parts.py: a verify entry is replicated data)."""
         self._config = config
-        self._clock_ms = clock_ms
-        self._randomness = randomness
+        self._clock_ms = seam.clock_ms
+        self._randomness = seam.randomness
         self._node_dir = config.node_data_dir
         self._store = store
         self._applying = applying

@@ -21,7 +21,7 @@ from om.consensus.port import Replicator
 from om.executor.errors import OMError
 from om.executor.registry import KINDS, error_response
 from om.executor.security import tokens, user_certificates
-from om.flows.template import audit_request, not_leader_response, wall_clock_ms
+from om.flows.template import audit_request, not_leader_response
 from om.gatekeeper import validation
 from om.node import gc_policy, parts
 from om.node import membership as node_membership
@@ -33,6 +33,7 @@ from om.protocol import om_pb2
 from om.protocol.token_format import instant
 from om.schema import tables
 from om.schema.read_view import ReadView
+from om.schema.seam import Seam
 from om.security.tls import PeerIdentity
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult
@@ -73,7 +74,7 @@ class Node:
     """The parts of one OM process, from store to leader service."""
 
     def __init__(self, config: ServerConfig, fail_stop: Callable[[], None] = _exit_now,
-                 seam: parts.Seam | None = None) -> None:
+                 seam: Seam | None = None) -> None:
         """Opens the parts ``config`` names (``parts.py`` picks each, once); ``seam``: the
         clock and the randomness this node reads (the wall's and the OS's by default)."""
         if config.unsafe_disable_retry_cache:
@@ -81,7 +82,7 @@ class Node:
                            "of committed writes execute again; for tests only")
         self.config = config
         self.fail_stop = fail_stop
-        self.seam = seam or parts.Seam(wall_clock_ms)
+        self.seam = seam or parts.MACHINE_SEAM
         NodeIntegrity.check_startable(config)   # before anything is opened or applied
         self.tracer = parts.tracer(config)
         self.store = parts.open_store(config)
@@ -95,19 +96,21 @@ class Node:
         self.integrity = NodeIntegrity(config, self.store, self.state_machine.quiesce,
                                        self.state_machine.applying,
                                        lambda: self.state_machine.applied_index, fail_stop,
-                                       self.seam.clock_ms, self.seam.randomness)
+                                       self.seam)
         self.membership_ledger = node_membership.Ledger()
         ring = parts.ring(config, self.state_machine, self.om_snapshot_checkpoints, parts.RaftHooks(
-            self.apply_entry, self.barrier_entry, self._leads, fail_stop))
+            self.apply_entry, self.barrier_entry, self._leads, fail_stop), self.seam)
         self.raft, self.checkpoints = ring.raft, ring.checkpoints
         self.checkpoint_client = ring.checkpoint_client
+        self.replication = parts.Replication(self.state_machine, parts.replicator(
+            config, ring, self.state_machine.applied_index, self.apply_entry))
         # The flows never see a diverged node ready: it executes and answers nothing.
         self.replicator: Replicator = self.integrity.attach(
-            parts.replicator(config, ring, self.state_machine.applied_index, self.apply_entry),
+            self.replication.replicator,
             self.raft.transfer_leadership if self.raft is not None else None)
         self.leader = execution.write_path(parts.FlowParts(
             config.node_id, self.replicator, settings, self.tracer, self.metrics,
-            self.audit or NoAudit(), self.seam.clock_ms))
+            self.audit or NoAudit(), self.seam))
         self.leader.snapshot_views = self.om_snapshot_checkpoints
         self._add_gauges()
         if self.raft is not None:
@@ -165,10 +168,9 @@ class Node:
             raise
 
     async def start(self) -> None:
-        """Starts the leader service and, with Raft, following leadership."""
+        """Starts the leader service, then replication (with Raft, following leadership)."""
         await self.leader.start()
-        if self.raft is not None:
-            await self.raft.start()
+        await self.replication.start()
         self.integrity.start()
 
     def submit(self, request: om_pb2.OMRequest,
@@ -359,10 +361,7 @@ class Node:
             "checkpoint_cache_bytes": sum(shared_memory().usage()),
             "digest_leaf_cache_bytes": Digests.attach(self.store).cache_bytes(),
             **gc_policy.metrics()}
-        parts_ = [self.leader.gauges(), self.state_machine.metrics()]
-        if self.raft is not None:
-            parts_.append(self.raft.metrics())
-        for gauges in parts_:
+        for gauges in (self.leader.gauges(), self.replication.metrics()):
             for key, value in gauges.items():
                 values[key] = values.get(key, 0) + value
         return values
@@ -381,9 +380,7 @@ class Node:
         await self.integrity.close()
         if self.checkpoint_client is not None:
             self.checkpoint_client.stop()
-        if self.raft is not None:
-            await self.raft.close()
-        self.state_machine.close()
+        await self.replication.close()
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()

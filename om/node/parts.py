@@ -12,13 +12,18 @@ and nowhere else in ``om/node``:
   checkpoints); more, over Raft.
 * ``[raft] separate_process`` picks the Raft adapter (``RAFT_ADAPTERS``): a Raft child
   process (the default) or pysyncobj in a thread of this process.
+* The node holds the state machine and the replicator that applies to it as one part
+  (``Replication``): one start, one scrape of both's gauges, one close.
 * ``unsafe_disable_retry_cache`` picks the retry cache's keys (``leader_config``): the
   fault ``ForgetfulRetryKeys`` for chaos's red case, else ``retry_key``.
 
 Invariant: the node holds each part through its port (``Machine``, ``WritePath``,
 ``om.consensus.port.RaftPort``) and never asks a part its type, so a mode is one row
-of these tables. The clock (``Clock``) and the randomness (``Randomness``) a node
-reads come in at the same seam (``Seam``), so a simulator can drive a node.
+of these tables. The clocks and the randomness a node reads come in at the same
+seam (``om/schema/seam.py`` ``Seam``; ``MACHINE_SEAM``, the wall's clock and the OS's
+entropy, by default), and every part that reads time or random bytes is given it
+here, so a simulator can drive a node (``tests/test_seam_reads.py`` fails on a read
+in the core that bypasses it).
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from om.config import ConfigError, ServerConfig
 from om.consensus.local import LocalReplicator
-from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator
+from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator, ReplicatorPart
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.admin import upgrade
@@ -42,7 +48,6 @@ from om.flows.leader_flow import leader_service
 from om.flows.purge import PurgeConfig
 from om.flows.replicated_flow import replicated_flow_service
 from om.flows.settings import LeaderConfig
-from om.flows.template import Clock
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import ForgetfulRetryKeys, RetryCacheConfig, retry_key
 from om.node.catchup import CheckpointClient, CheckpointServer
@@ -52,6 +57,7 @@ from om.observe.tracing import NullTracer, Tracer, TraceSink
 from om.protocol import om_pb2
 from om.schema import tables
 from om.schema.read_view import ReadView, SnapshotViews
+from om.schema.seam import Seam
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.checkpoint_shelf import CheckpointShelf
 from om.statemachine.digests import Digests, derive_key
@@ -60,7 +66,10 @@ from om.statemachine.replicated_apply import MemoryRetryCache, ReplicatedStateMa
 from om.statemachine.store import Store, StoreMemory
 
 logger = logging.getLogger(__name__)
-Randomness = Callable[[int], bytes]   # n random bytes (secrets.token_bytes)
+# The machine's: the wall clock, a monotonic clock (perf_counter: CLOCK_MONOTONIC on
+# Linux, the finest there), the OS's entropy. The only default of the seam.
+MACHINE_SEAM = Seam(wall_ns=time.time_ns, elapsed_ns=time.perf_counter_ns,
+                    randomness=secrets.token_bytes)
 
 
 class Machine(SnapshotSource, Protocol):
@@ -87,7 +96,7 @@ class WritePath(Protocol):
     ``replicated_flow_service``."""
 
     snapshot_views: SnapshotViews | None
-    clock_ms: Clock
+    clock_ms: Callable[[], int]
 
     @property
     def in_flight(self) -> int: ...
@@ -104,14 +113,6 @@ class WritePath(Protocol):
     def gauges(self) -> dict[str, float]:
         """State gauges by ``StateGauge.key`` (the flow's own: purge, retry cache, locks)."""
         ...
-
-
-@dataclass(frozen=True)
-class Seam:
-    """What a node reads from outside its parts: time and randomness."""
-
-    clock_ms: Clock
-    randomness: Randomness = secrets.token_bytes
 
 
 def handler_limits(config: ServerConfig) -> HandlerLimits:
@@ -225,7 +226,7 @@ class FlowParts:
     tracer: TraceSink
     metrics: NodeMetrics
     audit: AuditSink
-    clock_ms: Clock
+    seam: Seam
 
 
 class Execution(Protocol):
@@ -246,7 +247,7 @@ class LeaderExecution:
 
     def write_path(self, flow: FlowParts) -> WritePath:
         return leader_service(flow.node_id, self.machine.view, self.machine, flow.replicator,
-                              flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
+                              flow.settings, flow.tracer, flow.seam, flow.metrics,
                               flow.audit)
 
 
@@ -258,7 +259,7 @@ class OldFlowExecution:
 
     def write_path(self, flow: FlowParts) -> WritePath:
         return replicated_flow_service(flow.node_id, self.machine, flow.replicator,
-                                       flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
+                                       flow.settings, flow.tracer, flow.seam, flow.metrics,
                                        flow.audit)
 
 
@@ -271,7 +272,7 @@ class SwitchableExecution:
 
     def write_path(self, flow: FlowParts) -> WritePath:
         return leader_service(flow.node_id, self.machine.view, self.machine, flow.replicator,
-                              flow.settings, flow.tracer, flow.clock_ms, flow.metrics,
+                              flow.settings, flow.tracer, flow.seam, flow.metrics,
                               flow.audit)
 
 
@@ -336,13 +337,14 @@ RAFT_ADAPTERS: dict[bool, Callable[[ServerConfig, Snapshotter, RaftHooks], RaftP
 
 
 def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
-         hooks: RaftHooks) -> Ring:
+         hooks: RaftHooks, seam: Seam) -> Ring:
     """Raft (the adapter ``[raft] separate_process`` names) and the checkpoints a
-    follower catches up from, for a ring of more than one node."""
+    follower catches up from (named and leased by ``seam``), for a ring of more than
+    one node."""
     if len(config.nodes) == 1:
         return Ring()
     shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
-                            config.node_id, config.raft.fsync, config.catchup.lease_s)
+                            config.node_id, config.raft.fsync, seam, config.catchup.lease_s)
     client = CheckpointClient(config)
     snapshots = Snapshotter(state, config.node_data_dir, config.raft.fsync, shelf=shelf,
                             source=client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
@@ -352,9 +354,38 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
 
 
 def replicator(config: ServerConfig, ring: Ring, applied_index: int,
-               apply_entry: ApplyEntry) -> Replicator:
+               apply_entry: ApplyEntry) -> ReplicatorPart:
     """Raft for a ring; for a single node, ``LocalReplicator`` (an entry commits when
     applied, at the position after ``applied_index``)."""
     if ring.raft is not None:
         return ring.raft
     return LocalReplicator(config.node_id, config.node.address, applied_index, apply_entry)
+
+
+class Replication:
+    """The node's state machine and the replicator that applies entries to it, held as
+    one part: the node starts, scrapes and closes the pair without asking which
+    replicator (local or Raft) or which state machine (either flow's) it is.
+
+    Invariant: the replicator closes before the state machine, so nothing applies to
+    a closed state machine; a gauge both report is their sum."""
+
+    def __init__(self, machine: Machine, replicator: ReplicatorPart) -> None:
+        self.machine = machine
+        self.replicator = replicator
+
+    async def start(self) -> None:
+        """Starts replication (the state machine is ready once built)."""
+        await self.replicator.start()
+
+    def metrics(self) -> dict[str, float]:
+        """Both parts' state gauges by ``StateGauge.key``."""
+        values = dict(self.machine.metrics())
+        for key, value in self.replicator.metrics().items():
+            values[key] = values.get(key, 0) + value
+        return values
+
+    async def close(self) -> None:
+        """Stops replication, then closes the state machine."""
+        await self.replicator.close()
+        self.machine.close()

@@ -7,13 +7,16 @@ completion, a client's next step) is a timer on that loop, and asyncio runs
 ready callbacks in FIFO order, so one seed gives one order of everything.
 
 ``seam(clock, rng)`` takes the process's clocks and global randomness over for
-a run: ``time.time``/``monotonic``/``perf_counter`` (and their ``_ns``) answer
-the virtual clock, the global ``random`` functions draw from the run's seeded
-generator (``uuid.uuid4`` too: the purger names its client with one), and the
-unseeded sources (``os.urandom``, hence ``secrets``,
-``uuid.uuid4`` and ``random.SystemRandom``; ``time.sleep``) raise
-``UnseededRead``: a run that reaches one fails loudly instead of silently
-depending on the machine. Everything is put back when the run ends.
+a run, for the libraries the nodes run (pysyncobj reads the clock and draws its
+election timeouts from ``random``): ``time.time``/``monotonic``/``perf_counter``
+(and their ``_ns``) answer the virtual clock, the global ``random`` functions
+draw from the run's seeded generator, and the unseeded sources (``os.urandom``,
+hence ``secrets`` and ``random.SystemRandom``; ``uuid.uuid4``; ``time.sleep``)
+raise ``UnseededRead``: a run that reaches one fails loudly instead of silently
+depending on the machine. The nodes' own core reads neither: it reads the
+``Seam`` (``om/schema/seam.py``) each node is built with (``om/sim/world.py``),
+so a run that passes also shows the core asked the machine for no random id.
+Everything is put back when the run ends.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ def seam(clock: VirtualClock, rng: random.Random) -> Iterator[None]:
         for name in _RANDOM_NAMES:
             setattr(random, name, ours(getattr(rng, name), saved_random[name]))
         os.urandom = ours(_refuse("os.urandom"), saved_urandom)
-        uuid.uuid4 = ours(lambda: uuid.UUID(int=rng.getrandbits(128), version=4), saved_uuid4)
+        uuid.uuid4 = ours(_refuse("uuid.uuid4"), saved_uuid4)
         yield
     finally:
         for name, value in saved_time.items():

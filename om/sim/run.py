@@ -531,7 +531,7 @@ def run_seed(seed: int, requests: int = 2000, faults: Faults | None = None,
     level = quiet.level
     quiet.setLevel(logging.CRITICAL + 1)
     try:
-        with seam(world.clock, world.stream("global-random")), take_over(world.raft_time):
+        with seam(world.clock, world.global_random), take_over(world.raft_time):
             return world.loop.run_until_complete(_main(world, requests, faults or Faults()))
     finally:
         quiet.setLevel(level)

@@ -45,6 +45,7 @@ from om.flows.settings import LeaderConfig
 from om.flows.template import RequestService
 from om.observe.tracing import NullTracer
 from om.protocol import om_pb2
+from om.schema.seam import Seam
 from om.sim.clock import EPOCH_S, VirtualClock, VirtualLoop
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
@@ -106,6 +107,9 @@ class World:
         self.paused_until: dict[str, float] = {}    # node name -> end of its pause
         self.skew: dict[str, float] = {}            # node name -> its clock's jumps
         self._held = 0
+        # the process's global random functions draw from it during a run (om.sim.clock
+        # ``seam``), and so does every node's ``Seam``: one order of draws per seed
+        self.global_random = self.stream("global-random")
         self.loop.set_task_factory(self._task)
 
     def stream(self, name: str) -> random.Random:
@@ -316,7 +320,7 @@ class SimNode:
                                       self.apply_entry, _NoSnapshots(), self.barrier_entry,
                                       1 << 20, self.network, self.disk)
         self.leader = leader_service(self.name, self.store, self.machine, self.raft,
-                                     LeaderConfig(), NullTracer(), clock_ms=self.clock_ms)
+                                     LeaderConfig(), NullTracer(), self.seam())
         self.raft.on_leadership_lost(self.leader.leadership_lost)
         self.alive = True
         await self.leader.start()
@@ -326,6 +330,14 @@ class SimNode:
 
     def clock_ms(self) -> int:
         return int((EPOCH_S + self.world.clock.now) * 1000)
+
+    def seam(self) -> Seam:
+        """The node's clocks and randomness: the virtual clock (its wall clock ticks in
+        milliseconds, the stamps' unit) and the run's seeded random source."""
+        world = self.world
+        return Seam(wall_ns=lambda: self.clock_ms() * 1_000_000,
+                    elapsed_ns=lambda: int(world.clock.now * 1e9),
+                    randomness=lambda n: world.global_random.getrandbits(8 * n).to_bytes(n, "big"))
 
     def barrier_entry(self, term: int) -> bytes:
         return log_entry.encode_batch(om_pb2.PersistDbBatch(

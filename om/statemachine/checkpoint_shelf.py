@@ -22,15 +22,14 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from om.disk.durable_files import fsync_path, write_synced
+from om.schema.seam import Randomness, Seam
 
 MANIFEST = "manifest.json"
 _ID = re.compile(r"^[0-9]{20}-[0-9a-f]{8}$")
@@ -105,20 +104,24 @@ def safe_relative(path: str) -> bool:
         part not in ("", ".", "..") for part in parts)
 
 
-def new_id(applied_index: int) -> str:
+def new_id(applied_index: int, randomness: Randomness) -> str:
     """A fresh checkpoint id: sortable by position, unique by its random tail."""
     assert applied_index >= 0
-    return f"{applied_index:020d}-{secrets.token_hex(4)}"
+    return f"{applied_index:020d}-{randomness(4).hex()}"
 
 
 class CheckpointShelf:
-    """The checkpoints this node keeps: made by ``snapshot.py``, read by followers."""
+    """The checkpoints this node keeps: made by ``snapshot.py``, read by followers.
 
-    def __init__(self, root: Path, kept: int, node_id: str, durable: bool,
+    ``seam``: the node's randomness names each checkpoint, its elapsed clock times the
+    leases (read on the snapshot thread and the catch-up server's)."""
+
+    def __init__(self, root: Path, kept: int, node_id: str, durable: bool, seam: Seam,
                  lease_s: float = 30.0) -> None:
         assert kept >= 1
         assert lease_s >= 0
         self._lease_s = lease_s
+        self._seam = seam
         self.root = root
         self._kept = kept
         self._node_id = node_id
@@ -144,7 +147,7 @@ class CheckpointShelf:
     def begin(self, applied_index: int) -> tuple[str, Path]:
         """A new checkpoint's id and its empty directory, for the caller to fill (under
         apply's lock) with ``db/`` and ``om-snapshots/``."""
-        checkpoint_id = new_id(applied_index)
+        checkpoint_id = new_id(applied_index, self._seam.randomness)
         directory = self.root / checkpoint_id
         directory.mkdir()
         return checkpoint_id, directory
@@ -187,7 +190,7 @@ class CheckpointShelf:
         return FileEntry(path.relative_to(directory).as_posix(), stat.st_size, digest)
 
     def _prune(self) -> None:
-        now = time.monotonic()
+        now = self._seam.elapsed_ns() / 1e9
         for checkpoint_id in sorted(self._manifests)[:-self._kept]:
             read_at = self._read_at.get(checkpoint_id)
             if read_at is not None and now - read_at < self._lease_s:
@@ -223,7 +226,7 @@ class CheckpointShelf:
             raise BadChunkRequest(f"offset {offset} is past the end of {path} "
                                   f"({entry.size} bytes)")
         with self._lock:
-            self._read_at[checkpoint_id] = time.monotonic()
+            self._read_at[checkpoint_id] = self._seam.elapsed_ns() / 1e9
         try:
             with open(self.root / checkpoint_id / path, "rb") as source:
                 source.seek(offset)

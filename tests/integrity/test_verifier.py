@@ -15,6 +15,7 @@ from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.integrity import compare, marker, repair
 from om.integrity.verifier import Verifier, VerifyUnavailable
 from om.node.integrity import GuardedReplicator, NodeIntegrity
+from om.node.parts import MACHINE_SEAM
 from om.protocol import om_pb2
 from om.schema import tables
 from om.statemachine import log_entry
@@ -34,7 +35,7 @@ def node(tmp_path: Path) -> Iterator[tuple[Harness, NodeIntegrity, list[str]]]:
     integrity = NodeIntegrity(config, store, harness.state_machine.quiesce,
                               harness.state_machine.applying,
                               lambda: harness.state_machine.applied_index,
-                              lambda: stops.append("stopped"))
+                              lambda: stops.append("stopped"), MACHINE_SEAM)
     yield harness, integrity, stops
     integrity.verifier.close()
     store.close()
@@ -114,7 +115,8 @@ def test_a_restart_reads_the_kept_verifications_again(tmp_path: Path) -> None:
     harness = populate(store, keys=6)
     config = ServerConfig(node_id="om1", data_dir=tmp_path, nodes=(NodeAddress("om1"),))
     integrity = NodeIntegrity(config, store, harness.state_machine.quiesce,
-                              harness.state_machine.applying, lambda: 0, lambda: None)
+                              harness.state_machine.applying, lambda: 0, lambda: None,
+                              MACHINE_SEAM)
     positions = [_verify(harness, integrity)[0] for _ in range(4)]
     _done(integrity.verifier, positions[-1])
     assert integrity.verifier.get(positions[0]) is None, "retired"
@@ -184,7 +186,7 @@ def test_a_store_from_before_digests_gets_them_and_then_verifies(tmp_path: Path)
     harness = SimpleNamespace(position=0, clock=SimpleNamespace(now_ms=1), state_machine=machine)
     config = ServerConfig(node_id="om1", data_dir=tmp_path, nodes=(NodeAddress("om1"),))
     integrity = NodeIntegrity(config, store, machine.quiesce, machine.applying, lambda: 0,
-                              lambda: None)
+                              lambda: None, MACHINE_SEAM)
     try:
         assert not Digests.attach(store).complete
         position, _ = _verify(harness, integrity)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -70,6 +71,8 @@ def test_the_seam_takes_time_and_randomness_over_and_gives_them_back() -> None:
             os.urandom(4)
         with pytest.raises(UnseededRead):
             time.sleep(0.01)
+        with pytest.raises(UnseededRead):   # the core's ids come from each node's Seam
+            uuid.uuid4()
     assert drawn == random.Random(7).random()
     assert time.monotonic() >= before
     assert len(os.urandom(4)) == 4
