@@ -49,6 +49,12 @@ READ_LINEARIZABLE = "linearizable"
 READ_LOCAL = "local"
 READ_MODES = (READ_LINEARIZABLE, READ_LOCAL)
 WORKERS_MAX = 64
+# Shard processes of one node (docs/SHARDS.md): shard k >= 1 listens on its node's
+# client port + SHARD_PORT_OFFSET + SHARD_PORT_STEP * k, beside port + 10 (Raft) and
+# port + 20 (HTTP) of ``om cluster up``'s layout.
+SHARDS_MAX = 8
+SHARD_PORT_OFFSET = 20
+SHARD_PORT_STEP = 10
 # How the leader locks writes on file-system buckets (docs/FSO.md, *Locks*).
 FSO_LOCK_OBJECT_ID = "object-id"
 FSO_LOCK_BUCKET = "bucket"
@@ -94,8 +100,14 @@ class NodeAddress:
 
     @property
     def ports(self) -> tuple[int, ...]:
-        """Every port this node listens on."""
+        """Every port this node listens on (with one shard)."""
         return tuple(p for p in (self.port, self.raft_port, self.http_port) if p)
+
+    def shard_port(self, shard: int) -> int:
+        """The client port of ``shard``: ``port`` for shard 0 (the coordinator), else
+        ``port + SHARD_PORT_OFFSET + SHARD_PORT_STEP * shard`` (docs/SHARDS.md, *Ports*)."""
+        assert 0 <= shard < SHARDS_MAX
+        return self.port + SHARD_PORT_OFFSET + SHARD_PORT_STEP * shard if shard else self.port
 
 
 @dataclass(frozen=True)
@@ -409,6 +421,10 @@ class ServerConfig:
     # node's core process (om/node/front_pool.py). 1: the core serves them itself. 0: one
     # per eight cores, at least one (``workers_count``).
     workers: int = 0
+    # Shard processes executing writes, each for its share of the buckets
+    # (docs/SHARDS.md): 1..SHARDS_MAX; more than one needs the Raft process and the
+    # leader flow. 1 is one process executing every write.
+    shards: int = 1
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)
@@ -494,6 +510,28 @@ class ServerConfig:
             raise ConfigError(f"execution must be one of {EXECUTIONS}, not '{self.execution}'")
         if self.read_mode not in READ_MODES:
             raise ConfigError(f"read_mode must be one of {READ_MODES}, not '{self.read_mode}'")
+        self._validate_shards()
+
+    def _validate_shards(self) -> None:
+        """``shards``: in range, and more than one only where shards can run."""
+        if not 1 <= self.shards <= SHARDS_MAX:
+            raise ConfigError(f"shards must be 1 to {SHARDS_MAX}, not {self.shards}")
+        if self.shards == 1:
+            return
+        if not self.raft.separate_process:
+            raise ConfigError(f"shards = {self.shards} needs [raft] separate_process = true: "
+                              "the Raft process merges the shards' sub-batches")
+        if self.execution != "leader":
+            raise ConfigError(f"shards = {self.shards} needs execution = \"leader\", not "
+                              f"\"{self.execution}\": the old flow runs in one process")
+        for node in self.nodes:
+            ports = node.ports + tuple(node.shard_port(k) for k in range(1, self.shards))
+            if max(ports) >= 65536 or len(set(ports)) != len(ports):
+                raise ConfigError(f"node {node.id}: with shards = {self.shards} its shard "
+                                  f"ports (port + {SHARD_PORT_OFFSET} + {SHARD_PORT_STEP} k) "
+                                  "must be at most 65535 and differ from its other ports")
+        raise ConfigError(f"shards = {self.shards}: the shard processes are not built yet "
+                          "(docs/SHARDS.md, step 2); only shards = 1 serves")
 
     def _validate_nodes(self) -> None:
         """Node ids, membership, ports and Raft links."""

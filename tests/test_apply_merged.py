@@ -10,11 +10,15 @@ at the entry's one position, on both state machines.
 * The old flow's machine (switchable flows) ends in the same rows.
 * A log that turns from B to M where MERGED_ENTRIES is finalized applies to the rows
   an all-B log gives, on both machines, and each keeps the layout the log wrote.
+* A shard's store (docs/SHARDS.md step 2) applies its part of an entry and refuses
+  another shard's slice.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from om.executor.admin import upgrade
 from om.flows.settings import LeaderConfig
@@ -197,3 +201,21 @@ def test_a_log_turning_from_b_to_m_at_finalize_applies_as_an_all_b_log(
     reopened = StateMachine(Store(tmp_path / "mixed"))   # a restart reads the layout row
     assert reopened.layout_version == upgrade.MERGED_ENTRIES.version
     reopened.store.close()
+
+
+def test_a_shards_store_applies_its_own_part_and_no_other_shards_slice(
+        tmp_path: Path) -> None:
+    shard_one = [merged_entry.encode_slice(1, s.SerializeToString(deterministic=True))
+                 for s in worker.slices_for(1)]
+    entry = merged_entry.merge([*shard_one, log_entry.encode_sealed(b"", merged=True)])
+    parts = merged_entry.split_by_shard(entry)
+    store = Store(tmp_path / "shard-1")
+    worker.seed(store)
+    machine = StateMachine(store, shard=1)
+    result = machine.apply_entry(1, parts[1])
+    assert (result.applied, result.batches_applied) == (True, (True,) * worker.SLICES)
+    assert store.count(om_pb2.KEY) == worker.SLICES * worker.ROWS
+    with pytest.raises(AssertionError, match="not shard 1's"):
+        machine.apply_entry(2, parts[0])
+    assert machine.applied_index == 1
+    store.close()

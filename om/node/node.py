@@ -353,6 +353,7 @@ class Node:
             "applied_index": self.state_machine.applied_index,
             "managed_index": self.state_machine.managed_index,
             "writes_in_flight": self.leader.in_flight, "leader_changes": 0,
+            "merged_entries_appended": 0, "merged_slices_appended": 0,
             "snapshot_checkpoints_taken": self.om_snapshot_checkpoints.taken,
             "snapshot_checkpoints_freed": self.om_snapshot_checkpoints.freed,
             "snapshot_checkpoint_seconds": self.om_snapshot_checkpoints.last_checkpoint_s,

@@ -99,6 +99,12 @@ NODE_STATE: tuple[StateGauge, ...] = (
     StateGauge("writes_in_flight", "om_writes_in_flight", "Writes admitted, not yet answered"),
     StateGauge("leader_changes", "om_leader_changes",
                "Times the leader this node knows of changed", counter=True),
+    StateGauge("merged_entries_appended", "om_raft_merged_entries_appended",
+               "Merged entries (tag M) this node's Raft process appended as leader "
+               "(reported about once a second); slices / entries is the merge rate",
+               counter=True),
+    StateGauge("merged_slices_appended", "om_raft_merged_slices_appended",
+               "Sub-batches (slices) those merged entries held", counter=True),
     StateGauge("retry_cache_hits", "om_retry_cache_hits",
                "Retries answered from the retry cache", counter=True),
     StateGauge("retry_cache_entries", "om_retry_cache_entries",

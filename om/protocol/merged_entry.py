@@ -16,6 +16,13 @@ slices in order. Neither side decodes to merge, and the leader, which keeps its
 submitted sub-batches, rebuilds the merged entry the Raft process appended from
 them (``merge``) instead of receiving its bytes back.
 
+With several shards (docs/SHARDS.md, step 2) the Raft process hands each shard
+only its own slices of a committed entry: ``split_by_shard`` cuts the entry along its
+slice records, without decoding a batch, into one merged entry per shard whose bytes
+are those records in log order, so that what shard k applies is byte for byte the
+merge of what shard k sealed (on the leader, the entry it rebuilds from its own
+sub-batches).
+
 Invariants: an entry carries at least one slice; a slice's batch bytes are never
 re-encoded between the shard that sealed them and apply, on any node.
 """
@@ -73,6 +80,55 @@ def is_single_slice(entry: bytes) -> bool:
             return at + length == len(entry)
         shift += 7
     return False
+
+
+def _varint_at(entry: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``entry[at]`` and the offset after it. A malformed committed entry
+    is a bug (an entry is checked by the shard that sealed it), hence asserts."""
+    value, shift = 0, 0
+    while True:
+        assert at < len(entry), "a truncated varint in a merged entry"
+        assert shift < 64, "a varint of more than 64 bits in a merged entry"
+        byte = entry[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def slice_records(entry: bytes) -> list[tuple[int, int, int]]:
+    """(shard, start, end) of each slice record of a merged entry (its field tag, length
+    and body: ``entry[start:end]``), in order. Reads the headers only: a record's body
+    starts with its shard field unless the shard is 0 (proto3 leaves a zero out, and
+    fields are written in number order), so no batch is decoded."""
+    assert entry[:1] == MERGED, f"not a merged entry: tag {entry[:1]!r}"
+    records: list[tuple[int, int, int]] = []
+    at = 1
+    while at < len(entry):
+        assert entry[at:at + 1] == _SLICES_FIELD, "a merged entry holds slices only"
+        length, body = _varint_at(entry, at + 1)
+        end = body + length
+        assert end <= len(entry), "a slice runs past its entry"
+        shard = 0
+        if length and entry[body:body + 1] == _SHARD_FIELD:
+            shard = _varint_at(entry, body + 1)[0]
+            assert 0 < shard <= SHARD_MAX, "proto3 writes no zero shard; a uint32"
+        records.append((shard, at, end))
+        at = end
+    assert records, "a merged entry carries at least one slice"
+    return records
+
+
+def split_by_shard(entry: bytes) -> dict[int, bytes]:
+    """Each shard's slices of a merged entry as a merged entry of them alone, by shard
+    (only shards with a slice): the slice records copied as they are, in order, so
+    ``merge`` of a shard's one-slice entries equals its part."""
+    view = memoryview(entry)
+    records: dict[int, list[memoryview]] = {}
+    for shard, start, end in slice_records(entry):
+        records.setdefault(shard, []).append(view[start:end])
+    return {shard: b"".join([MERGED, *parts]) for shard, parts in records.items()}
 
 
 def merge(entries: Sequence[bytes]) -> bytes:

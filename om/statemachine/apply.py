@@ -127,8 +127,11 @@ class StateMachine:
 
     executes_requests = False   # applies batches of changes only (the leader flow's)
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, shard: int = log_entry.SHARD) -> None:
+        """``shard``: the shard whose slices this store applies (docs/SHARDS.md; 0, the
+        only one, until the shard processes exist)."""
         self.store = store
+        self.shard = shard
         self.digests = Digests.attach(store)
         self._lock = threading.RLock()
         self.applied_index = 0
@@ -206,7 +209,7 @@ class StateMachine:
     def apply_entry(self, position: int, entry: bytes) -> ApplyResult:
         """Applies one committed leader-flow log entry (``B``, ``V`` or ``M``)."""
         assert not log_entry.is_request(entry), "an old-flow entry on a leader node"
-        return self.apply(position, *log_entry.decode_batches(entry))
+        return self.apply(position, *log_entry.decode_batches(entry, self.shard))
 
     def quiesce(self) -> None:
         """Nothing to wait for: apply writes RocksDB synchronously."""

@@ -26,25 +26,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from om.protocol import merged_entry
 
 SLICES_MAX = 256     # slices in one merged entry
+RequestId = TypeVar("RequestId")   # how a submitter names an entry (the Raft process:
+                                   # its channel and that channel's request id)
 
 
 @dataclass(frozen=True)
-class Append:
+class Append(Generic[RequestId]):
     """One entry to append and the ids its submitters gave, one per slice, in order."""
 
     entry: bytes
-    request_ids: tuple[int, ...]
+    request_ids: tuple[RequestId, ...]
 
 
-def plan_appends(submitted: Sequence[tuple[int, bytes]], bytes_max: int) -> list[Append]:
+def plan_appends(submitted: Sequence[tuple[RequestId, bytes]],
+                 bytes_max: int) -> list[Append[RequestId]]:
     """The entries to append for ``submitted`` ((request id, entry) in arrival order)."""
     assert bytes_max > 0
-    appends: list[Append] = []
-    run: list[tuple[int, bytes]] = []
+    appends: list[Append[RequestId]] = []
+    run: list[tuple[RequestId, bytes]] = []
     run_bytes = 1                       # the tag
     for request_id, entry in submitted:
         if not merged_entry.is_single_slice(entry):
@@ -63,7 +67,7 @@ def plan_appends(submitted: Sequence[tuple[int, bytes]], bytes_max: int) -> list
     return appends
 
 
-def _merged(run: list[tuple[int, bytes]]) -> list[Append]:
+def _merged(run: list[tuple[RequestId, bytes]]) -> list[Append[RequestId]]:
     if not run:
         return []
     entry = merged_entry.merge([entry for _, entry in run])

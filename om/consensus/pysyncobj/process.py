@@ -28,9 +28,21 @@ dump is read: the store's install follows, the child ticking meanwhile, and the
 entries it commits meanwhile are held, within HELD_ENTRIES_MAX / HELD_BYTES_MAX,
 and applied after the install, in order).
 
+With S shards (docs/SHARDS.md, step 2; ``shards``) this side makes S socketpairs and
+passes the child one end of each (``pass_fds``, argv in channel order): channel 0 is
+its own; the other ends of channels 1..S-1 it keeps for the shard processes
+(``take_shard_channels``), each of which attaches to its end (``channel=``: no child
+of its own, no setup; this same class, so every rule above holds per channel). Each
+channel then also receives ``position(p)`` for an entry with nothing for its shard
+(``shard_forwarding.py``; handed to ``on_position``, in log order with the applies),
+and a shard's channel ``closing()`` before an orderly stop of the child; the merge
+gauge (``merges(entries, slices)``) and everything about snapshots, membership and
+transfers stay on channel 0.
+
 Fate sharing: the node fails stop (``on_child_exit``) if the child dies; the
 child exits when this process dies (the channel closes) and stops ticking if
-this process stops talking (a keepalive goes every ``KEEPALIVE_S``).
+this process stops talking (a keepalive goes every ``KEEPALIVE_S``). A shard's
+channel is under the same rules: closed, it stops the child and so the node.
 """
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON
 
-from om.config import NodeAddress, Raft
+from om.config import SHARDS_MAX, NodeAddress, Raft
 from om.consensus.port import (
     Applied,
     ApplyEntry,
@@ -69,6 +81,7 @@ from om.protocol.channel import FrameReader, Message, encode
 logger = logging.getLogger(__name__)
 KEEPALIVE_S = 0.1
 RECENT_APPLIED_MAX = 4096
+PassPosition = Callable[[int], None]   # a log position with nothing for this channel
 HELD_ENTRIES_MAX = 200_000      # entries held while a snapshot's store is installed
 HELD_BYTES_MAX = 512 << 20
 CLOSE_TIMEOUT_S = 15.0
@@ -119,6 +132,21 @@ class _Channel(asyncio.Protocol):
         self._owner.child_gone()
 
 
+def _spawn_child(shards: int) -> tuple[subprocess.Popen[bytes], socket.socket,
+                                       tuple[socket.socket, ...]]:
+    """The Raft child over ``shards`` channels: it, this side's end of channel 0, and
+    the ends of channels 1..shards-1 for the shard processes."""
+    assert 1 <= shards <= SHARDS_MAX
+    pairs = [socket.socketpair() for _ in range(shards)]
+    theirs = [pair[1].fileno() for pair in pairs]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "om.consensus.pysyncobj.child", *map(str, theirs)],
+        pass_fds=theirs)
+    for _, child_end in pairs:
+        child_end.close()
+    return process, pairs[0][0], tuple(ours for ours, _ in pairs[1:])
+
+
 class RaftProcessReplicator:
     """Commits entries through a Raft child process; resolves after the local apply."""
 
@@ -126,13 +154,20 @@ class RaftProcessReplicator:
                  settings: Raft, apply_entry: ApplyEntry,
                  snapshots: DeferredInstallHooks,
                  barrier: BarrierEntry, entry_bytes_max: int,
-                 on_child_exit: Callable[[], None], commit_timeout_s: float = 30.0) -> None:
+                 on_child_exit: Callable[[], None], commit_timeout_s: float = 30.0, *,
+                 shards: int = 1, channel: socket.socket | None = None,
+                 on_position: PassPosition | None = None) -> None:
+        """Spawns the Raft child with ``shards`` channels, or with ``channel`` attaches
+        to a shard's end of a child another process spawned. ``on_position``: where a
+        position with nothing for this channel goes (needed once there are shards)."""
+        assert channel is None or shards == 1, "a shard's side spawns nothing"
         self._loop = asyncio.get_running_loop()
         self._node = node
         self._by_raft = {n.raft_address: n for n in nodes}
         self._apply_entry = apply_entry
         self._snapshots = snapshots
         self._on_child_exit = on_child_exit
+        self._on_position = on_position
         self._commit_timeout_s = commit_timeout_s
         self._requests: dict[int, asyncio.Future[tuple[Any, int]]] = {}
         # what this node submitted, until the child's result: the child names a committed
@@ -149,31 +184,40 @@ class RaftProcessReplicator:
         self._snapshot_task: asyncio.Task[None] | None = None
         self.leader_changes = LeaderChanges()
         self._journal_syncs: Snapshot | None = None
+        self._merges = (0, 0)    # M entries the child appended, and their slices
         self._matches: dict[str, int] = {}
         self._transfers: dict[int, asyncio.Future[tuple[str, str, str]]] = {}
         self._membership_changes: dict[int, asyncio.Future[tuple[str, str]]] = {}
         self._members: list[str] = []
         self._closing = False
         # while a snapshot's store is installed: the entries committed after it, held
-        self._held: deque[tuple[int, bytes]] | None = None
+        # (None: a position with nothing for this channel)
+        self._held: deque[tuple[int, bytes | None]] | None = None
         self._held_bytes = 0
         data_dir.mkdir(parents=True, exist_ok=True)
         if not settings.fsync:
             logger.warning("[raft] fsync = false: acknowledged writes survive a process crash "
                            "but NOT a power loss (durability opted out)")
-        ours, theirs = socket.socketpair()
-        self._socket = ours
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "om.consensus.pysyncobj.child", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),))
-        theirs.close()
-        ours.sendall(encode(("setup", node, nodes, str(data_dir), settings,
-                             entry_bytes_max)))
+        self._process: subprocess.Popen[bytes] | None = None
+        # the ends of channels 1..S-1, until the shard processes take them
+        self._shard_channels: tuple[socket.socket, ...] = ()
+        if channel is None:
+            self._process, channel, self._shard_channels = _spawn_child(shards)
+            channel.sendall(encode(("setup", node, nodes, str(data_dir), settings,
+                                    entry_bytes_max)))
+        self._socket = channel
         self._channel = _Channel(self)
+
+    def take_shard_channels(self) -> tuple[socket.socket, ...]:
+        """The ends of channels 1..S-1 (shard k's at k-1), once: the caller owns them
+        now (hands each to its shard process, and closes its copies)."""
+        taken, self._shard_channels = self._shard_channels, ()
+        return taken
 
     @property
     def child_pid(self) -> int:
-        """The Raft process's pid."""
+        """The Raft process's pid (of the process that spawned it)."""
+        assert self._process is not None, "a shard's side did not spawn the Raft process"
         return self._process.pid
 
     async def start(self) -> None:
@@ -191,8 +235,11 @@ class RaftProcessReplicator:
         self._leadership.on_leadership_lost(callback)
 
     def metrics(self) -> dict[str, float]:
-        """State gauges by key (``om/observe/metrics.py``, NODE_STATE)."""
-        return {"leader_changes": self.leader_changes.count}
+        """State gauges by key (``om/observe/metrics.py``, NODE_STATE): the merge rate is
+        merged_slices_appended / merged_entries_appended (slices per M entry)."""
+        return {"leader_changes": self.leader_changes.count,
+                "merged_entries_appended": self._merges[0],
+                "merged_slices_appended": self._merges[1]}
 
     # -- the port ----------------------------------------------------------------------------
 
@@ -289,6 +336,8 @@ class RaftProcessReplicator:
                                                         for request in message[2]]))
         elif kind == "apply":
             self._apply(message[1], message[2])
+        elif kind == "position":
+            self._apply(message[1], None)
         elif kind == "result":
             self._resolve(message[1], message[2], message[3])
         elif kind == "state":
@@ -298,6 +347,10 @@ class RaftProcessReplicator:
             self._leadership.changed()
         elif kind == "journal":
             self._journal_syncs = message[1]
+        elif kind == "merges":
+            self._merges = (message[1], message[2])
+        elif kind == "closing":    # the node stops the Raft process: not a failure
+            self._closing = True
         elif kind == "matches":
             self._matches = message[1]
         elif kind == "membership_result":
@@ -327,9 +380,15 @@ class RaftProcessReplicator:
             if future is not None and not future.done():
                 future.set_result((slice_outcome(applied, slot, len(requests)), reason))
 
-    def _apply(self, position: int, entry: bytes) -> None:
+    def _apply(self, position: int, entry: bytes | None) -> None:
+        """Applies a committed entry, or (None) passes a position with nothing for this
+        channel, in log order (after an install's held entries)."""
         if self._held is not None:
             self._hold(position, entry)
+            return
+        if entry is None:
+            assert self._on_position is not None, "only a channel of several is passed over"
+            self._on_position(position)
             return
         started = time.perf_counter_ns()
         applied = self._apply_entry(position, entry)
@@ -350,13 +409,13 @@ class RaftProcessReplicator:
         process goes on, the entries it commits meanwhile wait (``_held``)."""
         return self._held is not None
 
-    def _hold(self, position: int, entry: bytes) -> None:
+    def _hold(self, position: int, entry: bytes | None) -> None:
         """Keeps an entry committed while the store is installed, for after it. Past
         HELD_ENTRIES_MAX or HELD_BYTES_MAX the node stops (fail-stop): its journal
         holds them, and the restart resumes the install, then replays them."""
         assert self._held is not None
         self._held.append((position, entry))
-        self._held_bytes += len(entry)
+        self._held_bytes += len(entry or b"")
         if len(self._held) > HELD_ENTRIES_MAX or self._held_bytes > HELD_BYTES_MAX:
             logger.critical("%d entries (%d bytes) committed while the store is installed: "
                             "over the limit; stopping this node (a restart resumes the "
@@ -433,6 +492,10 @@ class RaftProcessReplicator:
         """The channel closed: the Raft process is gone, so is this node (unless closing)."""
         if self._closing:
             return
+        if self._process is None:
+            logger.critical("the Raft process closed this shard's channel: stopping")
+            self._on_child_exit()
+            return
         try:
             status: int | None = self._process.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
@@ -461,7 +524,9 @@ class RaftProcessReplicator:
             await asyncio.sleep(KEEPALIVE_S)
 
     async def close(self) -> None:
-        """Stops the Raft process (it syncs and closes its journal) and the channel."""
+        """Stops the Raft process (it syncs and closes its journal) and the channel. A
+        shard's side stops its channel only: closed before the child said ``closing``,
+        it stops the child (fate sharing), so a node stops its spawning side first."""
         self._closing = True
         if self._snapshot_task is not None:
             await asyncio.gather(self._snapshot_task, return_exceptions=True)
@@ -469,6 +534,10 @@ class RaftProcessReplicator:
         if self._keepalive_task is not None:
             self._keepalive_task.cancel()
             await asyncio.gather(self._keepalive_task, return_exceptions=True)
+        if self._process is None:
+            if self._channel.transport is not None:
+                self._channel.transport.close()
+            return
         self._send(("close",))
         try:
             await asyncio.to_thread(self._process.wait, CLOSE_TIMEOUT_S)
@@ -477,3 +546,5 @@ class RaftProcessReplicator:
             await asyncio.to_thread(self._process.wait, CLOSE_TIMEOUT_S)
         if self._channel.transport is not None:
             self._channel.transport.close()
+        for shard_channel in self.take_shard_channels():   # none started on them
+            shard_channel.close()
