@@ -241,3 +241,68 @@ def test_the_leaf_cache_is_counted_and_stops_growing_at_its_leaves(
     assert 0 < sizes[0] <= bound
     assert sizes[0] == sizes[1] == sizes[2], "every leaf was held after the first round"
     store.close()
+
+
+def test_stored_leaves_in_a_range_are_those_of_the_whole_table_in_it(tmp_path: Path) -> None:
+    """Any (after, before) range, read in pages no larger than it, gives exactly the
+    leaves of a whole-table read that fall in it (a page cut short by the range's size
+    must not end the read early)."""
+    store = Store(tmp_path / "db")
+    try:
+        write = store.new_batch()
+        for i in range(200):
+            store.batch_put(write, om_pb2.KEY, b"/v/b/r%03d" % i, b"x%d" % i)
+        store.write(write)              # rows from before digests: a build covers them
+        Digests.attach(store, b"k" * 32, 6, 2)      # 64 leaves, most of them non-empty
+        machine = StateMachine(store)
+        with machine.applying():
+            while not machine.digests.meta.complete:
+                machine.digests.build_step(1000)
+        whole = list(digest_rows.stored_leaves(store, om_pb2.KEY))
+        assert len(whole) > 40
+        for after in (None, 0, 5, 17, 40, 62):
+            for before in (None, 1, 6, 16, 18, 33, 64):
+                for page in (1, 3, 4096):
+                    got = list(digest_rows.stored_leaves(store, om_pb2.KEY, after, before, page))
+                    assert got == [row for row in whole
+                                   if (after is None or row[0] > after)
+                                   and (before is None or row[0] < before)], (after, before)
+    finally:
+        store.close()
+
+
+class _CountingView(Store):
+    """A store whose scans count the rows they return."""
+
+    rows = 0
+
+    def scan(self, table: TableId, prefix: bytes, start_after: bytes | None,
+             limit: int) -> list[tuple[bytes, bytes]]:
+        found = super().scan(table, prefix, start_after, limit)
+        self.rows += len(found)
+        return found
+
+
+def test_a_range_of_leaves_reads_about_as_many_leaf_rows_as_it_holds(tmp_path: Path) -> None:
+    """A level request reads 16 leaves under each parent: the read must not page
+    through thousands of leaf rows beyond them (at 10M keys it read 4,096 per
+    parent, 256 times what it used)."""
+    store = Store(tmp_path / "db")
+    try:
+        write = store.new_batch()
+        for i in range(3000):
+            store.batch_put(write, om_pb2.KEY, b"/v/b/r%04d" % i, b"x")
+        store.write(write)
+        Digests.attach(store, b"k" * 32, 10, 4)     # 1,024 leaves, nearly all non-empty
+        machine = StateMachine(store)
+        with machine.applying():
+            while not machine.digests.meta.complete:
+                machine.digests.build_step(5000)
+        store.close()
+        view = _CountingView(tmp_path / "db")
+        store = view
+        got = list(digest_rows.stored_leaves(view, om_pb2.KEY, 15, 32))   # leaves 16..31
+        assert 0 < len(got) <= 16
+        assert view.rows <= 2 * 16, view.rows
+    finally:
+        store.close()

@@ -188,16 +188,20 @@ class Verifier:
                     continue
                 start = after[1] if after is not None and leaf == after[0] else None
                 while True:
-                    keys = digests.leaf_keys(opened.store, table_id, leaf, start, 1000)
-                    for key in keys:
+                    # a page of the leaf's index, its rows in one multi-get (a get
+                    # each cost ~0.4 ms at 10M keys: verify-and-repair.md), no more
+                    # than this answer can still take
+                    wanted = min(1000, limit - len(rows) + 1)
+                    keys = digests.leaf_keys(opened.store, table_id, leaf, start, wanted)
+                    for key, found in zip(keys, opened.store.get_many(table_id, keys), strict=True):
                         if len(rows) == limit or size >= PAGE_BYTES_MAX:
                             return rows, True
-                        value = opened.store.get(table_id, key) or b""
+                        value = found or b""
                         rows.append(om_pb2.LeafRow(
                             leaf=leaf, key=key, value=value if values else b"",
                             digest=opened.hasher.digest(key, value).to_bytes(32, "big")))
                         size += len(key) + (len(value) if values else 32)
-                    if len(keys) < 1000:
+                    if len(keys) < wanted:
                         break
                     start = keys[-1]
         return rows, False

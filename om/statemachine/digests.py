@@ -123,9 +123,14 @@ def hasher_of(meta: om_pb2.DigestMeta) -> RowHasher:
 
 def stored_leaves(view: ReadView, table: TableId, after: int | None = None,
                   before: int | None = None, page: int = 4096) -> Iterator[tuple[int, int, int]]:
-    """(leaf, sum, rows) of ``table``'s non-empty leaves in (after, before), ascending."""
+    """(leaf, sum, rows) of ``table``'s non-empty leaves in (after, before), ascending.
+    A page reads no more leaf rows than the range can hold: a level request reads
+    ranges of 16 leaves, and a page of 4,096 from each made the descent at 10M keys
+    read 256 times the rows it used."""
     prefix = leaf_prefix(table)
     start = None if after is None else leaf_key(table, after)
+    if before is not None:
+        page = max(1, min(page, before - (0 if after is None else after + 1)))
     while True:
         found = view.scan(DIGESTS, prefix, start, page)
         for key, raw in found:

@@ -207,3 +207,31 @@ def test_a_store_from_before_digests_gets_them_and_then_verifies(tmp_path: Path)
     finally:
         integrity.verifier.close()
         store.close()
+
+
+@pytest.mark.parametrize("page", [1, 2, 3, 7])
+def test_leaf_rows_page_through_every_row_once_in_order(
+        node: tuple[Harness, NodeIntegrity, list[str]], page: int) -> None:
+    """Pages of any size, each resumed after the last row of the one before, give the
+    rows one large read gives, each once, and say "more" until the last."""
+    harness, integrity, _ = node
+    position, _ = _verify(harness, integrity)
+    _done(integrity.verifier, position)
+    leaves = list(range(1 << 16))
+    whole, more = integrity.verifier.leaf_rows(position, "keyTable", leaves, True, None, 10_000)
+    assert not more
+    assert len(whole) >= 10   # populate wrote keys in every bucket
+    paged: list[om_pb2.LeafRow] = []
+    after: tuple[int, bytes] | None = None
+    for _ in range(len(whole) + 2):
+        rows, more = integrity.verifier.leaf_rows(position, "keyTable", leaves, True, after,
+                                                  page)
+        assert len(rows) <= page
+        paged += rows
+        if not more:
+            break
+        assert len(rows) == page
+        after = (rows[-1].leaf, rows[-1].key)
+    assert not more
+    assert [(r.leaf, r.key, r.value, r.digest) for r in paged] == \
+        [(r.leaf, r.key, r.value, r.digest) for r in whole]
