@@ -16,6 +16,9 @@ and nowhere else in ``om/node``:
   (``Replication``): one start, one scrape of both's gauges, one close.
 * ``unsafe_disable_retry_cache`` picks the retry cache's keys (``leader_config``): the
   fault ``ForgetfulRetryKeys`` for chaos's red case, else ``retry_key``.
+* ``serving_shard`` (set only in the configuration a node hands its shard process k,
+  ``om/node/shard_process.py``): shard k's state machine over its own store, and as
+  its Raft part the adapter attached to the Raft process's channel k (``ring``).
 
 Invariant: the node holds each part through its port (``Machine``, ``WritePath``,
 ``om.consensus.port.RaftPort``) and never asks a part its type, so a mode is one row
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +43,7 @@ from typing import Protocol
 from om.config import ConfigError, ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator, ReplicatorPart
-from om.consensus.pysyncobj.process import RaftProcessReplicator
+from om.consensus.pysyncobj.process import NoSnapshots, RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.admin import upgrade
 from om.executor.context import Limits as HandlerLimits
@@ -286,7 +290,8 @@ def _old_flow_machine(config: ServerConfig, store: Store, settings: LeaderConfig
 
 ExecutionBuilder = Callable[[ServerConfig, Store, LeaderConfig, Callable[[], None]], Execution]
 EXECUTIONS: dict[str, ExecutionBuilder] = {
-    "leader": lambda config, store, settings, fail_stop: LeaderExecution(StateMachine(store)),
+    "leader": lambda config, store, settings, fail_stop: LeaderExecution(
+        StateMachine(store, config.serving_shard)),
     "replicated": lambda *args: OldFlowExecution(_old_flow_machine(*args)),
     "switchable": lambda *args: SwitchableExecution(_old_flow_machine(*args)),
 }
@@ -336,11 +341,27 @@ RAFT_ADAPTERS: dict[bool, Callable[[ServerConfig, Snapshotter, RaftHooks], RaftP
     True: _raft_process, False: _raft_thread}
 
 
+def _shard_raft(config: ServerConfig, state: Machine, hooks: RaftHooks,
+                channel: socket.socket) -> RaftPort:
+    """Shard k's side of the Raft process its node spawned: attached to channel k,
+    the position of an entry with nothing for this shard moved in memory."""
+    assert isinstance(state, StateMachine), "a shard process runs the leader flow"
+    return RaftProcessReplicator(
+        config.node, config.nodes, config.node_data_dir, config.raft, hooks.apply_entry,
+        NoSnapshots(), hooks.barrier_entry, config.batch.bytes_max, hooks.fail_stop,
+        channel=channel, on_position=state.pass_position)
+
+
 def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
-         hooks: RaftHooks, seam: Seam) -> Ring:
+         hooks: RaftHooks, seam: Seam, shard_channel: socket.socket | None = None) -> Ring:
     """Raft (the adapter ``[raft] separate_process`` names) and the checkpoints a
     follower catches up from (named and leased by ``seam``), for a ring of more than
-    one node."""
+    one node. Shard k >= 1's process (``shard_channel``: its end of the Raft process's
+    channel k) has the Raft part alone: snapshots and catch-up stay shard 0's until
+    docs/SHARDS.md's step 4."""
+    assert (shard_channel is None) == (config.serving_shard == 0)
+    if shard_channel is not None:
+        return Ring(_shard_raft(config, state, hooks, shard_channel))
     if len(config.nodes) == 1:
         return Ring()
     shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
