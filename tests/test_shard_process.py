@@ -5,8 +5,9 @@ port with its own store.
 
 Red cases: a shard process sealing shard 0's slices makes the Raft process stop
 ("channel 1 submitted another shard's slice"), and the write is never answered; a
-node request (StartVerify) that a shard executed would be answered OK (a verify entry
-proposed through a shard's channel, which every shard applies); a shard
+node request (StartVerify) or a volume's (CreateVolume) that a shard executed would be
+answered OK (a verify entry proposed through a shard's channel, which every shard
+applies; a volume row in shard 1's store); a shard
 process killed alone that did not stop its node's Raft process would leave the node
 running without it; a shard that ignored its Raft process's death would serve on.
 """
@@ -114,8 +115,10 @@ async def test_a_shard_process_executes_its_buckets_writes_into_its_own_store(
         verify = om_pb2.OMRequest(cmd_type=om_pb2.StartVerify,
                                   start_verify=om_pb2.StartVerifyRequest())
         refused, _ = await client.call_raw(verify)
-        assert refused.status == om_pb2.NOT_SUPPORTED_OPERATION, refused
-        assert "shard 0" in refused.message
+        assert refused.status == om_pb2.WRONG_SHARD, refused
+        assert refused.shard_address == node.config.node.address
+        volume, _ = await client.call_raw(build.create_volume("vol2"))
+        assert volume.status == om_pb2.WRONG_SHARD, "shard 0's: not executed on shard 1"
         await _put(client, "after-the-refusal")   # the Raft process still runs
     finally:
         await client.close()

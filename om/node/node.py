@@ -243,12 +243,13 @@ class Node:
         return self.leader.submit(request, peer)
 
     def _shard_0s(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
-        """The refusal of a request only shard 0 answers, on shard k >= 1."""
-        return error_response(
-            request, om_pb2.NOT_SUPPORTED_OPERATION, f"this is shard "
-            f"{self.config.serving_shard} of OM:{self.config.node_id}, which answers its "
-            f"buckets' requests: {om_pb2.Type.Name(request.cmd_type)} is shard 0's "
-            f"({self.config.node.address})")
+        """WRONG_SHARD for a request only shard 0 answers, on shard k >= 1."""
+        response = error_response(
+            request, om_pb2.WRONG_SHARD, f"this is shard {self.config.serving_shard} of "
+            f"OM:{self.config.node_id}, which answers its buckets' requests: "
+            f"{om_pb2.Type.Name(request.cmd_type)} is shard 0's ({self.config.node.address})")
+        response.shard_address = self.config.node.address
+        return response
 
     def _guarded(self, request: om_pb2.OMRequest,
                  work: Awaitable[om_pb2.OMResponse]) -> asyncio.Future[om_pb2.OMResponse]:

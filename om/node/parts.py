@@ -54,6 +54,7 @@ from om.flows.replicated_flow import replicated_flow_service
 from om.flows.settings import LeaderConfig
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import ForgetfulRetryKeys, RetryCacheConfig, retry_key
+from om.gatekeeper.shard_gate import ShardGate
 from om.node.catchup import CheckpointClient, CheckpointServer
 from om.observe.audit import AuditLog, AuditSettings, AuditSink
 from om.observe.metrics import NodeMetrics
@@ -151,7 +152,17 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
                           config.purge.deleted_retention_s, config.purge.open_key_expire_s,
                           config.purge.multipart_expire_s),
         fso_lock_plan=config.fso.lock_plan,
+        shard_gate=shard_gate(config),
     )
+
+
+def shard_gate(config: ServerConfig) -> ShardGate | None:
+    """Which requests this process's shard answers (none to check with one shard)."""
+    if config.shards == 1:
+        return None
+    node = config.node
+    return ShardGate(config.serving_shard, tuple(f"{node.host}:{node.shard_port(k)}"
+                                                 for k in range(config.shards)))
 
 
 def init_layout(store: Store, version: int) -> None:
