@@ -28,6 +28,7 @@ from om.node import gc_policy, parts
 from om.node import membership as node_membership
 from om.node import transfer as node_transfer
 from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
+from om.node.shard_pool import ShardProcesses
 from om.observe.audit import NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.protocol import om_pb2
@@ -110,6 +111,8 @@ class Node:
             self.apply_entry, self.barrier_entry, self._leads, fail_stop), self.seam,
             shard_channel)
         self.raft, self.checkpoints = ring.raft, ring.checkpoints
+        self._shard_channels = ring.shard_channels
+        self.shard_processes: ShardProcesses | None = None
         self.checkpoint_client = ring.checkpoint_client
         self.replication = parts.Replication(self.state_machine, parts.replicator(
             config, ring, self.state_machine.applied_index, self.apply_entry))
@@ -178,9 +181,13 @@ class Node:
             raise
 
     async def start(self) -> None:
-        """Starts the leader service, then replication (with Raft, following leadership)."""
+        """Starts the leader service, then replication (with Raft, following leadership),
+        then with shards one process per shard above 0 (``om/node/shard_pool.py``)."""
         await self.leader.start()
         await self.replication.start()
+        if self._shard_channels:   # shards 1..S-1, on the Raft process's channels
+            self.shard_processes = ShardProcesses(self.config, self._shard_channels)
+            self._shard_channels = ()
         self.integrity.start()
 
     def submit(self, request: om_pb2.OMRequest,
@@ -395,13 +402,19 @@ class Node:
                                  call_id=request.call_id, service_list=body)
 
     async def close(self) -> None:
-        """Refuses new requests, drains in-flight writes, closes the store and the trace."""
+        """Refuses new requests, drains in-flight writes, closes the store and the trace;
+        with shards, stops the Raft process first (it tells the shards ``closing``),
+        then the shard processes."""
         self.closing = True
         await self.leader.close()
         await self.integrity.close()
         if self.checkpoint_client is not None:
             self.checkpoint_client.stop()
-        await self.replication.close()
+        await self.replication.close()    # the Raft process tells the shards "closing"
+        if self.shard_processes is not None:
+            await self.shard_processes.close()
+        for unused in self._shard_channels:   # closed before it started
+            unused.close()
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()

@@ -63,3 +63,19 @@ async def stop(process: subprocess.Popen[bytes]) -> int:
         process.kill()
         return await asyncio.to_thread(process.wait, CLOSE_TIMEOUT_S)
 
+
+class ShardProcesses:
+    """The node's shard processes 1..S-1."""
+
+    def __init__(self, config: ServerConfig, channels: tuple[socket.socket, ...]) -> None:
+        """Starts shard k's process on ``channels[k - 1]`` (none with one shard)."""
+        assert len(channels) == config.shards - 1, "one channel per shard above 0"
+        self.processes = [spawn(config, shard, channel)
+                          for shard, channel in enumerate(channels, start=1)]
+
+    async def close(self) -> None:
+        """Stops every shard process, after the node's Raft process stopped."""
+        for process in self.processes:
+            status = await stop(process)
+            if status:
+                logger.warning("shard process %d exited with status %d", process.pid, status)
