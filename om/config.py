@@ -425,6 +425,9 @@ class ServerConfig:
     # (docs/SHARDS.md): 1..SHARDS_MAX; more than one needs the Raft process and the
     # leader flow. 1 is one process executing every write.
     shards: int = 1
+    # The shard this process serves: 0 for the node's own process; k >= 1 only in the
+    # configuration a node hands its shard process k (``for_shard``), never in the TOML.
+    serving_shard: int = 0
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     raft: Raft = field(default_factory=Raft)
@@ -459,8 +462,23 @@ class ServerConfig:
 
     @property
     def node_data_dir(self) -> Path:
-        """This node's data directory: data_dir itself for one node, else data_dir/<id>."""
-        return self.data_dir if len(self.nodes) == 1 else self.data_dir / self.node_id
+        """This process's data directory: data_dir itself for one node, else
+        data_dir/<id>; for shard k >= 1 that directory's ``shard-k`` (its store, OM
+        snapshot checkpoints, audit log and markers, apart from every other shard's)."""
+        node_dir = self.data_dir if len(self.nodes) == 1 else self.data_dir / self.node_id
+        return node_dir / f"shard-{self.serving_shard}" if self.serving_shard else node_dir
+
+    def for_shard(self, shard: int) -> ServerConfig:
+        """The configuration shard ``shard``'s process runs with: this node's, serving
+        that shard, with no periodic verify entries and a trace file of its own
+        (verify per shard is a later step, docs/SHARDS.md: shard 0 proposes them,
+        every shard applies them)."""
+        assert 1 <= shard < self.shards
+        assert self.serving_shard == 0
+        trace = None if self.trace_path is None else \
+            self.trace_path.with_name(f"{self.trace_path.name}.shard-{shard}")
+        return dataclasses.replace(self, serving_shard=shard, trace_path=trace,
+                                   verify=dataclasses.replace(self.verify, interval_s=0))
 
     def workers_count(self, cores: int | None = None) -> int:
         """The processes serving client connections: ``workers``, or when 0 one per
@@ -468,9 +486,10 @@ class ServerConfig:
         core serves them itself. Few: a front takes TLS, framing and connection
         handling off the core, but the link to it costs the core about what TLS did
         (docs/PERFORMANCE.md, *What limits one leader*), so fronts pay only where connections are
-        many or handshakes frequent."""
-        if self.workers:
-            return self.workers
+        many or handshakes frequent. With shards (``shards`` > 1) every shard serves its
+        own connections, and there are no fronts: 1."""
+        if self.workers or self.shards > 1:
+            return self.workers or 1
         available = cores if cores is not None else len(os.sched_getaffinity(0))
         return max(1, min(WORKERS_MAX, available // 8))
 
@@ -516,11 +535,16 @@ class ServerConfig:
         """``shards``: in range, and more than one only where shards can run."""
         if not 1 <= self.shards <= SHARDS_MAX:
             raise ConfigError(f"shards must be 1 to {SHARDS_MAX}, not {self.shards}")
+        assert 0 <= self.serving_shard < self.shards, "a shard of this node"
         if self.shards == 1:
             return
         if not self.raft.separate_process:
             raise ConfigError(f"shards = {self.shards} needs [raft] separate_process = true: "
                               "the Raft process merges the shards' sub-batches")
+        if self.workers > 1:
+            raise ConfigError(f"shards = {self.shards} retires the front workers (each shard "
+                              f"serves its own connections): workers = {self.workers} "
+                              "must be 0 or 1")
         if self.execution != "leader":
             raise ConfigError(f"shards = {self.shards} needs execution = \"leader\", not "
                               f"\"{self.execution}\": the old flow runs in one process")
@@ -698,6 +722,9 @@ def load(path: Path | None, **overrides: Any) -> ServerConfig:
         for name in _NAME_LISTS:
             if name in values:
                 values[name] = _names(values[name], name)
+        if "serving_shard" in values:
+            raise ConfigError("serving_shard: a node sets it for its shard processes; set "
+                              "shards instead")
         if "user_groups" in values:
             raise ConfigError("user_groups: keep the groups in a file and name it with "
                               "group_mapping_file")

@@ -72,12 +72,12 @@ class LeaderUnderTest:
     in ids."""
 
     def __init__(self, path: Path, config: LeaderConfig,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None, shard: int = 0) -> None:
         """``clock_ms``: the service's clock (a test's, to move time; the machine's
-        wall clock by default)."""
+        wall clock by default); ``shard``: the shard whose store this is."""
         self.path = path
         self.store = Store(path)
-        self.state_machine = StateMachine(self.store)
+        self.state_machine = StateMachine(self.store, shard)
         inner = LocalReplicator("om1", "127.0.0.1:9862", self.state_machine.applied_index,
                                 self.state_machine.apply_entry)
         self.replicator = GatedReplicator(inner)

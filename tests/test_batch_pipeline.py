@@ -8,16 +8,21 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
+
+import pytest
 
 from om.consensus.port import ReplicateResult, ReplicateStatus, Role
 from om.executor.batcher import BatchBuilder, PendingWrite
 from om.executor.change_recorder import ChangeRecorder
 from om.flows.batch_pipeline import BatchConfig, BatchPipeline
+from om.flows.settings import LeaderConfig
 from om.node.parts import MACHINE_SEAM
 from om.observe.metrics import NodeMetrics
 from om.observe.tracing import NullTracer
 from om.protocol import merged_entry, om_pb2
 from om.statemachine import log_entry
+from tests.leader_harness import LeaderUnderTest
 
 CYCLE_S = 0.1
 
@@ -25,14 +30,16 @@ CYCLE_S = 0.1
 class SlowReplicator:
     """Commits every entry after CYCLE_S; remembers how many writes each carried."""
 
-    def __init__(self) -> None:
+    def __init__(self, shard: int = 0) -> None:
+        """``shard``: whose slices it decodes (a store's decode asserts them its own)."""
         self.batches: list[int] = []
         self.stamps: list[int] = []
         self.entries: list[bytes] = []
+        self.shard = shard
 
     async def replicate(self, entry: bytes) -> ReplicateResult:
         self.entries.append(entry)
-        (batch,) = log_entry.decode_batches(entry)
+        (batch,) = log_entry.decode_batches(entry, self.shard)
         self.batches.append(batch.request_count)
         self.stamps.append(batch.timestamp_ms)
         await asyncio.sleep(CYCLE_S)
@@ -137,3 +144,44 @@ async def test_each_batch_is_sealed_in_the_format_asked_for_as_it_is_sealed() ->
                                   b"B" + sealed[2]]
     (slice_,) = merged_entry.slices(replicator.entries[1])
     assert slice_.batch == sealed[1]
+
+
+async def test_every_batch_is_sealed_as_a_slice_of_the_pipelines_shard() -> None:
+    """Shard k's pipeline tags each slice k, so the Raft process hands it back to shard
+    k's store alone (docs/SHARDS.md, increment B step 1); red: a pipeline that seals
+    shard 0's slices whatever its shard."""
+    replicator = SlowReplicator(3)
+    config = BatchConfig(inflight_batches_max=1)
+    pipeline = BatchPipeline(replicator, config, "om1", NullTracer(), NodeMetrics().batches,
+                             MACHINE_SEAM, lambda: True, shard=3)
+    pipeline.start()
+    for index in (1, 2):
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        pipeline.submit(_write(index), partial(_settled, done))
+        await asyncio.wait_for(done, 1.0)
+    await pipeline.close()
+    assert [[s.shard for s in merged_entry.slices(e)] for e in replicator.entries] == [[3], [3]]
+
+
+def test_only_shard_0_seals_a_b_entry() -> None:
+    """A B entry goes whole to every shard: sealed by a shard above 0 it would be
+    applied by all of them."""
+    assert log_entry.encode_sealed(b"batch", False) == b"Bbatch"
+    with pytest.raises(AssertionError, match="shard 2 sealed a B entry"):
+        log_entry.encode_sealed(b"batch", False, 2)
+
+
+async def test_the_leader_flow_seals_for_its_state_machines_shard(tmp_path: Path) -> None:
+    """The leader service over shard 1's state machine seals shard 1's slices, which
+    that store applies (it asserts every slice its own)."""
+    leader = LeaderUnderTest(tmp_path / "shard-1", LeaderConfig(), shard=1)
+    await leader.start()
+    try:
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        leader.service.flow.pipeline.submit(_write(1), partial(_settled, done))
+        await asyncio.wait_for(done, 5.0)
+        (entry,) = leader.replicator.sent
+        assert [s.shard for s in merged_entry.slices(entry)] == [1]
+        assert leader.store.get(om_pb2.KEY, b"/k1") == b"v"
+    finally:
+        await leader.close()

@@ -57,8 +57,31 @@ def test_several_shards_need_the_raft_process_and_the_leader_flow() -> None:
     high = (NodeAddress("om1", port=65_500, raft_port=65_510, http_port=65_520),)
     with pytest.raises(ConfigError, match="shard ports"):
         _config(shards=4, nodes=high).validate()
+    with pytest.raises(ConfigError, match="retires the front workers"):
+        _config(shards=2, workers=2).validate()
     with pytest.raises(ConfigError, match="not built yet"):
         _config(shards=2).validate()
+
+
+def test_a_shard_process_runs_the_nodes_configuration_in_a_directory_of_its_own(
+        tmp_path: Path) -> None:
+    """Shard k's files (store, OM snapshot checkpoints, markers, audit log, trace) are
+    its own; it proposes no verify entries; the TOML may not name a shard."""
+    node = _config(shards=3, data_dir=tmp_path, workers=0,
+                   trace_path=tmp_path / "trace.jsonl")
+    shard = node.for_shard(2)
+    assert shard.serving_shard == 2
+    assert node.serving_shard == 0
+    assert shard.node_data_dir == node.node_data_dir / "shard-2"
+    assert shard.audit_path.parent == shard.node_data_dir
+    assert shard.trace_path == tmp_path / "trace.jsonl.shard-2"
+    assert shard.verify.interval_s == 0
+    assert node.verify.interval_s > 0
+    assert node.workers_count(cores=64) == shard.workers_count(cores=64) == 1, "no fronts"
+    path = tmp_path / "om.toml"
+    path.write_text("serving_shard = 1\n")
+    with pytest.raises(ConfigError, match="serving_shard"):
+        load(path)
 
 
 def test_shards_is_read_from_the_toml(tmp_path: Path) -> None:

@@ -72,14 +72,18 @@ class BatchPipeline:
 
     def __init__(self, replicator: Replicator, config: BatchConfig, leader_id: str,
                  tracer: TraceSink, metrics: BatchMetrics,
-                 seam: Seam, merged_entries: Callable[[], bool]) -> None:
+                 seam: Seam, merged_entries: Callable[[], bool],
+                 shard: int = log_entry.SHARD) -> None:
         """``seam``: the node's clocks: its wall clock stamps each batch (replicated
         data) and dates its trace record, its elapsed clock times the queue and the
         replication cycle, which decides how long a batch gathers (``_gather``); a
         simulator drives both.
         ``merged_entries``: whether a batch sealed now travels as a merged entry (``M``)
-        or as a ``B`` entry (``log_entry.encode_sealed``), asked once per batch."""
+        or as a ``B`` entry (``log_entry.encode_sealed``), asked once per batch.
+        ``shard``: the shard this pipeline seals for (its state machine's); every slice
+        it submits carries it, so the Raft process hands it back to this shard alone."""
         self._replicator = replicator
+        self._shard = shard
         self._merged_entries = merged_entries
         self._seam = seam
         self._elapsed_ns = seam.elapsed_ns
@@ -195,7 +199,7 @@ class BatchPipeline:
                               self._replicator.role().term)
         assert len(builder.writes) == len(taken)
         rounds, self._read_rounds = self._read_rounds, []
-        entry = log_entry.encode_sealed(sealed, self._merged_entries())
+        entry = log_entry.encode_sealed(sealed, self._merged_entries(), self._shard)
         return entry, taken, batch_id, rounds
 
     async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,

@@ -81,12 +81,13 @@ class LeaderFlow:
 
     def __init__(self, host: FlowHost, store: ReadView, switchable: bool,
                  replicator: Replicator, config: LeaderConfig, tracer: TraceSink,
-                 merged_entries: Callable[[], bool]) -> None:
+                 merged_entries: Callable[[], bool], shard: int) -> None:
         """``store``: applied state, or the old flow's write cache over it;
         ``switchable``: the state machine applies both kinds of entry, so a write
         type the ``#FLOWS`` row does not name runs the old flow (``_execute_old``);
         ``merged_entries``: whether a batch sealed now travels as ``M``
-        (``seals_merged_entries``)."""
+        (``seals_merged_entries``); ``shard``: the state machine's, which every batch
+        is sealed for (its slices come back to this shard's store only)."""
         self._host = host
         self.config = config
         self._store = store
@@ -97,7 +98,7 @@ class LeaderFlow:
         self.reservations = QuotaReservationTable()
         self._elapsed_ns = host.seam.elapsed_ns
         self.pipeline = BatchPipeline(replicator, config.batch, host.node_id, tracer,
-                                      host.metrics.batches, host.seam, merged_entries)
+                                      host.metrics.batches, host.seam, merged_entries, shard)
         self.purger = Purger(store, host.submit, self._purging_term, config.purge,
                              PURGE_USER, host.seam)
         self._purging: asyncio.Task[None] | None = None
@@ -399,5 +400,6 @@ def leader_service(node_id: str, store: ReadView,
     return RequestService(
         node_id, replicator, state_machine, store, config, tracer,
         lambda host: LeaderFlow(host, store, state_machine.executes_requests, replicator,
-                                config, tracer, partial(seals_merged_entries, state_machine)),
+                                config, tracer, partial(seals_merged_entries, state_machine),
+                                state_machine.shard),
         seam, metrics, audit)

@@ -13,6 +13,7 @@ from om.flows.batch_pipeline import BatchConfig
 from om.flows.purge import PurgeConfig
 from om.gatekeeper.authorize import AclPolicy
 from om.gatekeeper.retry_cache import RetryCacheConfig, RetryKeys, retry_key
+from om.gatekeeper.shard_gate import ShardGate
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,4 @@ class LeaderConfig:
     read_mode: str = READ_LINEARIZABLE
     purge: PurgeConfig = field(default_factory=PurgeConfig)
     fso_lock_plan: str = FSO_LOCK_OBJECT_ID   # [fso] lock_plan: "object-id" or "bucket"
+    shard_gate: ShardGate | None = None   # with shards: which requests this shard answers

@@ -6,7 +6,9 @@ was done yet that would need undoing):
  1. shape check                      -> INVALID_REQUEST
     fields (om/gatekeeper/validation.py): every field of the envelope and the body,
     once, before anything else looks at them -> INVALID_REQUEST, INVALID_VOLUME_NAME,
-    INVALID_BUCKET_NAME, INVALID_KEY_NAME, QUOTA_ERROR, INVALID_TOKEN, ... naming the field
+    INVALID_BUCKET_NAME, INVALID_KEY_NAME, QUOTA_ERROR, INVALID_TOKEN, ... naming the field;
+    with shards (om/gatekeeper/shard_gate.py): another shard's request -> WRONG_SHARD
+    with its address, one over rows several shards hold -> NOT_SUPPORTED_OPERATION
  2. local reads (the request's ``local_read``, or ``read_mode = "local"``): answered
     by any node from what its readers see, with no confirmation: maybe stale
  3. role: leader and ready?          -> NOT_LEADER (with the leader's address) / LEADER_NOT_READY
@@ -207,6 +209,7 @@ class RequestService(Generic[FlowT]):
         self._replicator = replicator
         self._acl: AclPolicy = settings.acl
         self._limits: Limits = settings.limits
+        self._shard_gate = settings.shard_gate
         self._in_flight_max = settings.in_flight_max
         self._retry_wait_s = settings.retry_wait_s
         self._tracer = tracer
@@ -355,6 +358,11 @@ class RequestService(Generic[FlowT]):
             self._end(request, peer, answer, trace,
                       error_response(request, refusal.status, refusal.message))
             return
+        if self._shard_gate is not None:
+            not_here = self._shard_gate.refusal(request, kind)
+            if not_here is not None:
+                self._end(request, peer, answer, trace, not_here)
+                return
         if not kind.write:
             self._start_read(request, peer, answer, trace)
             return

@@ -8,6 +8,8 @@ client port.
 * ``rpc.py``, ``accept.py``: the client port (TCP or TLS, paced handshakes);
 * ``connections.py``, ``intake.py``: a client connection's framing, bounds and hand-off;
 * ``front_worker.py`` (one worker process), ``front_pool.py`` (the node's set of them);
+* ``shard_process.py`` (shard k >= 1's process), ``shard_pool.py`` (the node's start and
+  stop of them), with ``shards`` > 1 (docs/SHARDS.md);
 * ``membership.py``, ``transfer.py``: the leader's side of ``om admin om``;
 * ``integrity.py``, ``integrity_peers.py``: the node's side of verify, repair and the
   auditor, and its links to its peers for continuous verification;

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 
 from om.config import ServerConfig
@@ -27,6 +28,7 @@ from om.node import gc_policy, parts
 from om.node import membership as node_membership
 from om.node import transfer as node_transfer
 from om.node.integrity import INTEGRITY_GAUGES, INTEGRITY_TYPES, NodeIntegrity
+from om.node.shard_pool import ShardProcesses
 from om.observe.audit import NoAudit
 from om.observe.metrics import NODE_STATE, NodeMetrics, StateGauge
 from om.protocol import om_pb2
@@ -59,6 +61,11 @@ def _exit_now() -> None:
 
 
 SECRET_TABLE = tables.TABLE_NAMES[om_pb2.SECRET_KEY]
+# What the node answers itself besides ServiceList: shard 0's business (a shard k >= 1
+# has neither the Raft process's channel 0 nor the checkpoints these need)
+NODE_REQUESTS = frozenset(INTEGRITY_TYPES) | {om_pb2.TransferLeadership,
+                                              om_pb2.ChangeMembership,
+                                              om_pb2.FetchCheckpointFile}
 
 
 def secret_rows_refused(request: om_pb2.OMRequest, config: ServerConfig) -> bool:
@@ -74,9 +81,11 @@ class Node:
     """The parts of one OM process, from store to leader service."""
 
     def __init__(self, config: ServerConfig, fail_stop: Callable[[], None] = _exit_now,
-                 seam: Seam | None = None) -> None:
+                 seam: Seam | None = None, shard_channel: socket.socket | None = None) -> None:
         """Opens the parts ``config`` names (``parts.py`` picks each, once); ``seam``: the
-        clock and the randomness this node reads (the wall's and the OS's by default)."""
+        clock and the randomness this node reads (the wall's and the OS's by default);
+        ``shard_channel``: in shard k >= 1's process (``config.serving_shard``), its end
+        of the Raft process's channel k (``om/node/shard_process.py``)."""
         if config.unsafe_disable_retry_cache:
             logger.warning("the retry cache is DISABLED (unsafe_disable_retry_cache): retries "
                            "of committed writes execute again; for tests only")
@@ -99,15 +108,19 @@ class Node:
                                        self.seam)
         self.membership_ledger = node_membership.Ledger()
         ring = parts.ring(config, self.state_machine, self.om_snapshot_checkpoints, parts.RaftHooks(
-            self.apply_entry, self.barrier_entry, self._leads, fail_stop), self.seam)
+            self.apply_entry, self.barrier_entry, self._leads, fail_stop), self.seam,
+            shard_channel)
         self.raft, self.checkpoints = ring.raft, ring.checkpoints
+        self._shard_channels = ring.shard_channels
+        self.shard_processes: ShardProcesses | None = None
         self.checkpoint_client = ring.checkpoint_client
         self.replication = parts.Replication(self.state_machine, parts.replicator(
             config, ring, self.state_machine.applied_index, self.apply_entry))
         # The flows never see a diverged node ready: it executes and answers nothing.
         self.replicator: Replicator = self.integrity.attach(
             self.replication.replicator,
-            self.raft.transfer_leadership if self.raft is not None else None)
+            self.raft.transfer_leadership
+            if self.raft is not None and not config.serving_shard else None)
         self.leader = execution.write_path(parts.FlowParts(
             config.node_id, self.replicator, settings, self.tracer, self.metrics,
             self.audit or NoAudit(), self.seam))
@@ -168,9 +181,13 @@ class Node:
             raise
 
     async def start(self) -> None:
-        """Starts the leader service, then replication (with Raft, following leadership)."""
+        """Starts the leader service, then replication (with Raft, following leadership),
+        then with shards one process per shard above 0 (``om/node/shard_pool.py``)."""
         await self.leader.start()
         await self.replication.start()
+        if self._shard_channels:   # shards 1..S-1, on the Raft process's channels
+            self.shard_processes = ShardProcesses(self.config, self._shard_channels)
+            self._shard_channels = ()
         self.integrity.start()
 
     def submit(self, request: om_pb2.OMRequest,
@@ -186,6 +203,8 @@ class Node:
                 return _answered(error_response(request, invalid.status, invalid.message))
         if request.cmd_type == om_pb2.ServiceList:
             return _answered(self.service_list(request))
+        if self.config.serving_shard and request.cmd_type in NODE_REQUESTS:
+            return _answered(self._shard_0s(request))
         if request.cmd_type in INTEGRITY_TYPES:
             if secret_rows_refused(request, self.config):
                 return _answered(error_response(
@@ -229,6 +248,15 @@ class Node:
                 request, om_pb2.LEADER_NOT_READY, f"OM:{self.config.node_id} is installing "
                 "a checkpoint of the leader's store (catching up): ask another OM"))
         return self.leader.submit(request, peer)
+
+    def _shard_0s(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
+        """WRONG_SHARD for a request only shard 0 answers, on shard k >= 1."""
+        response = error_response(
+            request, om_pb2.WRONG_SHARD, f"this is shard {self.config.serving_shard} of "
+            f"OM:{self.config.node_id}, which answers its buckets' requests: "
+            f"{om_pb2.Type.Name(request.cmd_type)} is shard 0's ({self.config.node.address})")
+        response.shard_address = self.config.node.address
+        return response
 
     def _guarded(self, request: om_pb2.OMRequest,
                  work: Awaitable[om_pb2.OMResponse]) -> asyncio.Future[om_pb2.OMResponse]:
@@ -374,13 +402,19 @@ class Node:
                                  call_id=request.call_id, service_list=body)
 
     async def close(self) -> None:
-        """Refuses new requests, drains in-flight writes, closes the store and the trace."""
+        """Refuses new requests, drains in-flight writes, closes the store and the trace;
+        with shards, stops the Raft process first (it tells the shards ``closing``),
+        then the shard processes."""
         self.closing = True
         await self.leader.close()
         await self.integrity.close()
         if self.checkpoint_client is not None:
             self.checkpoint_client.stop()
-        await self.replication.close()
+        await self.replication.close()    # the Raft process tells the shards "closing"
+        if self.shard_processes is not None:
+            await self.shard_processes.close()
+        for unused in self._shard_channels:   # closed before it started
+            unused.close()
         self.tracer.close()
         if self.audit is not None:
             self.audit.close()

@@ -9,13 +9,18 @@ and nowhere else in ``om/node``:
   apply); ``switchable`` runs the leader flow over the old flow's state machine, both
   flows per write type (docs/FLOW_SWITCH.md).
 * The ring's size (``ring``, ``replicator``): one node replicates locally (no Raft, no
-  checkpoints); more, over Raft.
+  checkpoints); more, over Raft; with ``shards`` > 1 a node, even alone, runs the Raft
+  process (it merges the shards' sub-batches) and hands the channels of shards 1..S-1
+  to the shard processes it starts (``Ring.shard_channels``, ``shard_pool.py``).
 * ``[raft] separate_process`` picks the Raft adapter (``RAFT_ADAPTERS``): a Raft child
   process (the default) or pysyncobj in a thread of this process.
 * The node holds the state machine and the replicator that applies to it as one part
   (``Replication``): one start, one scrape of both's gauges, one close.
 * ``unsafe_disable_retry_cache`` picks the retry cache's keys (``leader_config``): the
   fault ``ForgetfulRetryKeys`` for chaos's red case, else ``retry_key``.
+* ``serving_shard`` (set only in the configuration a node hands its shard process k,
+  ``om/node/shard_process.py``): shard k's state machine over its own store, and as
+  its Raft part the adapter attached to the Raft process's channel k (``ring``).
 
 Invariant: the node holds each part through its port (``Machine``, ``WritePath``,
 ``om.consensus.port.RaftPort``) and never asks a part its type, so a mode is one row
@@ -29,8 +34,10 @@ in the core that bypasses it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +46,7 @@ from typing import Protocol
 from om.config import ConfigError, ServerConfig
 from om.consensus.local import LocalReplicator
 from om.consensus.port import ApplyEntry, BarrierEntry, RaftPort, Replicator, ReplicatorPart
-from om.consensus.pysyncobj.process import RaftProcessReplicator
+from om.consensus.pysyncobj.process import NoSnapshots, PassPosition, RaftProcessReplicator
 from om.consensus.pysyncobj.replicator import RaftReplicator
 from om.executor.admin import upgrade
 from om.executor.context import Limits as HandlerLimits
@@ -50,6 +57,7 @@ from om.flows.replicated_flow import replicated_flow_service
 from om.flows.settings import LeaderConfig
 from om.gatekeeper.authorize import acl_policy
 from om.gatekeeper.retry_cache import ForgetfulRetryKeys, RetryCacheConfig, retry_key
+from om.gatekeeper.shard_gate import ShardGate
 from om.node.catchup import CheckpointClient, CheckpointServer
 from om.observe.audit import AuditLog, AuditSettings, AuditSink
 from om.observe.metrics import NodeMetrics
@@ -147,7 +155,17 @@ def leader_config(config: ServerConfig) -> LeaderConfig:
                           config.purge.deleted_retention_s, config.purge.open_key_expire_s,
                           config.purge.multipart_expire_s),
         fso_lock_plan=config.fso.lock_plan,
+        shard_gate=shard_gate(config),
     )
+
+
+def shard_gate(config: ServerConfig) -> ShardGate | None:
+    """Which requests this process's shard answers (none to check with one shard)."""
+    if config.shards == 1:
+        return None
+    node = config.node
+    return ShardGate(config.serving_shard, tuple(f"{node.host}:{node.shard_port(k)}"
+                                                 for k in range(config.shards)))
 
 
 def init_layout(store: Store, version: int) -> None:
@@ -181,13 +199,15 @@ def open_store(config: ServerConfig) -> Store:
     With Raft, the durable journal is the write-ahead log: a restart replays what
     RocksDB lost (apply skips applied positions), and the journal is compacted only
     after a snapshot, whose checkpoint flushes RocksDB. A single node has no journal,
-    so its RocksDB writes are its durability."""
+    so its RocksDB writes are its durability (unless it runs shards: they replicate
+    through a Raft process even alone)."""
     if config.unsafe_store_without_wal:
         logger.warning("RocksDB's write-ahead log is DISABLED (unsafe_store_without_wal): "
                        "a crash loses unflushed batches until the Raft journal replays "
                        "them; for tests only")
     store = Store(config.node_data_dir / "db",
-                  sync_writes=config.raft.fsync and len(config.nodes) == 1,
+                  sync_writes=config.raft.fsync and len(config.nodes) == 1
+                  and config.shards == 1,   # shards: the Raft process's journal, even alone
                   wal=not config.unsafe_store_without_wal,
                   memory=StoreMemory(config.limits.store_memtable_bytes,
                                      config.limits.store_block_cache_bytes))
@@ -286,7 +306,8 @@ def _old_flow_machine(config: ServerConfig, store: Store, settings: LeaderConfig
 
 ExecutionBuilder = Callable[[ServerConfig, Store, LeaderConfig, Callable[[], None]], Execution]
 EXECUTIONS: dict[str, ExecutionBuilder] = {
-    "leader": lambda config, store, settings, fail_stop: LeaderExecution(StateMachine(store)),
+    "leader": lambda config, store, settings, fail_stop: LeaderExecution(
+        StateMachine(store, config.serving_shard)),
     "replicated": lambda *args: OldFlowExecution(_old_flow_machine(*args)),
     "switchable": lambda *args: SwitchableExecution(_old_flow_machine(*args)),
 }
@@ -308,6 +329,8 @@ class RaftHooks:
     barrier_entry: BarrierEntry
     leads: Callable[[], bool]
     fail_stop: Callable[[], None]
+    # with shards: the state machine's, for an entry with nothing for shard 0
+    pass_position: PassPosition | None = None
 
 
 @dataclass(frozen=True)
@@ -317,13 +340,16 @@ class Ring:
     raft: RaftPort | None = None
     checkpoints: CheckpointServer | None = None
     checkpoint_client: CheckpointClient | None = None
+    # with shards, in the node's process: the ends of the Raft process's channels
+    # 1..S-1, for the shard processes (om/node/shard_pool.py)
+    shard_channels: tuple[socket.socket, ...] = ()
 
 
 def _raft_process(config: ServerConfig, snapshots: Snapshotter, hooks: RaftHooks) -> RaftPort:
     return RaftProcessReplicator(
         config.node, config.nodes, config.node_data_dir / "raft", config.raft,
         hooks.apply_entry, snapshots, hooks.barrier_entry, config.batch.bytes_max,
-        hooks.fail_stop)
+        hooks.fail_stop, shards=config.shards, on_position=hooks.pass_position)
 
 
 def _raft_thread(config: ServerConfig, snapshots: Snapshotter, hooks: RaftHooks) -> RaftPort:
@@ -336,13 +362,32 @@ RAFT_ADAPTERS: dict[bool, Callable[[ServerConfig, Snapshotter, RaftHooks], RaftP
     True: _raft_process, False: _raft_thread}
 
 
+def _shard_raft(config: ServerConfig, state: Machine, hooks: RaftHooks,
+                channel: socket.socket) -> RaftPort:
+    """Shard k's side of the Raft process its node spawned: attached to channel k,
+    the position of an entry with nothing for this shard moved in memory."""
+    assert isinstance(state, StateMachine), "a shard process runs the leader flow"
+    return RaftProcessReplicator(
+        config.node, config.nodes, config.node_data_dir, config.raft, hooks.apply_entry,
+        NoSnapshots(), hooks.barrier_entry, config.batch.bytes_max, hooks.fail_stop,
+        channel=channel, on_position=state.pass_position)
+
+
 def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
-         hooks: RaftHooks, seam: Seam) -> Ring:
+         hooks: RaftHooks, seam: Seam, shard_channel: socket.socket | None = None) -> Ring:
     """Raft (the adapter ``[raft] separate_process`` names) and the checkpoints a
     follower catches up from (named and leased by ``seam``), for a ring of more than
-    one node."""
-    if len(config.nodes) == 1:
+    one node. Shard k >= 1's process (``shard_channel``: its end of the Raft process's
+    channel k) has the Raft part alone: snapshots and catch-up stay shard 0's until
+    docs/SHARDS.md's step 4."""
+    assert (shard_channel is None) == (config.serving_shard == 0)
+    if shard_channel is not None:
+        return Ring(_shard_raft(config, state, hooks, shard_channel))
+    if len(config.nodes) == 1 and config.shards == 1:
         return Ring()
+    if config.shards > 1:    # the Raft process merges the shards' sub-batches, even alone
+        assert isinstance(state, StateMachine), "shards run the leader flow"
+        hooks = dataclasses.replace(hooks, pass_position=state.pass_position)
     shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
                             config.node_id, config.raft.fsync, seam, config.catchup.lease_s)
     client = CheckpointClient(config)
@@ -350,7 +395,9 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
                             source=client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
                             unsafe_delay_if=hooks.leads, carried=carried)
     raft = RAFT_ADAPTERS[config.raft.separate_process](config, snapshots, hooks)
-    return Ring(raft, CheckpointServer(config, shelf), client)
+    channels = raft.take_shard_channels() if isinstance(raft, RaftProcessReplicator) else ()
+    assert len(channels) == config.shards - 1
+    return Ring(raft, CheckpointServer(config, shelf), client, channels)
 
 
 def replicator(config: ServerConfig, ring: Ring, applied_index: int,

@@ -62,7 +62,7 @@ def acl_security(node: Node) -> str:
 def start_metrics_endpoint(node: Node) -> MetricsEndpoint | None:
     """Serves the node's registry at http://host:http_port/prom (None when off)."""
     address = node.config.node
-    if not address.http_port:
+    if not address.http_port or node.config.serving_shard:   # the node's, on shard 0
         return None
     return MetricsEndpoint(node.metrics.registry, address.host, address.http_port)
 
@@ -74,7 +74,9 @@ def start_line(node: Node, context: ssl.SSLContext | None, workers: int,
     metrics = f", metrics=http://{address.http_address}/prom" if endpoint else ""
     serving = ("1 (this process serves clients)" if workers == 1 else
                f"{workers} (front processes serve clients: TLS, framing)")
-    return (f"OM {config.node_id} listening on {address.address} "
+    shard = config.serving_shard
+    name = f"{config.node_id} shard {shard}" if shard else config.node_id
+    return (f"OM {name} listening on {address.host}:{address.shard_port(shard)} "
             f"(execution={config.execution}, workers={serving}, data={config.node_data_dir}, "
             f"durable={'yes' if config.raft.fsync else 'NO: fsync = false'}"
             f"{raft_security(node)}, clients={client_security(node, context)}"
@@ -95,7 +97,9 @@ class _OwnConnections:
                                   limits.connection_idle_s)
         intake = Intake(node)
         backlog = listen_backlog(limits.listen_backlog_max)
-        listener = listening_sockets(address.host, address.port, 1, backlog)[0]
+        listener = listening_sockets(address.host,
+                                     address.shard_port(node.config.serving_shard), 1,
+                                     backlog)[0]
         try:
             server = await client_server(
                 listener, lambda: ClientConnection(limits, connections, intake), context,

@@ -13,8 +13,36 @@ from __future__ import annotations
 
 import zlib
 
+from om.protocol import om_pb2
+
 
 def shard_of(volume: str, bucket: str, shards: int) -> int:
     """The shard, 0..shards-1, that owns ``bucket`` of ``volume``."""
     assert shards >= 1, f"a node runs at least one shard, not {shards}"
     return zlib.crc32(f"{volume}/{bucket}".encode()) % shards
+
+
+def request_bucket(request: om_pb2.OMRequest) -> tuple[str, str] | None:
+    """The (volume, bucket) whose shard owns ``request``, or None: shard 0's (a volume,
+    user, certificate, token or administrative request, an ACL request on a volume).
+    Every request body names its bucket in ``volume`` and ``bucket`` fields, an ACL
+    request in ``obj``. A bucket's own requests (CreateBucket, its ACLs) name it too:
+    its rows live in its shard; those that change them are coordinated by shard 0
+    (docs/SHARDS.md, step 3), which a client then asks instead."""
+    field = request.WhichOneof("body")
+    if field is None:
+        return None
+    body = getattr(request, field)
+    fields = body.DESCRIPTOR.fields_by_name
+    if "obj" in fields:
+        obj = body.obj
+        return None if obj.res_type == om_pb2.OzoneObj.VOLUME else (obj.volume, obj.bucket)
+    if "bucket" in fields and body.bucket:
+        return body.volume, body.bucket
+    return None
+
+
+def request_shard(request: om_pb2.OMRequest, shards: int) -> int:
+    """The shard, 0..shards-1, that answers ``request``: its bucket's, else shard 0."""
+    bucket = request_bucket(request)
+    return 0 if bucket is None else shard_of(bucket[0], bucket[1], shards)

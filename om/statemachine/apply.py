@@ -174,6 +174,16 @@ class StateMachine:
                                snapshots_changed=snapshots_changed, prepared=prepared,
                                batches_applied=flags)
 
+    def pass_position(self, position: int) -> None:
+        """The log passed ``position`` with nothing for this shard (docs/SHARDS.md, step
+        2): the applied position moves in memory and nothing is written, so the stored
+        one stays that of the last entry that carried a slice for this shard, and a
+        restart replays from there, skipping nothing of its own. A position already
+        applied (a replay) changes nothing."""
+        assert position > 0
+        with self._lock:
+            self.applied_index = max(self.applied_index, position)
+
     def seed(self, batch: om_pb2.PersistDbBatch) -> None:
         """Writes ``batch`` as state that precedes the Raft log (``om freon generate``).
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from om.protocol import merged_entry, om_pb2
 
 MERGED = merged_entry.MERGED
-SHARD = 0   # this store's shard: with S = 1 the only one (docs/SHARDS.md, step 1)
+SHARD = 0   # the coordinator's shard, and with S = 1 the only one (docs/SHARDS.md)
 PERSIST_DB = b"B"
 REPLICATED_REQUEST = b"R"
 VERIFY = b"V"
@@ -32,14 +32,18 @@ def encode_batch(batch: om_pb2.PersistDbBatch) -> bytes:
     return PERSIST_DB + batch.SerializeToString(deterministic=True)
 
 
-def encode_sealed(payload: bytes, merged: bool) -> bytes:
-    """A leader-flow log entry from a batch already encoded (``BatchBuilder.seal``):
-    ``merged``, a merged entry of one slice, which the Raft process may merge with
-    others; else a ``B`` entry, byte for byte what releases before ``M`` wrote (the
-    store's layout is below MERGED_ENTRIES, ``om/executor/admin/upgrade.py``: a node
-    of such a release may still be a follower, and would fail-stop on ``M``)."""
+def encode_sealed(payload: bytes, merged: bool, shard: int = SHARD) -> bytes:
+    """A leader-flow log entry from a batch already encoded (``BatchBuilder.seal``) by
+    the pipeline of ``shard``: ``merged``, a merged entry of one slice of that shard,
+    which the Raft process may merge with others; else a ``B`` entry, byte for byte
+    what releases before ``M`` wrote (the store's layout is below MERGED_ENTRIES,
+    ``om/executor/admin/upgrade.py``: a node of such a release may still be a
+    follower, and would fail-stop on ``M``). A ``B`` entry is every shard's (the Raft
+    process hands it whole to each), so only shard 0 may seal one: shards above 0
+    exist only on a layout with ``M`` (``config._validate_shards``)."""
     if merged:
-        return merged_entry.encode_slice(SHARD, payload)
+        return merged_entry.encode_slice(shard, payload)
+    assert shard == SHARD, f"shard {shard} sealed a B entry: every shard would apply it"
     return PERSIST_DB + payload
 
 

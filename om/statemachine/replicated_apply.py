@@ -103,6 +103,7 @@ class ReplicatedStateMachine:
     # executes requests in apply, and applies batches too: a leader service over it
     # runs both flows, per write type (docs/FLOW_SWITCH.md)
     executes_requests = True
+    shard = log_entry.SHARD   # the old flow runs at S = 1 only (config._validate_shards)
 
     def __init__(self, store: Store, limits: Limits, retry: MemoryRetryCache,
                  unflushed_max: int, fail_stop: Callable[[], None],

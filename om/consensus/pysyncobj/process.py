@@ -112,6 +112,21 @@ def slice_outcome(outcome: tuple[Applied, int] | None, slot: int,
     return SliceApplied(applied.position, own, applied.response, (own,)), apply_ns
 
 
+class NoSnapshots:
+    """The snapshot hooks of a shard's channel: the Raft process writes and installs
+    snapshots through channel 0 only (shard-aware snapshots are docs/SHARDS.md's step
+    4), so a call here is a bug."""
+
+    def serialize(self, tmp_file: str, raft_data: object) -> None:
+        raise AssertionError("a snapshot written through a shard's channel")
+
+    def deserialize(self, file_name: str) -> object:
+        raise AssertionError("a snapshot installed through a shard's channel")
+
+    def prepare_install(self, file_name: str) -> tuple[object, Callable[[], None] | None]:
+        raise AssertionError("a snapshot installed through a shard's channel")
+
+
 class _Channel(asyncio.Protocol):
     """This side of the socketpair."""
 
@@ -515,6 +530,10 @@ class RaftProcessReplicator:
     # -- housekeeping ----------------------------------------------------------------------
 
     def _send(self, message: Message) -> None:
+        """Sends ``message`` to the Raft process; a shard's channel sends keepalives
+        only (besides ``replicate``'s submits): the child stops on anything else."""
+        assert self._process is not None or message[0] == "keepalive", \
+            f"a shard's channel may not send {message[0]}"
         if self._channel.transport is not None:
             self._channel.transport.write(encode(message))
 
