@@ -36,6 +36,9 @@ class NoSnapshots:
     def deserialize(self, file_name: str) -> object:
         raise AssertionError("these tests never compact")
 
+    def prepare_install(self, file_name: str) -> tuple[object, Callable[[], None] | None]:
+        raise AssertionError("these tests never compact")
+
 
 @dataclass
 class RaftNode:

@@ -20,7 +20,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from om.protocol.channel import Message
 from om.statemachine import log_entry
 from om.statemachine.apply import ApplyResult, StateMachine
 from om.statemachine.store import Store
+from tests.consensus.raft_nodes import NoSnapshots
 
 pytestmark = pytest.mark.integration
 SHARDS = 2
@@ -43,19 +44,6 @@ SHARDS = 2
 STEADY = Raft(election_timeout_min_s=2.0, election_timeout_max_s=3.0,
               leader_fallback_timeout_s=6.0)
 ENTRY_BYTES_MAX = 1 << 20
-
-
-class NoSnapshots:
-    """Snapshot hooks for a run too short to compact."""
-
-    def serialize(self, tmp_file: str, raft_data: object) -> None:
-        raise AssertionError("this test never compacts")
-
-    def deserialize(self, file_name: str) -> object:
-        raise AssertionError("this test never compacts")
-
-    def prepare_install(self, file_name: str) -> tuple[object, Callable[[], None] | None]:
-        raise AssertionError("this test never compacts")
 
 
 def _barrier(term: int) -> bytes:
