@@ -25,6 +25,7 @@ is why clients retry with the same call id.
 from __future__ import annotations
 
 import enum
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -187,3 +188,8 @@ class RaftPort(ReplicatorPart, Protocol):
     def members(self) -> list[str]: ...
 
     def match_indexes(self) -> dict[str, int]: ...
+
+    def take_shard_channels(self) -> tuple[socket.socket, ...]:
+        """The ends of the Raft process's channels 1..S-1, for the node's shard
+        processes, once (docs/SHARDS.md); none from an adapter that has no channels."""
+        ...

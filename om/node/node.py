@@ -108,7 +108,8 @@ class Node:
                                        self.seam)
         self.membership_ledger = node_membership.Ledger()
         ring = parts.ring(config, self.state_machine, self.om_snapshot_checkpoints, parts.RaftHooks(
-            self.apply_entry, self.barrier_entry, self._leads, fail_stop), self.seam,
+            self.apply_entry, self.barrier_entry, self._leads, fail_stop,
+            execution.pass_position), self.seam,
             shard_channel)
         self.raft, self.checkpoints = ring.raft, ring.checkpoints
         self._shard_channels = ring.shard_channels

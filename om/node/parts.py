@@ -34,7 +34,6 @@ in the core that bypasses it).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import secrets
 import socket
@@ -256,6 +255,12 @@ class Execution(Protocol):
     @property
     def machine(self) -> Machine: ...
 
+    @property
+    def pass_position(self) -> PassPosition | None:
+        """How the machine moves past an entry with nothing for its shard; None for the
+        old flow's machines, which run at one shard only (``config``)."""
+        ...
+
     def write_path(self, flow: FlowParts) -> WritePath: ...
 
 
@@ -264,6 +269,10 @@ class LeaderExecution:
     """``leader``: execute once on the leader, replicate batches of changes."""
 
     machine: StateMachine
+
+    @property
+    def pass_position(self) -> PassPosition | None:
+        return self.machine.pass_position
 
     def write_path(self, flow: FlowParts) -> WritePath:
         return leader_service(flow.node_id, self.machine.view, self.machine, flow.replicator,
@@ -276,6 +285,7 @@ class OldFlowExecution:
     """``replicated``: Ozone's old flow, every node executes each request in apply."""
 
     machine: ReplicatedStateMachine
+    pass_position = None
 
     def write_path(self, flow: FlowParts) -> WritePath:
         return replicated_flow_service(flow.node_id, self.machine, flow.replicator,
@@ -289,6 +299,7 @@ class SwitchableExecution:
     both kinds of entry; the ``#FLOWS`` row picks the flow per write type."""
 
     machine: ReplicatedStateMachine
+    pass_position = None
 
     def write_path(self, flow: FlowParts) -> WritePath:
         return leader_service(flow.node_id, self.machine.view, self.machine, flow.replicator,
@@ -329,7 +340,8 @@ class RaftHooks:
     barrier_entry: BarrierEntry
     leads: Callable[[], bool]
     fail_stop: Callable[[], None]
-    # with shards: the state machine's, for an entry with nothing for shard 0
+    # the state machine's, for an entry with nothing for this shard (``Execution``);
+    # None for the old flow's, which runs at one shard only
     pass_position: PassPosition | None = None
 
 
@@ -362,15 +374,14 @@ RAFT_ADAPTERS: dict[bool, Callable[[ServerConfig, Snapshotter, RaftHooks], RaftP
     True: _raft_process, False: _raft_thread}
 
 
-def _shard_raft(config: ServerConfig, state: Machine, hooks: RaftHooks,
-                channel: socket.socket) -> RaftPort:
+def _shard_raft(config: ServerConfig, hooks: RaftHooks, channel: socket.socket) -> RaftPort:
     """Shard k's side of the Raft process its node spawned: attached to channel k,
     the position of an entry with nothing for this shard moved in memory."""
-    assert isinstance(state, StateMachine), "a shard process runs the leader flow"
+    assert hooks.pass_position is not None, "a shard process runs the leader flow"
     return RaftProcessReplicator(
         config.node, config.nodes, config.node_data_dir, config.raft, hooks.apply_entry,
         NoSnapshots(), hooks.barrier_entry, config.batch.bytes_max, hooks.fail_stop,
-        channel=channel, on_position=state.pass_position)
+        channel=channel, on_position=hooks.pass_position)
 
 
 def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
@@ -382,12 +393,11 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
     docs/SHARDS.md's step 4."""
     assert (shard_channel is None) == (config.serving_shard == 0)
     if shard_channel is not None:
-        return Ring(_shard_raft(config, state, hooks, shard_channel))
+        return Ring(_shard_raft(config, hooks, shard_channel))
     if len(config.nodes) == 1 and config.shards == 1:
         return Ring()
-    if config.shards > 1:    # the Raft process merges the shards' sub-batches, even alone
-        assert isinstance(state, StateMachine), "shards run the leader flow"
-        hooks = dataclasses.replace(hooks, pass_position=state.pass_position)
+    # the Raft process merges the shards' sub-batches, even alone
+    assert config.shards == 1 or hooks.pass_position is not None, "shards run the leader flow"
     shelf = CheckpointShelf(config.node_data_dir / "checkpoints", config.catchup.kept,
                             config.node_id, config.raft.fsync, seam, config.catchup.lease_s)
     client = CheckpointClient(config)
@@ -395,7 +405,7 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
                             source=client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
                             unsafe_delay_if=hooks.leads, carried=carried)
     raft = RAFT_ADAPTERS[config.raft.separate_process](config, snapshots, hooks)
-    channels = raft.take_shard_channels() if isinstance(raft, RaftProcessReplicator) else ()
+    channels = raft.take_shard_channels()
     assert len(channels) == config.shards - 1
     return Ring(raft, CheckpointServer(config, shelf), client, channels)
 

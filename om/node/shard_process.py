@@ -60,8 +60,7 @@ def main(argv: list[str]) -> int:
                                "%(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # its node stops it
     channel = socket.socket(fileno=int(argv[0]))
-    config = pickle.load(sys.stdin.buffer)
-    assert isinstance(config, ServerConfig)
+    config: ServerConfig = pickle.load(sys.stdin.buffer)   # its node's for_shard(k)
     assert config.serving_shard == shard
     try:
         uvloop.run(_serve(config, channel))

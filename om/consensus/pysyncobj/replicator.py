@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,10 @@ class RaftReplicator:
         self._leadership = LeadershipBarrier(
             node.id, lambda: self._raft.om_is_leader(), lambda: int(self._raft.raftCurrentTerm),
             self.replicate, barrier, self._fail_pending)
+
+    def take_shard_channels(self) -> tuple[socket.socket, ...]:
+        """None: pysyncobj in a thread has no channels (shards need the Raft process)."""
+        return ()
 
     def journal_syncs(self) -> Snapshot | None:
         """The journal's sync times so far."""
