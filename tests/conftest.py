@@ -21,8 +21,9 @@ from tests.processes import REPO, BenchRun, om_command, worker_free_ports
 sys.dont_write_bytecode = False
 
 # A hung test fails within its timeout, in the event loop too (tests/timeouts.py); the
-# slow tier and the tests that share a worker (tests/tiers.py).
-pytest_plugins = ["tests.timeouts", "tests.tiers"]
+# slow tier and the tests that share a worker (tests/tiers.py); a failed cluster test
+# shows its nodes' log tails (tests/node_logs.py).
+pytest_plugins = ["tests.timeouts", "tests.tiers", "tests.node_logs"]
 
 # Tests check behaviour, not time: hypothesis's per-example deadline (200 ms) and its
 # too-slow health check measure how busy the machine is, and the suite's workers share
