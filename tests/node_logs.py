@@ -14,6 +14,7 @@ import re
 from collections.abc import Generator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 NODE_LOG = re.compile(r"om\d+\.log")
@@ -38,7 +39,8 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item,
-                              call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+                              call: pytest.CallInfo[None],
+                              ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     directory = getattr(item, "funcargs", {}).get("tmp_path")
