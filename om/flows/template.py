@@ -222,7 +222,9 @@ class RequestService(Generic[FlowT]):
         self._retry_key: RetryKeys = settings.retry_keys
         self._positions = positions
         self._reader = view
-        self.managed_index = ManagedIndex(positions.managed_index)
+        gate = settings.shard_gate    # with shards: indexes on this shard's residue only
+        self.managed_index = ManagedIndex(positions.managed_index, *(
+            (0, 1) if gate is None else (gate.shard, gate.shards)))
         self._originals: dict[RetryKey, Write] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._index_term = -1

@@ -52,6 +52,11 @@ class ShardGate:
         assert len(self.addresses) > 1, "a gate only where there are shards"
         assert 0 <= self.shard < len(self.addresses)
 
+    @property
+    def shards(self) -> int:
+        """How many shards the node runs (S)."""
+        return len(self.addresses)
+
     def refusal(self, request: om_pb2.OMRequest, kind: RequestKind) -> om_pb2.OMResponse | None:
         """The answer refusing ``request`` here, or None: this shard answers it."""
         if kind.internal:
