@@ -108,7 +108,7 @@ class AsyncOMClient(ClientIdentity):
         self.stamp(request)
         frame = encode_frame(request.SerializeToString())
         loop = asyncio.get_running_loop()
-        attempts = Attempts(list(self.addresses), self._current, self.policy, loop.time())
+        attempts = Attempts(list(self.route(request)), self._current, self.policy, loop.time())
         while True:
             try:
                 connection = await self._connection(attempts.address)
@@ -125,6 +125,9 @@ class AsyncOMClient(ClientIdentity):
                         f"no OM answered call {request.call_id} within "
                         f"{self.policy.deadline_s} s (tried {attempts.addresses})") from None
             else:
+                if self.learn_shards(response):
+                    attempts.reroute(list(self.route(request)))
+                    continue
                 delay = attempts.after_response(response, loop.time())
                 if delay is None:
                     self._current = attempts.current % len(self.addresses)

@@ -3,6 +3,9 @@
 It uses only the standard ``socket`` and ``ssl`` modules, so gevent's monkey
 patching (as locust applies it) makes it cooperative. A TLS setting that cannot
 work with the OM is raised at once as ``OMTlsError`` (``om.client.diagnosis``).
+It keeps one connection per address it reached (with shards, one per shard of the
+node it talks to: a client writing to buckets of several shards does not reconnect
+between them); a failed attempt drops that address's connection only.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import socket
 import ssl
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from om.client import diagnosis
 from om.client import requests as build
@@ -21,6 +25,16 @@ from om.protocol import om_pb2
 from om.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, WireError, encode_frame
 
 
+@dataclass
+class _Link:
+    """One connection: its socket, its frame decoder, whether the OM sent bytes on it
+    (then TLS matched: a close before any is a misconfiguration to diagnose)."""
+
+    socket: socket.socket
+    decoder: FrameDecoder = field(default_factory=lambda: FrameDecoder(DEFAULT_MAX_FRAME_BYTES))
+    answered: bool = False
+
+
 class OMClient(ClientIdentity):
     """A blocking OM client that retries with the same call id."""
 
@@ -29,9 +43,7 @@ class OMClient(ClientIdentity):
                  read_mode: str = "linearizable", tls: Tls | None = None,
                  token: om_pb2.TokenProto | None = None) -> None:
         super().__init__(addresses, user, policy, client_id, read_mode, tls, token)
-        self._socket: socket.socket | None = None
-        self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
-        self._answered = False      # the connection delivered bytes (then TLS matched)
+        self._links: dict[str, _Link] = {}    # by address
         self.last_retries = 0
         self.last_node = ""
 
@@ -42,10 +54,15 @@ class OMClient(ClientIdentity):
         self.close()
 
     def close(self) -> None:
-        """Closes the connection."""
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
+        """Closes every connection."""
+        links, self._links = self._links, {}
+        for link in links.values():
+            link.socket.close()
+
+    def _drop(self, address: str) -> None:
+        link = self._links.pop(address, None)
+        if link is not None:
+            link.socket.close()
 
     def call(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Sends ``request`` (retrying as needed); raises the typed error unless OK."""
@@ -62,12 +79,13 @@ class OMClient(ClientIdentity):
         """
         self.stamp(request)
         frame = encode_frame(request.SerializeToString())
-        attempts = Attempts(self.addresses, self._current, self.policy, time.monotonic())
+        attempts = Attempts(self.route(request), self._current, self.policy, time.monotonic())
         while True:
+            address = attempts.address
             try:
-                response = self._round_trip(attempts.address, frame, request.call_id)
+                response = self._round_trip(address, frame, request.call_id)
             except (OSError, WireError) as error:
-                self.close()
+                self._drop(address)
                 problem = self._misconfigured(attempts.address, error)
                 if problem is not None:
                     self.last_retries = attempts.retries
@@ -79,13 +97,16 @@ class OMClient(ClientIdentity):
                         f"no OM answered call {request.call_id} within "
                         f"{self.policy.deadline_s} s (tried {self.addresses})") from None
             else:
+                if self.learn_shards(response):
+                    attempts.reroute(self.route(request))
+                    continue
                 delay = attempts.after_response(response, time.monotonic())
                 if delay is None:
                     self.last_retries = attempts.retries
-                    self.last_node = attempts.address
-                    self._current = attempts.current
+                    self.last_node = address
+                    self._current = attempts.current % len(self.addresses)
                     return response
-            self.close()
+            self._drop(address)
             time.sleep(delay)
 
     def _misconfigured(self, address: str, error: OSError | WireError,
@@ -102,29 +123,32 @@ class OMClient(ClientIdentity):
             return diagnosis.handshake_failure(error, address, self.tls)
         return None
 
-    def _round_trip(self, address: str, frame: bytes, call_id: int) -> om_pb2.OMResponse:
-        if self._socket is None:
+    def _link(self, address: str) -> _Link:
+        link = self._links.get(address)
+        if link is None:
             host, port = split_address(address)
             plain = socket.create_connection((host, port), timeout=self.policy.attempt_timeout_s)
             plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socket = plain
-            if self.ssl_context is not None:
-                self._socket = self.ssl_context.wrap_socket(plain, server_hostname=host)
-            self._decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
-            self._answered = False
+            wrapped = plain if self.ssl_context is None else \
+                self.ssl_context.wrap_socket(plain, server_hostname=host)
+            link = self._links[address] = _Link(wrapped)
+        return link
+
+    def _round_trip(self, address: str, frame: bytes, call_id: int) -> om_pb2.OMResponse:
+        link = self._link(address)
         try:
-            self._socket.sendall(frame)
+            link.socket.sendall(frame)
             while True:
-                data = self._socket.recv(65536)
+                data = link.socket.recv(65536)
                 if not data:
                     raise ConnectionResetError("the OM closed the connection")
-                self._answered = True
-                for payload in self._decoder.feed(data):
+                link.answered = True
+                for payload in link.decoder.feed(data):
                     response = om_pb2.OMResponse.FromString(payload)
                     if response.call_id in (call_id, 0):
                         return response
         except (ConnectionResetError, BrokenPipeError) as error:
-            if self._answered:
+            if link.answered:
                 raise
             raise diagnosis.ClosedBeforeReply(error) from error
 

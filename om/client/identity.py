@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from om.client.retry_policy import RetryPolicy
 from om.protocol import om_pb2
 from om.protocol.client_version import CURRENT_VERSION
+from om.protocol.shard_routing import request_shard, shard_address
 from om.security.tls import ClientTls
 from om.security.token_client import ServerTrust
 
 Tls = ClientTls | ServerTrust   # a certificate, or only the CA (with a delegation token)
 
 DEFAULT_ADDRESS = "127.0.0.1:9862"
+SHARDS_MAX = 64    # more than any node runs (om.config's bound is lower): a bigger S is
+                   # a broken answer, not a route
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -47,6 +50,13 @@ class ClientIdentity:
     it, and a server that got no certificate takes the token's owner as the user:
     pair it with ``tls=ServerTrust(ca_file)``, which verifies the server and
     presents no certificate.
+
+    Shards (docs/SHARDS.md): the addresses are the nodes' client addresses (shard 0's).
+    A node with S > 1 shards answers a request sent to the wrong shard WRONG_SHARD with
+    S; the client learns S from it (``learn_shards``), keeps it, and from then on sends
+    each request straight to its bucket's shard on the node it would have asked
+    (``route``: ``om.protocol.shard_routing``), so only its first misrouted request
+    costs a redirect. At S = 1 (any node without shards) nothing changes.
     """
 
     def __init__(self, addresses: Sequence[str] = (DEFAULT_ADDRESS,), user: str | None = None,
@@ -66,6 +76,26 @@ class ClientIdentity:
         self.client_id = client_id or str(uuid.uuid4())
         self._call_ids = itertools.count(1)
         self._current = 0
+        self.shards = 1     # S, once a WRONG_SHARD answer told it
+
+    def route(self, request: om_pb2.OMRequest) -> list[str]:
+        """Where ``request`` goes: its shard on every node, in the nodes' order (shard 0:
+        the client's own list, which NOT_LEADER hints extend)."""
+        shard = request_shard(request, self.shards) if self.shards > 1 else 0
+        if shard == 0:
+            return self.addresses
+        return [shard_address(address, shard) for address in self.addresses]
+
+    def learn_shards(self, response: om_pb2.OMResponse) -> bool:
+        """Takes S from a WRONG_SHARD answer; whether it changed (then re-route the
+        request). An answer without S, with the S known already, or with an S no node
+        runs changes nothing: the caller gets WRONG_SHARD."""
+        if response.status != om_pb2.WRONG_SHARD or response.shards == self.shards:
+            return False
+        if not 1 <= response.shards <= SHARDS_MAX:
+            return False
+        self.shards = response.shards
+        return True
 
     def next_call_id(self) -> int:
         """A new call id for a request this client will send."""

@@ -4,7 +4,9 @@ A call keeps its call id across every attempt. NOT_LEADER sends the next
 attempt straight to the suggested leader; LEADER_NOT_READY, SERVER_BUSY,
 REPLICA_DIVERGED (a node verification found in the minority serves nothing)
 and a lost connection move to the next node after a backoff that doubles up to
-a cap. Past the deadline the last answer (or a connection error) stands.
+a cap. WRONG_SHARD that teaches the client its node's shard count re-routes the
+call at once to its bucket's shard (``reroute``, ``ClientIdentity.learn_shards``).
+Past the deadline the last answer (or a connection error) stands.
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ class Attempts:
                 self.retries += 1
                 return 0.0
         return self._next_node(now_s)
+
+    def reroute(self, addresses: list[str]) -> None:
+        """Sends the next attempt, at once, to ``addresses`` (the request's shard on every
+        node, in the same node order) on the node it would have gone to."""
+        assert addresses
+        self.addresses = addresses
+        self.current %= len(addresses)
+        self.retries += 1
 
     def after_connection_error(self, now_s: float) -> float | None:
         """Seconds to wait before retrying on another node, or None to give up."""

@@ -73,4 +73,5 @@ class ShardGate:
             request, om_pb2.WRONG_SHARD, f"{kind.name} belongs to shard {owner} "
             f"({self.addresses[owner]}), not to shard {self.shard}: not executed")
         response.shard_address = self.addresses[owner]
+        response.shards = self.shards
         return response

@@ -257,6 +257,7 @@ class Node:
             f"OM:{self.config.node_id}, which answers its buckets' requests: "
             f"{om_pb2.Type.Name(request.cmd_type)} is shard 0's ({self.config.node.address})")
         response.shard_address = self.config.node.address
+        response.shards = self.config.shards
         return response
 
     def _guarded(self, request: om_pb2.OMRequest,
@@ -398,7 +399,8 @@ class Node:
     def service_list(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """ServiceList: what this node knows of itself and the leader."""
         role = self.replicator.role()
-        body = om_pb2.ServiceListResponse(nodes=[self.node_info()], leader_id=role.leader_id)
+        body = om_pb2.ServiceListResponse(nodes=[self.node_info()], leader_id=role.leader_id,
+                                          shards=self.config.shards)
         return om_pb2.OMResponse(cmd_type=request.cmd_type, status=om_pb2.OK,
                                  call_id=request.call_id, service_list=body)
 
