@@ -1,12 +1,14 @@
 """A node of two shards (docs/SHARDS.md, increment B step 3): the node's own process
 (shard 0) starts its Raft process with two channels and shard 1's process on the
 second, each serving its port over its own store; a shard process that dies stops the
-node; an orderly stop stops every shard with status 0.
+node; an orderly stop stops every shard with status 0; a client given the node's
+address learns S from its first misrouted request and routes the next straight.
 
 Red cases: a node that did not start the shard process leaves shard 1's port closed
 and its channel silent (the Raft process then stops ticking); a shard's death that
 did not reach the node leaves it serving with a shard gone; a close that did not stop
-the Raft process first makes every shard fail stop (status 70, not 0).
+the Raft process first makes every shard fail stop (status 70, not 0); a client that
+did not learn S gets WRONG_SHARD for every request of shard 1's buckets.
 """
 
 from __future__ import annotations
@@ -101,9 +103,20 @@ async def test_each_shard_serves_its_buckets_on_its_port(serving: Serving) -> No
         for shard, client in enumerate(clients):
             for index in range(3):
                 await _put(client, BUCKETS[shard], f"k{index}")
-        misrouted, _ = await clients[0].call_raw(build.lookup_key(VOLUME, BUCKETS[1], "k0"))
+        # a client given shard 1's port for a node's: shard 0's bucket is refused there
+        misrouted, _ = await clients[1].call_raw(build.lookup_key(VOLUME, BUCKETS[0], "k0"))
         assert misrouted.status == om_pb2.WRONG_SHARD
-        assert misrouted.shard_address == f"127.0.0.1:{serving.config.node.shard_port(1)}"
+        assert misrouted.shard_address == serving.config.node.address
+        assert misrouted.shards == SHARDS
+        # a client given the node's address learns S from its first misrouted request
+        # and sends the next ones straight to their shard
+        for key, redirects in (("k0", 1), ("k1", 0)):
+            routed, retries = await clients[0].call_raw(
+                build.lookup_key(VOLUME, BUCKETS[1], key))
+            assert routed.status == om_pb2.OK, routed
+            assert retries == redirects
+        listed, _ = await clients[0].call_raw(build.service_list())
+        assert listed.service_list.shards == SHARDS
     finally:
         for client in clients:
             await client.close()
