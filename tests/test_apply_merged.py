@@ -208,7 +208,7 @@ def test_a_shards_store_applies_its_own_part_and_no_other_shards_slice(
     shard_one = [merged_entry.encode_slice(1, s.SerializeToString(deterministic=True))
                  for s in worker.slices_for(1)]
     entry = merged_entry.merge([*shard_one, log_entry.encode_sealed(b"", merged=True)])
-    parts = merged_entry.split_by_shard(entry)
+    parts = merged_entry.split_by_shard(entry, 2)
     store = Store(tmp_path / "shard-1")
     worker.seed(store)
     machine = StateMachine(store, shard=1)

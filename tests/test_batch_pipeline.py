@@ -163,6 +163,50 @@ async def test_every_batch_is_sealed_as_a_slice_of_the_pipelines_shard() -> None
     assert [[s.shard for s in merged_entry.slices(e)] for e in replicator.entries] == [[3], [3]]
 
 
+def _volume_write(index: int) -> PendingWrite:
+    recorder = ChangeRecorder()
+    recorder.put(om_pb2.VOLUME, f"/vol{index}".encode(), b"v")
+    recorder.quota_delta(om_pb2.VOLUME, f"/vol{index}".encode(), 7, 0, 1)
+    return PendingWrite.of(index, recorder)
+
+
+async def test_with_shards_rows_every_shard_reads_travel_in_batches_of_their_own() -> None:
+    """With S > 1, shard 0's writes that change only rows every shard reads (a volume)
+    are sealed apart from its own (a key), in queue order, as slices every shard
+    applies; at S = 1 they share one batch. Red: a batch that mixed them would hand
+    shard 0's keys to every shard, or keep a volume from shards above 0."""
+    shapes = []
+    for shards in (2, 1):
+        replicator = SlowReplicator()
+        pipeline = BatchPipeline(replicator, BatchConfig(inflight_batches_max=1), "om1",
+                                 NullTracer(), NodeMetrics().batches, MACHINE_SEAM,
+                                 lambda: True, shard=0, shards=shards)
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        pipeline.submit(_write(1), lambda *_: None)     # queued before the loop starts
+        for index, write in enumerate((_volume_write(2), _volume_write(3), _write(4))):
+            pipeline.submit(write, partial(_settled, done) if index == 2 else
+                            (lambda *_: None))
+        pipeline.start()
+        await asyncio.wait_for(done, 2.0)
+        await pipeline.close()
+        shapes.append([([s.shard for s in merged_entry.slices(e)], count)
+                       for e, count in zip(replicator.entries, replicator.batches,
+                                           strict=True)])
+    every = merged_entry.EVERY_SHARD
+    assert shapes[0] == [([0], 1), ([every], 2), ([0], 1)]
+    assert shapes[1] == [([0], 4)]
+
+
+def test_only_writes_of_rows_every_shard_reads_are_every_shards() -> None:
+    assert _volume_write(1).every_shard
+    assert not _write(1).every_shard
+    mixed = ChangeRecorder()
+    mixed.put(om_pb2.VOLUME, b"/vol", b"v")
+    mixed.put(om_pb2.BUCKET, b"/vol/b", b"v")
+    assert not PendingWrite.of(1, mixed).every_shard
+    assert not PendingWrite.of(1, ChangeRecorder()).every_shard, "nothing to hand out"
+
+
 def test_only_shard_0_seals_a_b_entry() -> None:
     """A B entry goes whole to every shard: sealed by a shard above 0 it would be
     applied by all of them."""

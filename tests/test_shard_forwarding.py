@@ -33,18 +33,24 @@ def _slice(shard: int, batch: bytes) -> bytes:
     return merged_entry.encode_slice(shard, batch)
 
 
-@given(st.lists(st.tuples(st.integers(0, 300), st.binary(max_size=300)), min_size=1,
-                max_size=12))
+EVERY = merged_entry.EVERY_SHARD
+
+
+@given(st.lists(st.tuples(st.one_of(st.integers(0, 300), st.just(EVERY)),
+                          st.binary(max_size=300)), min_size=1, max_size=12))
 def test_a_shards_part_is_the_merge_of_its_slices_bytes_untouched(
         parts: list[tuple[int, bytes]]) -> None:
+    """Each shard's part holds its own slices and every slice every shard applies, in
+    log order; a shard with neither has no part."""
     entry = merged_entry.merge([_slice(shard, batch) for shard, batch in parts])
-    split = merged_entry.split_by_shard(entry)
-    assert sorted(split) == sorted({shard for shard, _ in parts})
+    split = merged_entry.split_by_shard(entry, 301)
+    named = {shard for shard, _ in parts}
+    assert sorted(split) == (list(range(301)) if EVERY in named else sorted(named))
     for shard, part in split.items():
-        own = [_slice(s, b) for s, b in parts if s == shard]
+        own = [_slice(s, b) for s, b in parts if s in (shard, EVERY)]
         assert part == merged_entry.merge(own)
         assert [(s.shard, s.batch) for s in merged_entry.slices(part)] \
-            == [(s, b) for s, b in parts if s == shard]
+            == [(s, b) for s, b in parts if s in (shard, EVERY)]
     assert [record[0] for record in merged_entry.slice_records(entry)] \
         == [shard for shard, _ in parts]
 
@@ -72,8 +78,9 @@ def _barrier(term: int) -> bytes:
 
 @st.composite
 def _passes(draw: st.DrawFn) -> tuple[int, list[list[Submitted]]]:
-    """Channels, and passes of submits: each a sub-batch of its channel's shard or a
-    barrier; request ids count up per channel from 1, as each driver's do."""
+    """Channels, and passes of submits: each a sub-batch of its channel's shard, a
+    barrier, or (channel 0's, with shards) a sub-batch every shard applies; request ids
+    count up per channel from 1, as each driver's do."""
     channels = draw(st.integers(1, 4))
     next_request = [1] * channels
     passes: list[list[Submitted]] = []
@@ -82,8 +89,9 @@ def _passes(draw: st.DrawFn) -> tuple[int, list[list[Submitted]]]:
         for channel, barrier, size in draw(st.lists(st.tuples(
                 st.integers(0, channels - 1), st.booleans(), st.integers(0, 700)),
                 min_size=1, max_size=8)):
+            every = channels > 1 and channel == 0 and size % 3 == 0
             entry = _barrier(size) if barrier and size % 5 == 0 else _slice(
-                channel, bytes([channel]) * size)
+                EVERY if every else channel, bytes([channel]) * size)
             submits.append(Submitted(channel, next_request[channel], entry))
             next_request[channel] += 1
         passes.append(submits)
@@ -133,9 +141,10 @@ def test_every_channel_gets_its_shards_slices_and_every_position(
         slices = [(s.shard, s.batch) for kind, _, entry in seen[channel]
                   if entry is not None and entry[:1] == merged_entry.MERGED
                   for s in merged_entry.slices(entry)]
-        assert slices == [(channel, merged_entry.slices(s.entry)[0].batch)
-                          for p in passes for s in p
-                          if s.channel == channel and s.entry[:1] == merged_entry.MERGED]
+        sent = [merged_entry.slices(s.entry)[0] for p in passes for s in p
+                if s.entry[:1] == merged_entry.MERGED]
+        assert slices == [(part.shard, part.batch) for part in sent
+                          if part.shard in (channel, EVERY)], "its own, and every shard's"
         barriers = [entry for kind, _, entry in seen[channel]
                     if entry is not None and entry[:1] != merged_entry.MERGED]
         assert barriers == [s.entry for p in passes for s in p
@@ -150,6 +159,16 @@ def test_one_channel_gets_todays_messages() -> None:
         == [("apply_own", 7, (3, 4))]
     assert shard_forwarding.forwards(7, entry, None, 1) == [("apply", 7, entry)]
     assert shard_forwarding.results(((0, 3), (0, 4)), 0, 7) == {0: ("result", (3, 4), 0, 7)}
+
+
+def test_a_slice_every_shard_applies_is_appended_alone_and_reaches_every_channel() -> None:
+    every = _slice(EVERY, b"volume")
+    appends = plan_appends([((1, 1), _slice(1, b"k")), ((0, 1), every),
+                            ((0, 2), _slice(0, b"k"))], 2000)
+    assert [a.request_ids for a in appends] == [((1, 1),), ((0, 1),), ((0, 2),)]
+    assert shard_forwarding.forwards(5, every, ((0, 1),), 3) == [
+        ("apply_own", 5, (1,)), ("apply", 5, every), ("apply", 5, every)]
+    assert shard_forwarding.forwards(5, every, None, 2) == [("apply", 5, every)] * 2
 
 
 def test_a_barrier_goes_to_every_channel_and_its_submitter_rebuilds_it() -> None:

@@ -8,7 +8,8 @@ Red cases: a node that did not start the shard process leaves shard 1's port clo
 and its channel silent (the Raft process then stops ticking); a shard's death that
 did not reach the node leaves it serving with a shard gone; a close that did not stop
 the Raft process first makes every shard fail stop (status 70, not 0); a client that
-did not learn S gets WRONG_SHARD for every request of shard 1's buckets.
+did not learn S gets WRONG_SHARD for every request of shard 1's buckets; a volume
+sealed as shard 0's own slice never reaches shard 1's store.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ async def test_each_shard_serves_its_buckets_on_its_port(serving: Serving) -> No
             assert retries == redirects
         listed, _ = await clients[0].call_raw(build.service_list())
         assert listed.service_list.shards == SHARDS
+        await clients[0].call(build.create_volume("vol2"))    # rows every shard reads
     finally:
         for client in clients:
             await client.close()
@@ -133,6 +135,8 @@ async def test_each_shard_serves_its_buckets_on_its_port(serving: Serving) -> No
             for other, other_bucket in enumerate(BUCKETS):
                 found = store.get(om_pb2.KEY, tables.key_key(VOLUME, other_bucket, "k2"))
                 assert (found is not None) == (other == shard), "each shard's rows, its store"
+            assert store.get(om_pb2.VOLUME, tables.volume_key("vol2")) is not None, \
+                "a volume created on shard 0 is in every shard's store"
         finally:
             store.close()
 

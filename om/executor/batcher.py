@@ -23,16 +23,20 @@ from dataclasses import dataclass
 
 from om.executor.change_recorder import ChangeRecorder
 from om.protocol import om_pb2
+from om.schema.tables import EVERY_SHARDS_TABLES
 
 
 @dataclass(frozen=True, slots=True)
 class PendingWrite:
     """An executed request waiting for its batch to commit: its part of a batch, encoded.
 
-    ``managed_index`` is 0 for a system write (an expiry sweep)."""
+    ``managed_index`` is 0 for a system write (an expiry sweep). ``every_shard``: it
+    changes rows of ``EVERY_SHARDS_TABLES`` only (a volume, a token, a certificate, an
+    upgrade row): with S > 1 shards its batch is a slice every shard applies."""
 
     managed_index: int
     encoded: bytes
+    every_shard: bool = False
 
     @classmethod
     def of(cls, managed_index: int, recorder: ChangeRecorder,
@@ -47,7 +51,10 @@ class PendingWrite:
                           for q in recorder.quota],
             reply_rows=() if reply is None else (reply,),
             retry_expiry=expiry_ops or ())
-        return cls(managed_index, part.SerializeToString(deterministic=True))
+        every_shard = bool(recorder.ops) \
+            and all(op.table in EVERY_SHARDS_TABLES for op in recorder.ops) \
+            and all(q.table == om_pb2.VOLUME for q in recorder.quota)
+        return cls(managed_index, part.SerializeToString(deterministic=True), every_shard)
 
     @property
     def size(self) -> int:

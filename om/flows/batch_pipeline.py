@@ -34,6 +34,7 @@ from om.executor.batcher import BatchBuilder, PendingWrite
 from om.flows.read_rounds import ReadRound
 from om.observe.metrics import BatchMetrics
 from om.observe.tracing import TraceSink
+from om.protocol import merged_entry
 from om.schema.seam import Seam
 from om.statemachine import log_entry
 
@@ -73,7 +74,7 @@ class BatchPipeline:
     def __init__(self, replicator: Replicator, config: BatchConfig, leader_id: str,
                  tracer: TraceSink, metrics: BatchMetrics,
                  seam: Seam, merged_entries: Callable[[], bool],
-                 shard: int = log_entry.SHARD) -> None:
+                 shard: int = log_entry.SHARD, shards: int = 1) -> None:
         """``seam``: the node's clocks: its wall clock stamps each batch (replicated
         data) and dates its trace record, its elapsed clock times the queue and the
         replication cycle, which decides how long a batch gathers (``_gather``); a
@@ -81,9 +82,16 @@ class BatchPipeline:
         ``merged_entries``: whether a batch sealed now travels as a merged entry (``M``)
         or as a ``B`` entry (``log_entry.encode_sealed``), asked once per batch.
         ``shard``: the shard this pipeline seals for (its state machine's); every slice
-        it submits carries it, so the Raft process hands it back to this shard alone."""
+        it submits carries it, so the Raft process hands it back to this shard alone.
+        With ``shards`` > 1 a write that changes only rows every shard reads
+        (``PendingWrite.every_shard``: shard 0's volumes, tokens, certificates and
+        upgrade rows) is sealed in a batch of such writes only, as a slice every shard
+        applies (``merged_entry.EVERY_SHARD``); a batch never mixes the two."""
+        assert shard >= 0
+        assert shards >= 1
         self._replicator = replicator
         self._shard = shard
+        self._every_shard_slices = shards > 1
         self._merged_entries = merged_entries
         self._seam = seam
         self._elapsed_ns = seam.elapsed_ns
@@ -189,7 +197,11 @@ class BatchPipeline:
     def _seal(self) -> tuple[bytes, list[_Queued], int, list[ReadRound]]:
         builder = BatchBuilder(self.config.bytes_max, self.config.writes_max)
         taken: list[_Queued] = []
+        every_shard = self._every_shard_slices and bool(self._queue) \
+            and self._queue[0].write.every_shard
         while self._queue and builder.fits(self._queue[0].write):
+            if self._every_shard_slices and self._queue[0].write.every_shard != every_shard:
+                break                      # the other kind starts the next batch
             queued = self._queue.popleft()
             builder.add(queued.write)
             taken.append(queued)
@@ -199,7 +211,8 @@ class BatchPipeline:
                               self._replicator.role().term)
         assert len(builder.writes) == len(taken)
         rounds, self._read_rounds = self._read_rounds, []
-        entry = log_entry.encode_sealed(sealed, self._merged_entries(), self._shard)
+        shard = merged_entry.EVERY_SHARD if every_shard else self._shard
+        entry = log_entry.encode_sealed(sealed, self._merged_entries(), shard)
         return entry, taken, batch_id, rounds
 
     async def _replicate(self, entry: bytes, taken: list[_Queued], batch_id: int,

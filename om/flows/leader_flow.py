@@ -97,8 +97,10 @@ class LeaderFlow:
         self.retry_cache = RetryCache(config.retry)
         self.reservations = QuotaReservationTable()
         self._elapsed_ns = host.seam.elapsed_ns
+        shards = 1 if config.shard_gate is None else config.shard_gate.shards
         self.pipeline = BatchPipeline(replicator, config.batch, host.node_id, tracer,
-                                      host.metrics.batches, host.seam, merged_entries, shard)
+                                      host.metrics.batches, host.seam, merged_entries, shard,
+                                      shards)
         self.purger = Purger(store, host.submit, self._purging_term, config.purge,
                              PURGE_USER, host.seam)
         self._purging: asyncio.Task[None] | None = None

@@ -23,6 +23,13 @@ are those records in log order, so that what shard k applies is byte for byte th
 merge of what shard k sealed (on the leader, the entry it rebuilds from its own
 sub-batches).
 
+A slice numbered ``EVERY_SHARD`` is applied by every shard (docs/SHARDS.md, *Rows every
+shard needs*): shard 0 seals the writes whose rows every shard reads (volumes,
+delegation-token keys and tokens, certificates and their revocations, the prepared
+marker and the layout) as such a slice, so each shard's store holds them at the
+entry's position. ``split_by_shard`` gives its record to every shard's part, and the
+Raft process appends it alone (``om.consensus.pysyncobj.entry_merge``).
+
 Invariants: an entry carries at least one slice; a slice's batch bytes are never
 re-encoded between the shard that sealed them and apply, on any node.
 """
@@ -38,6 +45,7 @@ _SLICES_FIELD = b"\x0a"    # field 1 (MergedEntry.slices), wire type 2 (length-d
 _SHARD_FIELD = b"\x08"     # field 1 (ShardSlice.shard), wire type 0 (varint)
 _BATCH_FIELD = b"\x12"     # field 2 (ShardSlice.batch), wire type 2
 SHARD_MAX = (1 << 32) - 1  # a uint32
+EVERY_SHARD = SHARD_MAX    # the slice every shard applies (no node runs 2^32 shards)
 
 
 def _varint(value: int) -> bytes:
@@ -120,15 +128,26 @@ def slice_records(entry: bytes) -> list[tuple[int, int, int]]:
     return records
 
 
-def split_by_shard(entry: bytes) -> dict[int, bytes]:
-    """Each shard's slices of a merged entry as a merged entry of them alone, by shard
-    (only shards with a slice): the slice records copied as they are, in order, so
-    ``merge`` of a shard's one-slice entries equals its part."""
+def split_by_shard(entry: bytes, shards: int) -> dict[int, bytes]:
+    """Each of the ``shards`` shards' slices of a merged entry as a merged entry of them
+    alone, by shard (only shards with a slice; an ``EVERY_SHARD`` slice is every
+    shard's): the slice records copied as they are, in order, so ``merge`` of a shard's
+    one-slice entries equals its part."""
+    assert shards >= 1
     view = memoryview(entry)
     records: dict[int, list[memoryview]] = {}
     for shard, start, end in slice_records(entry):
-        records.setdefault(shard, []).append(view[start:end])
-    return {shard: b"".join([MERGED, *parts]) for shard, parts in records.items()}
+        assert shard < shards or shard == EVERY_SHARD, f"a slice for shard {shard} of {shards}"
+        for owner in range(shards) if shard == EVERY_SHARD else (shard,):
+            records.setdefault(owner, []).append(view[start:end])
+    return {shard: b"".join([MERGED, *parts]) for shard, parts in sorted(records.items())}
+
+
+def is_every_shards(entry: bytes) -> bool:
+    """Whether ``entry`` is a merged entry of one slice, ``EVERY_SHARD``'s (headers only)."""
+    if not is_single_slice(entry):
+        return False
+    return slice_records(entry)[0][0] == EVERY_SHARD
 
 
 def merge(entries: Sequence[bytes]) -> bytes:

@@ -74,6 +74,15 @@ TABLE_NAMES: dict[TableId, str] = {
     om_pb2.SNAPSHOT_INFO: "snapshotInfoTable",
 }
 
+# The tables whose rows every shard reads (docs/SHARDS.md, *Rows every shard needs*): a
+# volume (its ACLs and owner, for its buckets' requests), the keys that sign delegation
+# tokens and the tokens, certificates and their revocations, and the transaction-info
+# rows of prepare and upgrade. With S > 1 shards, a write that changes nothing else
+# is sealed as a slice every shard applies (om/executor/batcher.py).
+EVERY_SHARDS_TABLES: frozenset[TableId] = frozenset({
+    om_pb2.VOLUME, om_pb2.SECRET_KEY, om_pb2.DELEGATION_TOKEN, om_pb2.USER_CERTIFICATE,
+    om_pb2.TRANSACTION_INFO})
+
 # Every column family of a store: the tables, and the replica's digests of them
 # (om/statemachine/digests.py), which no batch op names and no scan of the tables sees.
 DIGEST_TABLE_NAME = "digestTable"

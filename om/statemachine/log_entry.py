@@ -75,15 +75,16 @@ def is_request(entry: bytes) -> bool:
 
 def decode_batches(entry: bytes, shard: int = SHARD) -> list[om_pb2.PersistDbBatch]:
     """The batches a ``B``, ``V`` or ``M`` entry carries for the store of ``shard``, in
-    log order: an ``M`` entry's slices, every one that shard's (the Raft process hands
-    each shard only its own: ``om.consensus.pysyncobj.shard_forwarding``), any other's
-    one batch."""
+    log order: an ``M`` entry's slices, every one that shard's or every shard's (the
+    Raft process hands each shard only those: ``om.consensus.pysyncobj.shard_forwarding``),
+    any other's one batch."""
     if entry[:1] != MERGED:
         message = decode(entry)
         assert isinstance(message, om_pb2.PersistDbBatch), "an old-flow entry is no batch"
         return [message]
     parts = merged_entry.slices(entry)
-    assert all(part.shard == shard for part in parts), f"a slice not shard {shard}'s"
+    assert all(part.shard in (shard, merged_entry.EVERY_SHARD) for part in parts), \
+        f"a slice not shard {shard}'s"
     return [om_pb2.PersistDbBatch.FromString(part.batch) for part in parts]
 
 

@@ -218,7 +218,8 @@ class Child:
         """Takes an entry for the next append. Channel k submits shard k's slices only:
         each is handed back to the channel of its shard on every node."""
         if len(self._channels) > 1 and merged_entry.is_single_slice(entry):
-            assert merged_entry.slice_records(entry)[0][0] == channel, \
+            shard = merged_entry.slice_records(entry)[0][0]
+            assert shard == channel or (channel == 0 and shard == merged_entry.EVERY_SHARD), \
                 f"channel {channel} submitted another shard's slice"
         self._submitted.append(((channel, request), entry))
 

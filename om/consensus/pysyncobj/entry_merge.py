@@ -6,7 +6,8 @@ channel is planned here before it appends any: a run of one-slice merged entries
 (``om.protocol.merged_entry``: one shard's sealed sub-batch each) becomes one
 entry, and the run continues into a next entry past ``bytes_max`` bytes or
 ``SLICES_MAX`` slices; every other entry (a barrier ``B``, a verify ``V``, an old-flow
-``R``, or an entry of several slices) is appended alone and ends the run. So:
+``R``, an entry of several slices, or a slice every shard applies, whose bytes every
+other shard's channel receives) is appended alone and ends the run. So:
 
 * the log keeps the submission order (a merged entry's slices are in arrival
   order, and no entry overtakes another);
@@ -51,7 +52,7 @@ def plan_appends(submitted: Sequence[tuple[RequestId, bytes]],
     run: list[tuple[RequestId, bytes]] = []
     run_bytes = 1                       # the tag
     for request_id, entry in submitted:
-        if not merged_entry.is_single_slice(entry):
+        if not merged_entry.is_single_slice(entry) or merged_entry.is_every_shards(entry):
             appends.extend(_merged(run))
             run, run_bytes = [], 1
             appends.append(Append(entry, (request_id,)))

@@ -17,7 +17,9 @@ For every committed entry each channel receives exactly one message, in log orde
   entry that carried a slice for it, ARCHITECTURE.md, *Parallel executors*);
 * any other entry (a barrier ``B``, a verify ``V``, an old-flow ``R``) is for every
   shard: ``apply_own`` to the channel that submitted it, ``apply`` with its bytes to
-  every other, so a new leader's barrier reaches each shard's stale-term rule.
+  every other, so a new leader's barrier reaches each shard's stale-term rule; so is
+  a merged entry of one slice every shard applies (``merged_entry.EVERY_SHARD``,
+  appended alone), appended here; appended elsewhere, its record is in every part.
 
 With one channel (S = 1) the messages are today's: ``apply_own`` with the ids of an
 entry appended here, ``apply`` with the whole entry otherwise, never split.
@@ -66,14 +68,14 @@ def forwards(position: int, entry: bytes, own: Sequence[SubmitId] | None,
         return [("apply_own", position, tuple(request for _, request in own))]
     assert channels > 1, "no channel, no forward"
     assert own is None or all(0 <= channel < channels for channel, _ in own)
-    if entry[:1] != merged_entry.MERGED:
+    if entry[:1] != merged_entry.MERGED or (own is not None
+                                            and merged_entry.is_every_shards(entry)):
         return _to_every_channel(position, entry, own, channels)
     if own is not None:
         by_channel = ids_by_channel(own)
         return [("apply_own", position, by_channel[channel]) if channel in by_channel
                 else ("position", position) for channel in range(channels)]
-    parts = merged_entry.split_by_shard(entry)
-    assert all(shard < channels for shard in parts), "a slice for a shard this node lacks"
+    parts = merged_entry.split_by_shard(entry, channels)
     return [("apply", position, parts[channel]) if channel in parts
             else ("position", position) for channel in range(channels)]
 
