@@ -11,7 +11,8 @@ apply asserts); a channel left out of an entry it has no slice in has a hole in 
 positions; a result sent to the wrong channel leaves the submitter waiting (request
 ids are per channel and collide); a closed shard channel that did not stop its
 node's Raft process leaves that node leading; without ``closing``, an orderly stop
-of the Raft process looks like its death to every shard.
+of the Raft process looks like its death to every shard; a write every shard applies
+answered before the leader's shard 1 applied it (or held for good by a stalled one).
 """
 
 from __future__ import annotations
@@ -230,6 +231,53 @@ async def test_every_channel_gets_its_shards_slices_in_log_order_and_every_posit
         digests = [node[shard].machine.store.digests() for node in nodes]
         assert digests[0] == digests[1] == digests[2]
     assert [node[0].exits for node in nodes] == [0, 0, 0]
+
+
+def _every_shards(index: int, term: int) -> bytes:
+    batch = om_pb2.PersistDbBatch(batch_id=index, term=term, managed_index=200 + index,
+                                  request_count=1, timestamp_ms=index)
+    batch.ops.add(table=om_pb2.VOLUME, key=f"/vol{index}".encode(), value=b"v")
+    return merged_entry.encode_slice(merged_entry.EVERY_SHARD,
+                                     batch.SerializeToString(deterministic=True))
+
+
+async def test_a_write_every_shard_applies_is_answered_once_every_shard_applied_it(
+        nodes: list[Node]) -> None:
+    """Shard 0 submits a volume (a slice every shard applies) while the leader's shard 1
+    reads nothing: no answer until shard 1 applied it, then at once; every shard of
+    every node holds the row. Red: answered when only its submitter applied it."""
+    leader = await _ready_leader(nodes)
+    term = leader[0].raft.role().term
+    shard_1 = leader[1].raft._channel.transport
+    assert shard_1 is not None
+    shard_1.pause_reading()
+    call = asyncio.ensure_future(leader[0].raft.replicate(_every_shards(1, term)))
+    await asyncio.sleep(0.5)
+    assert not call.done(), "answered before shard 1 applied it"
+    shard_1.resume_reading()
+    result = await asyncio.wait_for(call, 1.5)
+    assert result.status is ReplicateStatus.COMMITTED
+    assert result.position in leader[1].positions, "shard 1 applied it first"
+    await _caught_up(nodes, result.position)
+    for node in nodes:
+        for driver in node:
+            assert driver.machine.store.get(om_pb2.VOLUME, b"/vol1") == b"v"
+
+
+async def test_a_stalled_shard_holds_the_answer_for_a_moment_only(
+        nodes: list[Node]) -> None:
+    leader = await _ready_leader(nodes)
+    term = leader[0].raft.role().term
+    shard_1 = leader[1].raft._channel.transport
+    assert shard_1 is not None
+    shard_1.pause_reading()
+    try:
+        started = time.monotonic()
+        result = await asyncio.wait_for(leader[0].raft.replicate(_every_shards(2, term)), 10.0)
+        assert result.status is ReplicateStatus.COMMITTED
+        assert 1.5 < time.monotonic() - started < 8.0, "held about WAIT_S, then answered"
+    finally:
+        shard_1.resume_reading()
 
 
 async def test_closing_a_shards_channel_stops_its_node_and_the_others_go_on(

@@ -14,7 +14,8 @@ one log position for all of them; each slice carries its shard, and channel k
 submits shard k's only). Committed entries are not applied here: ``persist``
 forwards each to every channel, each receiving only its shard's slices and a
 position for every entry (``shard_forwarding.py``); a result goes to the channels
-whose ids it names; role changes go to every channel; snapshots, membership,
+whose ids it names (for an entry every shard applies, only once every channel
+applied it: ``every_shard_acks.py``); role changes go to every channel; snapshots, membership,
 transfers and the gauges are the parent's business (channel 0).
 Snapshots are written and installed by the parent too (it owns the store).
 Writing one never blocks Raft: ``serialize`` only asks the parent to write it
@@ -58,6 +59,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from om.config import SHARDS_MAX
 from om.consensus.pysyncobj import journal, shard_forwarding
 from om.consensus.pysyncobj.entry_merge import Append, plan_appends
+from om.consensus.pysyncobj.every_shard_acks import EveryShardAcks
 from om.consensus.pysyncobj.raft_log import RaftLog, known_leader, own_address, peers
 from om.consensus.pysyncobj.replicator import syncobj_conf
 from om.consensus.pysyncobj.shard_forwarding import SubmitId
@@ -109,6 +111,8 @@ class Child:
         self._own: dict[bytes, tuple[SubmitId, ...]] = {}
         # what the channels submitted in this pass over them, not yet appended
         self._submitted: list[tuple[SubmitId, bytes]] = []
+        # with shards: results of entries every shard applies, held until each did
+        self._acks = EveryShardAcks(len(channels)) if len(channels) > 1 else None
         setup = self._receive_blocking()
         assert setup[0] == "setup", f"the first message is the setup, not {setup[0]}"
         _, node, nodes, data_dir, settings, entry_bytes_max = setup
@@ -142,6 +146,8 @@ class Child:
             self._report_journal()
             self._report_merges()
             self._report_matches()
+            if self._acks is not None:
+                self._send_results(*self._acks.due(time.monotonic()))
         self.raft.om_destroy()
 
     def _wait_for_channels(self) -> None:
@@ -188,6 +194,9 @@ class Child:
             kind = message[0]
             if kind == "submit":
                 self._submit(channel, message[1], message[2])
+            elif kind == "applied":
+                assert self._acks is not None, "an ack asked for by no one"
+                self._send_results(self._acks.applied(channel, message[1]))
             elif kind != "keepalive":
                 assert channel == 0, f"shard channel {channel} sent {kind}"
                 self._handle_parent(message)
@@ -219,7 +228,7 @@ class Child:
         each is handed back to the channel of its shard on every node."""
         if len(self._channels) > 1 and merged_entry.is_single_slice(entry):
             shard = merged_entry.slice_records(entry)[0][0]
-            assert shard == channel or (channel == 0 and shard == merged_entry.EVERY_SHARD), \
+            assert shard in (channel, merged_entry.EVERY_SHARD), \
                 f"channel {channel} submitted another shard's slice"
         self._submitted.append(((channel, request), entry))
 
@@ -242,9 +251,9 @@ class Child:
             position = result[0].position if result is not None else 0
             if result is None:
                 self._own.pop(entry, None)   # if it commits after all: sent whole
-            for channel, message in shard_forwarding.results(append.request_ids, reason,
-                                                              position).items():
-                self._send(channel, message)
+            results = shard_forwarding.results(append.request_ids, reason, position)
+            self._send_results(results if self._acks is None
+                               else self._acks.result(position, results))
 
         self._own[entry] = append.request_ids
         while len(self._own) > OWN_ENTRIES_MAX:
@@ -327,7 +336,17 @@ class Child:
         messages = shard_forwarding.forwards(position, entry, own, len(self._channels))
         for channel, message in enumerate(messages):
             self._send(channel, message)
+        if own is not None and self._acks is not None and merged_entry.is_every_shards(entry):
+            self._send_results(*self._acks.expect(position, time.monotonic()))
+            for channel in range(len(self._channels)):
+                self._send(channel, ("ack", position))
         return Forwarded(position)
+
+    def _send_results(self, *results: dict[int, Message] | None) -> None:
+        """Sends result messages (None: held, nothing to send)."""
+        for messages in results:
+            for channel, message in (messages or {}).items():
+                self._send(channel, message)
 
     def serialize(self, tmp_file: str, raft_data: object) -> None:
         """pysyncobj's serializer hook: asks the parent to write the snapshot, and returns.

@@ -355,6 +355,9 @@ class RaftProcessReplicator:
             self._apply(message[1], None)
         elif kind == "result":
             self._resolve(message[1], message[2], message[3])
+        elif kind == "ack":       # after an entry every shard applies (every_shard_acks.py)
+            if self._held is None:    # applied, not held for an install
+                self._send(("applied", message[1]))
         elif kind == "state":
             self._state = message[1:]
             self.leader_changes.saw(self._state[2])
@@ -530,9 +533,10 @@ class RaftProcessReplicator:
     # -- housekeeping ----------------------------------------------------------------------
 
     def _send(self, message: Message) -> None:
-        """Sends ``message`` to the Raft process; a shard's channel sends keepalives
-        only (besides ``replicate``'s submits): the child stops on anything else."""
-        assert self._process is not None or message[0] == "keepalive", \
+        """Sends ``message`` to the Raft process; a shard's channel sends keepalives and
+        applied acks only (besides ``replicate``'s submits): the child stops on anything
+        else."""
+        assert self._process is not None or message[0] in ("keepalive", "applied"), \
             f"a shard's channel may not send {message[0]}"
         if self._channel.transport is not None:
             self._channel.transport.write(encode(message))
