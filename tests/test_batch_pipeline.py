@@ -202,7 +202,7 @@ def test_only_writes_of_rows_every_shard_reads_are_every_shards() -> None:
     assert not _write(1).every_shard
     mixed = ChangeRecorder()
     mixed.put(om_pb2.VOLUME, b"/vol", b"v")
-    mixed.put(om_pb2.BUCKET, b"/vol/b", b"v")
+    mixed.put(om_pb2.KEY, b"/vol/b/k", b"v")
     assert not PendingWrite.of(1, mixed).every_shard
     assert not PendingWrite.of(1, ChangeRecorder()).every_shard, "nothing to hand out"
 

@@ -92,9 +92,9 @@ async def serving(tmp_path: Path) -> AsyncIterator[Serving]:
         await asyncio.wait_for(task, 60.0)
 
 
-async def _put(client: AsyncOMClient, bucket: str, key: str) -> None:
-    created = await client.call(build.create_key(VOLUME, bucket, key, data_size=0))
-    await client.call(build.commit_key(VOLUME, bucket, key,
+async def _put(client: AsyncOMClient, bucket: str, key: str, volume: str = VOLUME) -> None:
+    created = await client.call(build.create_key(volume, bucket, key, data_size=0))
+    await client.call(build.commit_key(volume, bucket, key,
                                        created.create_key.client_session_id, 0))
 
 
@@ -139,6 +139,41 @@ async def test_each_shard_serves_its_buckets_on_its_port(serving: Serving) -> No
                 "a volume created on shard 0 is in every shard's store"
         finally:
             store.close()
+
+
+async def test_buckets_are_created_on_shard_0_and_served_by_their_own_shard(
+        serving: Serving) -> None:
+    """Through the node's address only: a bucket created (on shard 0) takes a key at
+    once on its own shard, whichever it is; shard 0 lists it with the quota its shard
+    set; its shard refuses to delete it while it holds a key and deletes it after;
+    shard 0 refuses to delete the volume while it holds a bucket. Red: a bucket row
+    sealed as shard 0's own (BUCKET_NOT_FOUND on shard 1), or an answer before every
+    shard applied it (BUCKET_NOT_FOUND now and then)."""
+    client = serving.client(0)
+    names = [f"bkt{i}" for i in range(6)]
+    try:
+        await client.call(build.create_volume("vol3"))
+        for name in names:
+            await client.call(build.create_bucket("vol3", name))
+            await _put(client, name, "k", "vol3")       # at once, on the bucket's shard
+        assert {shard_of("vol3", name, SHARDS) for name in names} == {0, 1}
+        owned_by_1 = next(name for name in names if shard_of("vol3", name, SHARDS) == 1)
+        await client.call(build.set_bucket_property("vol3", owned_by_1, quota_in_bytes=1 << 30))
+        listed = await client.call(build.list_buckets("vol3"))
+        buckets = {b.bucket_name: b for b in listed.list_buckets.bucket_info}
+        assert sorted(buckets) == names
+        assert buckets[owned_by_1].quota_in_bytes == 1 << 30, "shard 0's copy follows"
+        full, _ = await client.call_raw(build.delete_bucket("vol3", owned_by_1))
+        assert full.status == om_pb2.BUCKET_NOT_EMPTY
+        await client.call(build.delete_key("vol3", owned_by_1, "k"))
+        await client.call(build.delete_bucket("vol3", owned_by_1))
+        listed = await client.call(build.list_buckets("vol3"))
+        assert sorted(b.bucket_name for b in listed.list_buckets.bucket_info) == \
+            [name for name in names if name != owned_by_1]
+        busy, _ = await client.call_raw(build.delete_volume("vol3"))
+        assert busy.status == om_pb2.VOLUME_NOT_EMPTY
+    finally:
+        await client.close()
 
 
 async def test_a_shard_process_that_dies_stops_the_node(serving: Serving) -> None:

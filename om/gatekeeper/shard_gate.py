@@ -7,12 +7,14 @@ the owning shard's address, checked by the template right after field validation
 it is never executed, read, or remembered as a retry here: executed on the wrong
 shard it would read and write rows that shard does not hold.
 
-Until shard 0 coordinates what spans shards (step 3), the requests that change or list
-rows several shards hold are ``NOT_SUPPORTED_OPERATION`` at S > 1, on every shard:
-creating, deleting or changing a bucket (its row lives in its shard, its volume's in
-shard 0), a bucket's ACL changes, listing a volume's buckets, deleting or changing a
-volume (every shard holds a copy of its row). Buckets are seeded offline meanwhile
-(``om/cluster/preload.py``).
+What several shards hold (docs/SHARDS.md, *Rows every shard needs*): volumes and
+buckets, tokens, certificates and upgrade rows are every shard's, written by one shard
+as a slice every shard applies (``merged_entry.EVERY_SHARD``) and answered once every
+shard of the leader applied it. So shard 0 creates buckets (``shard_routing``: it
+holds the volume's lock DeleteVolume takes) and lists them, a bucket's shard deletes
+it (it alone knows whether it is empty) and changes it, each under its own locks.
+A Prepare is refused (``NOT_SUPPORTED_OPERATION``): it waits for shard 0's writes in
+flight only, and the other shards' would commit after its marker (step 4).
 
 The shard's own requests (``RequestKind.internal``: its purge steps, which name rows
 of its own buckets only; a client's are refused at the intake) pass. At S = 1 the
@@ -27,17 +29,8 @@ from om.executor.registry import RequestKind, error_response
 from om.protocol import om_pb2
 from om.protocol.shard_routing import request_shard
 
-# Changes and lists of rows that several shards hold: shard 0 coordinates them in step 3
-ACROSS_SHARDS = frozenset({om_pb2.CreateBucket, om_pb2.DeleteBucket,
-                           om_pb2.SetBucketProperty, om_pb2.ListBuckets,
-                           om_pb2.DeleteVolume, om_pb2.SetVolumeProperty})
-ACL_CHANGES = frozenset({om_pb2.AddAcl, om_pb2.RemoveAcl, om_pb2.SetAcl})
-
-
-def _across_shards(request: om_pb2.OMRequest, kind: RequestKind) -> bool:
-    if request.cmd_type in ACL_CHANGES:
-        return bool(getattr(request, kind.body_field).obj.res_type == om_pb2.OzoneObj.BUCKET)
-    return request.cmd_type in ACROSS_SHARDS
+# What needs every shard's writes in flight to end first: not built with shards (step 4)
+NOT_WITH_SHARDS = frozenset({om_pb2.Prepare})
 
 
 @dataclass(frozen=True)
@@ -61,11 +54,11 @@ class ShardGate:
         """The answer refusing ``request`` here, or None: this shard answers it."""
         if kind.internal:
             return None
-        if _across_shards(request, kind):
+        if request.cmd_type in NOT_WITH_SHARDS:
             return error_response(
-                request, om_pb2.NOT_SUPPORTED_OPERATION, f"{kind.name} changes or lists rows "
-                f"that several of the {len(self.addresses)} shards hold: not supported with "
-                "shards yet (docs/SHARDS.md, step 3)")
+                request, om_pb2.NOT_SUPPORTED_OPERATION, f"{kind.name} waits for the writes "
+                f"in flight on every one of the {len(self.addresses)} shards: not supported "
+                "with shards yet (docs/SHARDS.md, step 4)")
         owner = request_shard(request, len(self.addresses))
         if owner == self.shard:
             return None

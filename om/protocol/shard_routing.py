@@ -44,11 +44,13 @@ def shard_address(address: str, shard: int) -> str:
 
 def request_bucket(request: om_pb2.OMRequest) -> tuple[str, str] | None:
     """The (volume, bucket) whose shard owns ``request``, or None: shard 0's (a volume,
-    user, certificate, token or administrative request, an ACL request on a volume).
-    Every request body names its bucket in ``volume`` and ``bucket`` fields, an ACL
-    request in ``obj``. A bucket's own requests (CreateBucket, its ACLs) name it too:
-    its rows live in its shard; those that change them are coordinated by shard 0
-    (docs/SHARDS.md, step 3), which a client then asks instead."""
+    user, certificate, token or administrative request, an ACL request on a volume,
+    and CreateBucket). Every request body names its bucket in ``volume`` and
+    ``bucket`` fields, an ACL request in ``obj``. CreateBucket names one too but is
+    shard 0's: it holds the volume's lock, against which DeleteVolume checks that no
+    bucket is left (its row then reaches every shard, the owner's included)."""
+    if request.cmd_type == om_pb2.CreateBucket:
+        return None
     field = request.WhichOneof("body")
     if field is None:
         return None

@@ -75,13 +75,16 @@ TABLE_NAMES: dict[TableId, str] = {
 }
 
 # The tables whose rows every shard reads (docs/SHARDS.md, *Rows every shard needs*): a
-# volume (its ACLs and owner, for its buckets' requests), the keys that sign delegation
-# tokens and the tokens, certificates and their revocations, and the transaction-info
-# rows of prepare and upgrade. With S > 1 shards, a write that changes nothing else
-# is sealed as a slice every shard applies (om/executor/batcher.py).
+# volume (its ACLs and owner, for its buckets' requests), a bucket (its shard serves
+# it; shard 0 lists a volume's buckets and finds a volume empty or not), the keys that
+# sign delegation tokens and the tokens, certificates and their revocations, and the
+# transaction-info rows of prepare and upgrade. With S > 1 shards, a write that changes
+# nothing else is sealed as a slice every shard applies (om/executor/batcher.py).
+# A bucket's usage moves with its keys' writes on its own shard only (quota deltas):
+# the other shards' copies show it as of the bucket's last create or property change.
 EVERY_SHARDS_TABLES: frozenset[TableId] = frozenset({
-    om_pb2.VOLUME, om_pb2.SECRET_KEY, om_pb2.DELEGATION_TOKEN, om_pb2.USER_CERTIFICATE,
-    om_pb2.TRANSACTION_INFO})
+    om_pb2.VOLUME, om_pb2.BUCKET, om_pb2.SECRET_KEY, om_pb2.DELEGATION_TOKEN,
+    om_pb2.USER_CERTIFICATE, om_pb2.TRANSACTION_INFO})
 
 # Every column family of a store: the tables, and the replica's digests of them
 # (om/statemachine/digests.py), which no batch op names and no scan of the tables sees.
