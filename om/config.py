@@ -55,6 +55,11 @@ WORKERS_MAX = 64
 SHARDS_MAX = 8
 SHARD_PORT_OFFSET = 20
 SHARD_PORT_STEP = 10
+# The layout version from which leader-flow batches travel as merged entries ("M"):
+# upgrade.MERGED_ENTRIES.version, repeated here because config is a leaf module
+# (tests/test_shards_setting.py holds the two equal). A shard above 0 seals only "M"
+# (a "B" goes whole to every shard), so shards > 1 need a store at this layout or above.
+MERGED_ENTRIES_LAYOUT = 5
 # How the leader locks writes on file-system buckets (docs/FSO.md, *Locks*).
 FSO_LOCK_OBJECT_ID = "object-id"
 FSO_LOCK_BUCKET = "bucket"
@@ -548,6 +553,11 @@ class ServerConfig:
         if self.execution != "leader":
             raise ConfigError(f"shards = {self.shards} needs execution = \"leader\", not "
                               f"\"{self.execution}\": the old flow runs in one process")
+        if 0 <= self.upgrade.init_layout_version < MERGED_ENTRIES_LAYOUT:
+            raise ConfigError(f"shards = {self.shards} needs merged entries: [upgrade] "
+                              f"init_layout_version {self.upgrade.init_layout_version} is "
+                              f"below {MERGED_ENTRIES_LAYOUT} (MERGED_ENTRIES), where a "
+                              "shard above 0 could not seal its batches")
         for node in self.nodes:
             ports = node.ports + tuple(node.shard_port(k) for k in range(1, self.shards))
             if max(ports) >= 65536 or len(set(ports)) != len(ports):

@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 
 from om.cluster import lifecycle as om_cluster
-from om.config import SHARDS_MAX, ConfigError, NodeAddress, Raft, ServerConfig, load
+from om.config import (
+    MERGED_ENTRIES_LAYOUT,
+    SHARDS_MAX,
+    ConfigError,
+    NodeAddress,
+    Raft,
+    ServerConfig,
+    Upgrade,
+    load,
+)
+from om.executor.admin import upgrade
 from om.protocol.shard_routing import shard_of
 
 
@@ -61,6 +71,16 @@ def test_several_shards_need_the_raft_process_and_the_leader_flow() -> None:
         _config(shards=2, workers=2).validate()
     with pytest.raises(ConfigError, match="not built yet"):
         _config(shards=2).validate()
+
+
+@pytest.mark.parametrize("layout", [0, MERGED_ENTRIES_LAYOUT - 1])
+def test_several_shards_need_a_layout_with_merged_entries(layout: int) -> None:
+    """A store made below MERGED_ENTRIES seals "B" until finalized, and a shard above 0
+    may not (a "B" goes whole to every shard): refused at load, not asserted later."""
+    assert upgrade.MERGED_ENTRIES.version == MERGED_ENTRIES_LAYOUT, "config's copy"
+    with pytest.raises(ConfigError, match=f"init_layout_version {layout} is below"):
+        _config(shards=2, upgrade=Upgrade(init_layout_version=layout)).validate()
+    _config(upgrade=Upgrade(init_layout_version=layout)).validate()   # one shard: B is fine
 
 
 def test_a_shard_process_runs_the_nodes_configuration_in_a_directory_of_its_own(
