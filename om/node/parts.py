@@ -163,7 +163,7 @@ def shard_gate(config: ServerConfig) -> ShardGate | None:
     if config.shards == 1:
         return None
     node = config.node
-    return ShardGate(config.serving_shard, tuple(f"{node.host}:{node.shard_port(k)}"
+    return ShardGate(config.serving_shard, tuple(node.shard_address(k)
                                                  for k in range(config.shards)))
 
 
