@@ -381,7 +381,7 @@ def _shard_raft(config: ServerConfig, hooks: RaftHooks, channel: socket.socket) 
     return RaftProcessReplicator(
         config.node, config.nodes, config.node_data_dir, config.raft, hooks.apply_entry,
         NoSnapshots(), hooks.barrier_entry, config.batch.bytes_max, hooks.fail_stop,
-        channel=channel, on_position=hooks.pass_position)
+        channel=channel, on_position=hooks.pass_position, shard=config.serving_shard)
 
 
 def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
