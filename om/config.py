@@ -581,8 +581,6 @@ class ServerConfig:
                 raise ConfigError(f"node {node.id}: with shards = {self.shards} its shard "
                                   f"ports (port + {SHARD_PORT_OFFSET} + {SHARD_PORT_STEP} k) "
                                   "must be at most 65535 and differ from its other ports")
-        raise ConfigError(f"shards = {self.shards}: the shard processes are not built yet "
-                          "(docs/SHARDS.md, step 2); only shards = 1 serves")
 
     def _validate_nodes(self) -> None:
         """Node ids, membership, ports and Raft links."""

@@ -78,6 +78,7 @@ def test_another_shards_request_is_answered_with_its_address() -> None:
     build.set_bucket_property(VOLUME, OWN, quota_in_bytes=1), build.list_buckets(VOLUME),
     build.delete_volume(VOLUME), build.set_volume_property(VOLUME, quota_in_bytes=1),
     build.set_acl(_obj(om_pb2.OzoneObj.BUCKET, OWN), []),
+    build.set_acl(_obj(om_pb2.OzoneObj.VOLUME), []),
 ])
 def test_a_change_over_rows_several_shards_hold_is_refused_on_every_shard(
         request_: om_pb2.OMRequest) -> None:

@@ -4,7 +4,8 @@ Red cases: a routing rule that changed would send an existing bucket's requests 
 shard that does not hold it (the pinned values); a rule that ignores the bucket puts
 every bucket on one shard; a shard port that collides with the Raft or HTTP ports of
 ``om cluster up``'s layout; ``shards`` above 1 accepted where no Raft process merges
-(the in-thread adapter) or where the old flow runs.
+(the in-thread adapter), where the old flow runs, or on a store made below
+MERGED_ENTRIES.
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ def test_several_shards_need_the_raft_process_and_the_leader_flow() -> None:
         _config(shards=4, nodes=high).validate()
     with pytest.raises(ConfigError, match="retires the front workers"):
         _config(shards=2, workers=2).validate()
-    with pytest.raises(ConfigError, match="not built yet"):
-        _config(shards=2).validate()
+    assert _config(shards=2).validate().shards == 2, "with the Raft process and the leader flow"
 
 
 @pytest.mark.parametrize("layout", [0, MERGED_ENTRIES_LAYOUT - 1])
@@ -111,3 +111,15 @@ def test_shards_is_read_from_the_toml(tmp_path: Path) -> None:
     path.write_text("shards = 3\n[raft]\nseparate_process = false\n")
     with pytest.raises(ConfigError, match="separate_process"):
         load(path)
+    path.write_text("shards = 3\n")
+    assert load(path).shards == 3
+
+
+def test_om_cluster_up_writes_the_shards_it_is_given(tmp_path: Path) -> None:
+    """``om cluster up --shards N`` (``write_config``): ``shards = N`` in cluster.toml,
+    none with one shard (today's file, byte for byte)."""
+    path = om_cluster.write_config(tmp_path / "four", 3, 20_000, "leader", secure=False,
+                                   shards=4)
+    assert load(path).shards == 4
+    one = om_cluster.write_config(tmp_path / "one", 3, 20_000, "leader", secure=False)
+    assert "shards" not in one.read_text()

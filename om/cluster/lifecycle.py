@@ -235,20 +235,26 @@ class Cluster:
         """Each node's own view (role UNREACHABLE when it does not answer)."""
         return node_infos(self.addresses, timeout_s, self.client_tls())
 
+    def shard_addresses(self) -> list[str]:
+        """Every node's client address of every shard, shard 0's (``addresses``) first."""
+        return [node.shard_address(shard) for shard in range(self.config.shards)
+                for node in self.nodes]
+
     def wait_converged(self, timeout_s: float = 30.0) -> int:
-        """Waits until every node reports the same applied position, equal to the
-        commit index; returns that position."""
+        """Waits until every node (every shard of it) reports the same applied position,
+        equal to the commit index; returns that position."""
         deadline = time.monotonic() + timeout_s
         infos: list[om_pb2.NodeInfo] = []
+        addresses = self.shard_addresses()
         while time.monotonic() < deadline:
-            infos = self.node_infos()
+            infos = node_infos(addresses, 1.0, self.client_tls())
             positions = {i.applied_index for i in infos} | {i.commit_index for i in infos}
             if all(i.role != "UNREACHABLE" for i in infos) and len(positions) == 1:
                 return positions.pop()
             time.sleep(0.1)
         raise ClusterError(f"nodes did not converge within {timeout_s} s: "
-                           f"{[(i.node_id, i.role, i.applied_index) for i in infos]}"
-                           f"{self._silent_nodes(infos)}")
+                           f"{[(i.address, i.role, i.applied_index) for i in infos]}"
+                           f"{self._silent_nodes(infos[:len(self.nodes)])}")
 
     def _silent_nodes(self, infos: list[om_pb2.NodeInfo]) -> str:
         """For each node that did not answer: whether its process runs, and its log's

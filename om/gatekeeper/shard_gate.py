@@ -11,8 +11,10 @@ Until shard 0 coordinates what spans shards (step 3), the requests that change o
 rows several shards hold are ``NOT_SUPPORTED_OPERATION`` at S > 1, on every shard:
 creating, deleting or changing a bucket (its row lives in its shard, its volume's in
 shard 0), a bucket's ACL changes, listing a volume's buckets, deleting or changing a
-volume (every shard holds a copy of its row). Buckets are seeded offline meanwhile
-(``om/cluster/preload.py``).
+volume or its ACLs (every shard holding one of its buckets holds a copy of its row,
+which a change on shard 0 alone would leave stale there). Buckets are seeded offline
+meanwhile (``om freon generate --shards``, ``om/cluster/preload.py``); CreateVolume
+passes on shard 0 (the new volume has no bucket, so no other shard needs its row).
 
 The shard's own requests (``RequestKind.internal``: its purge steps, which name rows
 of its own buckets only; a client's are refused at the intake) pass. At S = 1 the
@@ -32,11 +34,14 @@ ACROSS_SHARDS = frozenset({om_pb2.CreateBucket, om_pb2.DeleteBucket,
                            om_pb2.SetBucketProperty, om_pb2.ListBuckets,
                            om_pb2.DeleteVolume, om_pb2.SetVolumeProperty})
 ACL_CHANGES = frozenset({om_pb2.AddAcl, om_pb2.RemoveAcl, om_pb2.SetAcl})
+# Whose ACL changes span shards: a bucket's row (its shard's; shard 0 coordinates) and a
+# volume's (copied into shard 0 and every shard holding one of its buckets)
+COPIED_ROWS = frozenset({om_pb2.OzoneObj.BUCKET, om_pb2.OzoneObj.VOLUME})
 
 
 def _across_shards(request: om_pb2.OMRequest, kind: RequestKind) -> bool:
     if request.cmd_type in ACL_CHANGES:
-        return bool(getattr(request, kind.body_field).obj.res_type == om_pb2.OzoneObj.BUCKET)
+        return getattr(request, kind.body_field).obj.res_type in COPIED_ROWS
     return request.cmd_type in ACROSS_SHARDS
 
 
