@@ -403,7 +403,7 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
     client = CheckpointClient(config)
     snapshots = Snapshotter(state, config.node_data_dir, config.raft.fsync, shelf=shelf,
                             source=client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
-                            unsafe_delay_if=hooks.leads, carried=carried)
+                            unsafe_delay_if=hooks.leads, carried=carried, shards=config.shards)
     raft = RAFT_ADAPTERS[config.raft.separate_process](config, snapshots, hooks)
     channels = raft.take_shard_channels()
     assert len(channels) == config.shards - 1

@@ -94,8 +94,8 @@ def shards_notice(config: ServerConfig) -> str:
     return (f"EXPERIMENTAL: shards = {config.shards} ({ports}; docs/SHARDS.md): buckets must "
             "be preloaded (om freon generate --shards); CreateBucket, DeleteBucket, "
             "ListBuckets and volume changes are refused (step 3); Raft snapshots hold shard "
-            "0's store only and delegation tokens and certificate revocations reach shard 0 "
-            "only (step 4): for trials, not for data you keep")
+            "0's store only (a node that needs one fails stop), and delegation tokens and "
+            "certificate revocations reach shard 0 only: for trials, not for data you keep")
 
 
 @dataclass
