@@ -128,8 +128,9 @@ class Namespace:
         return dataclasses.replace(self, shard=shard)
 
     def owns(self, volume: str, bucket: str) -> bool:
-        """Whether this shard holds the rows of ``bucket`` and its keys."""
-        return shard_of(volume, bucket, self.shards) == self.shard
+        """Whether this shard holds the rows of ``bucket`` and its keys (one shard:
+        every bucket's, with no hash per key)."""
+        return self.shards == 1 or shard_of(volume, bucket, self.shards) == self.shard
 
     def holds_volume(self, volume: str) -> bool:
         """Whether this shard holds ``volume``'s row: shard 0 every volume's, shard k
