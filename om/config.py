@@ -55,12 +55,24 @@ WORKERS_MAX = 64
 SHARDS_MAX = 8
 SHARD_PORT_OFFSET = 20
 SHARD_PORT_STEP = 10
+# The layout version from which leader-flow batches travel as merged entries ("M"):
+# upgrade.MERGED_ENTRIES.version, repeated here because config is a leaf module
+# (tests/test_shards_setting.py holds the two equal). A shard above 0 seals only "M"
+# (a "B" goes whole to every shard), so shards > 1 need a store at this layout or above.
+MERGED_ENTRIES_LAYOUT = 5
 # How the leader locks writes on file-system buckets (docs/FSO.md, *Locks*).
 FSO_LOCK_OBJECT_ID = "object-id"
 FSO_LOCK_BUCKET = "bucket"
 FSO_LOCK_PLANS = (FSO_LOCK_OBJECT_ID, FSO_LOCK_BUCKET)
 # om.executor.security.tokens keeps at most ~this many secret keys
 LIFETIME_PER_ROTATION_MAX = 1000
+
+
+def shard_data_dir(node_dir: Path, shard: int) -> Path:
+    """Shard ``shard``'s directory in a node's data directory: the node's own for shard
+    0, its ``shard-k`` for k >= 1 (the store is the ``db`` in it)."""
+    assert 0 <= shard < SHARDS_MAX
+    return node_dir / f"shard-{shard}" if shard else node_dir
 
 
 class ConfigError(Exception):
@@ -108,6 +120,16 @@ class NodeAddress:
         ``port + SHARD_PORT_OFFSET + SHARD_PORT_STEP * shard`` (docs/SHARDS.md, *Ports*)."""
         assert 0 <= shard < SHARDS_MAX
         return self.port + SHARD_PORT_OFFSET + SHARD_PORT_STEP * shard if shard else self.port
+
+    def shard_address(self, shard: int) -> str:
+        """host:port of ``shard``'s client endpoint (``address`` for shard 0)."""
+        return f"{self.host}:{self.shard_port(shard)}"
+
+    def ports_with_shards(self, shards: int) -> tuple[int, ...]:
+        """Every port this node listens on with ``shards`` shards: ``ports`` and the
+        client ports of shards 1..shards-1."""
+        assert 1 <= shards <= SHARDS_MAX
+        return self.ports + tuple(self.shard_port(k) for k in range(1, shards))
 
 
 @dataclass(frozen=True)
@@ -466,7 +488,7 @@ class ServerConfig:
         data_dir/<id>; for shard k >= 1 that directory's ``shard-k`` (its store, OM
         snapshot checkpoints, audit log and markers, apart from every other shard's)."""
         node_dir = self.data_dir if len(self.nodes) == 1 else self.data_dir / self.node_id
-        return node_dir / f"shard-{self.serving_shard}" if self.serving_shard else node_dir
+        return shard_data_dir(node_dir, self.serving_shard)
 
     def for_shard(self, shard: int) -> ServerConfig:
         """The configuration shard ``shard``'s process runs with: this node's, serving
@@ -548,14 +570,17 @@ class ServerConfig:
         if self.execution != "leader":
             raise ConfigError(f"shards = {self.shards} needs execution = \"leader\", not "
                               f"\"{self.execution}\": the old flow runs in one process")
+        if 0 <= self.upgrade.init_layout_version < MERGED_ENTRIES_LAYOUT:
+            raise ConfigError(f"shards = {self.shards} needs merged entries: [upgrade] "
+                              f"init_layout_version {self.upgrade.init_layout_version} is "
+                              f"below {MERGED_ENTRIES_LAYOUT} (MERGED_ENTRIES), where a "
+                              "shard above 0 could not seal its batches")
         for node in self.nodes:
-            ports = node.ports + tuple(node.shard_port(k) for k in range(1, self.shards))
+            ports = node.ports_with_shards(self.shards)
             if max(ports) >= 65536 or len(set(ports)) != len(ports):
                 raise ConfigError(f"node {node.id}: with shards = {self.shards} its shard "
                                   f"ports (port + {SHARD_PORT_OFFSET} + {SHARD_PORT_STEP} k) "
                                   "must be at most 65535 and differ from its other ports")
-        raise ConfigError(f"shards = {self.shards}: the shard processes are not built yet "
-                          "(docs/SHARDS.md, step 2); only shards = 1 serves")
 
     def _validate_nodes(self) -> None:
         """Node ids, membership, ports and Raft links."""

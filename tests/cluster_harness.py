@@ -29,10 +29,11 @@ NO_CONTINUOUS_VERIFY = "\n[verify]\ninterval_s = 0\n"
 
 
 def start(directory: Path, extra_toml: str = "", execution: str = "leader",
-          workers: int = 1) -> om_cluster.Cluster:
+          workers: int = 1, shards: int = 1) -> om_cluster.Cluster:
     """A fresh 3-node cluster with a ready leader, secure as ``om cluster up`` makes it (a
     Raft secret, TLS with client certificates); ``extra_toml`` lands in [raft];
-    ``workers`` front workers per node (1: each node serves its clients itself).
+    ``workers`` front workers per node (1: each node serves its clients itself);
+    ``shards`` shard processes per node (their ports in the cluster's port range).
 
     Continuous verification is off unless ``extra_toml`` has a [verify] table: its
     entry, proposed every minute, may commit between two nodes' stops in
@@ -40,9 +41,9 @@ def start(directory: Path, extra_toml: str = "", execution: str = "leader",
     continuous verification start their clusters with it on)."""
     if "[verify]" not in extra_toml:
         extra_toml += NO_CONTINUOUS_VERIFY
-    return om_cluster.up(directory, 3, om_cluster.free_port_base(), execution,
+    return om_cluster.up(directory, 3, om_cluster.free_port_base(shards=shards), execution,
                          FAST_RAFT + extra_toml, timeout_s=60, remember_it=False,
-                         top_level_toml=f"workers = {workers}")
+                         top_level_toml=f"workers = {workers}", shards=shards)
 
 
 # The flows a cluster test runs under: each execution, and the leader flow with its

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 import json
 from pathlib import Path
@@ -23,9 +24,11 @@ from om.client import requests as build
 from om.client.errors import OMClientError
 from om.cluster import lifecycle as om_cluster
 from om.cluster import preload
+from om.config import shard_data_dir
 from om.executor.fso.fs import FSO
 from om.integrity import fs_audit
 from om.protocol import om_pb2
+from om.protocol.shard_routing import shard_of
 from om.schema import tables
 from om.schema.ids import object_id_for
 from om.statemachine.apply import StateMachine
@@ -186,3 +189,93 @@ def test_a_file_system_namespace_after_another_is_one_directory_of_files(
         assert fs_audit.fs_problems(store) == []
     finally:
         store.close()
+
+
+SHARDED_TABLES = (*DATA_TABLES, om_pb2.DIRECTORY, om_pb2.FILE, om_pb2.OPEN_FILE)
+
+
+def _all_rows(db: Path) -> dict[tables.TableId, dict[bytes, bytes]]:
+    store = Store(db)
+    try:
+        return {table: dict(store.iterate(table)) for table in SHARDED_TABLES}
+    finally:
+        store.close()
+
+
+def _bucket_of_row(table: tables.TableId, key: bytes, value: bytes,
+                   bucket_ids: dict[int, tuple[str, str]]) -> tuple[str, str]:
+    """The (volume, bucket) a bucket's own row belongs to."""
+    if table == om_pb2.BUCKET:
+        info = om_pb2.BucketInfo.FromString(value)
+        return info.volume_name, info.bucket_name
+    if table == om_pb2.KEY:
+        key_info = om_pb2.KeyInfo.FromString(value)
+        return key_info.volume_name, key_info.bucket_name
+    return bucket_ids[int(key.split(b"/")[2])]   # fs_prefix: /volume id/bucket id/...
+
+
+@pytest.mark.parametrize(("shards", "layout"), [(2, ""), (4, ""), (3, FSO)])
+def test_a_sharded_seed_is_the_one_shard_seed_split_by_owner(
+        tmp_path: Path, shards: int, layout: str) -> None:
+    """Every volume's and bucket's row in every shard (the one-shard seed's byte for
+    byte, but a bucket's usage, which only its own shard counts); a bucket's keys and
+    FSO rows in its owning shard's store only; nothing else. Red cases: a key seeded
+    into another shard, or into every shard; a bucket or volume row left out of a shard
+    (shard 0 would find a volume empty); a shard's managed indexes starting over
+    (object ids then differ from the one-shard seed's and collide across shards)."""
+    namespace = preload.Namespace(volumes=3, buckets=3, keys=45, size=10, user="alice",
+                                  batch_keys=4, layout=layout)
+    preload.generate_into(tmp_path / "one" / "db", namespace, clock=lambda: NOW_MS)
+    one = _all_rows(tmp_path / "one" / "db")
+    sharded = dataclasses.replace(namespace, shards=shards)
+    results = preload.generate_shards(tmp_path / "node", sharded, clock=lambda: NOW_MS)
+    assert sum(result.keys for result in results) == 45
+    assert {(r.volumes, r.buckets) for r in results} == {(3, 9)}
+    parts = [_all_rows(shard_data_dir(tmp_path / "node", k) / "db") for k in range(shards)]
+    bucket_ids = {om_pb2.BucketInfo.FromString(raw).object_id: (volume, bucket)
+                  for volume, bucket in namespace.bucket_names()
+                  for raw in [one[om_pb2.BUCKET][tables.bucket_key(volume, bucket)]]}
+    for table in SHARDED_TABLES:
+        if table in (om_pb2.VOLUME, om_pb2.BUCKET):
+            continue
+        union: dict[bytes, bytes] = {}
+        for shard, part in enumerate(parts):
+            for key, value in part[table].items():
+                assert one[table].get(key) == value, f"{tables.TABLE_NAMES[table]}: S = 1's row"
+                owner = shard_of(*_bucket_of_row(table, key, value, bucket_ids), shards)
+                assert owner == shard, f"a row of shard {owner}'s bucket in shard {shard}"
+            union.update(part[table])
+        assert union == one[table], f"{tables.TABLE_NAMES[table]}: every row in some shard"
+    for shard, part in enumerate(parts):
+        assert part[om_pb2.VOLUME] == one[om_pb2.VOLUME], "every shard holds every volume"
+        assert sorted(part[om_pb2.BUCKET]) == sorted(one[om_pb2.BUCKET])
+        for key, raw in part[om_pb2.BUCKET].items():
+            info = om_pb2.BucketInfo.FromString(raw)
+            if shard_of(info.volume_name, info.bucket_name, shards) != shard:
+                expected = om_pb2.BucketInfo.FromString(one[om_pb2.BUCKET][key])
+                expected.used_bytes, expected.used_namespace = 0, 0
+                info.used_bytes, info.used_namespace = 0, 0
+                assert info == expected, "another shard's bucket: its row but for usage"
+            else:
+                assert raw == one[om_pb2.BUCKET][key], "its own bucket: S = 1's row"
+    if layout:
+        assert sum(len(part[om_pb2.FILE]) for part in parts) == 45
+
+
+def test_cli_seeds_every_shard_of_every_node(tmp_path: Path) -> None:
+    """``--shards``: each node's shard stores, copies byte for byte; a node whose shard
+    store exists is refused (red: shard k's store left out, or overwritten)."""
+    nodes = [tmp_path / f"om{i}" for i in (1, 2)]
+    args = ["freon", "generate", "--data-dir", str(nodes[0]), "--copy-to", str(nodes[1]),
+            "--shards", "2", "--buckets", "6", "--keys", "12", "--json", str(tmp_path / "r.json")]
+    assert main(args) == 0
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert (record["volumes"], record["buckets"], record["keys"]) == (1, 6, 12)
+    assert len(record["databases"]) == 4
+    for shard in (0, 1):
+        seeded = [_all_rows(shard_data_dir(node, shard) / "db") for node in nodes]
+        assert seeded[0] == seeded[1]
+        assert seeded[0][om_pb2.KEY], f"shard {shard} holds keys of its buckets"
+    assert main(args) == 2
+    assert main(["freon", "generate", "--data-dir", str(tmp_path / "x"), "--copy-to",
+                 str(nodes[1]), "--shards", "2"]) == 2

@@ -80,6 +80,7 @@ def test_another_shards_request_is_answered_with_its_address() -> None:
     (build.list_buckets(VOLUME), 0), (build.delete_volume(VOLUME), 0),
     (build.set_volume_property(VOLUME, quota_in_bytes=1), 0),
     (build.set_acl(_obj(om_pb2.OzoneObj.BUCKET, OTHER), []), 1),
+    (build.set_acl(_obj(om_pb2.OzoneObj.VOLUME), []), 0),
 ])
 def test_a_change_over_rows_every_shard_holds_runs_on_one_shard(
         request_: om_pb2.OMRequest, shard: int) -> None:

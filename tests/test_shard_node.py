@@ -56,7 +56,7 @@ class Serving:
 
 
 def _config(tmp_path: Path) -> ServerConfig:
-    base = om_cluster.free_port_base(1)
+    base = om_cluster.free_port_base(1, shards=SHARDS)
     address = NodeAddress("om1", "127.0.0.1", base, base + 10, 0)
     return ServerConfig(node_id="om1", data_dir=tmp_path, nodes=(address,), shards=SHARDS,
                         raft=Raft(fsync=False))

@@ -4,7 +4,8 @@ Red cases: a routing rule that changed would send an existing bucket's requests 
 shard that does not hold it (the pinned values); a rule that ignores the bucket puts
 every bucket on one shard; a shard port that collides with the Raft or HTTP ports of
 ``om cluster up``'s layout; ``shards`` above 1 accepted where no Raft process merges
-(the in-thread adapter) or where the old flow runs.
+(the in-thread adapter), where the old flow runs, or on a store made below
+MERGED_ENTRIES.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from om.cluster import lifecycle as om_cluster
-from om.config import SHARDS_MAX, ConfigError, NodeAddress, Raft, ServerConfig, load
+from om.config import (
+    MERGED_ENTRIES_LAYOUT,
+    SHARDS_MAX,
+    ConfigError,
+    NodeAddress,
+    Raft,
+    ServerConfig,
+    Upgrade,
+    load,
+)
+from om.executor.admin import upgrade
 from om.protocol.shard_routing import shard_of
 
 
@@ -59,8 +70,17 @@ def test_several_shards_need_the_raft_process_and_the_leader_flow() -> None:
         _config(shards=4, nodes=high).validate()
     with pytest.raises(ConfigError, match="retires the front workers"):
         _config(shards=2, workers=2).validate()
-    with pytest.raises(ConfigError, match="not built yet"):
-        _config(shards=2).validate()
+    assert _config(shards=2).validate().shards == 2, "with the Raft process and the leader flow"
+
+
+@pytest.mark.parametrize("layout", [0, MERGED_ENTRIES_LAYOUT - 1])
+def test_several_shards_need_a_layout_with_merged_entries(layout: int) -> None:
+    """A store made below MERGED_ENTRIES seals "B" until finalized, and a shard above 0
+    may not (a "B" goes whole to every shard): refused at load, not asserted later."""
+    assert upgrade.MERGED_ENTRIES.version == MERGED_ENTRIES_LAYOUT, "config's copy"
+    with pytest.raises(ConfigError, match=f"init_layout_version {layout} is below"):
+        _config(shards=2, upgrade=Upgrade(init_layout_version=layout)).validate()
+    _config(upgrade=Upgrade(init_layout_version=layout)).validate()   # one shard: B is fine
 
 
 def test_a_shard_process_runs_the_nodes_configuration_in_a_directory_of_its_own(
@@ -91,3 +111,15 @@ def test_shards_is_read_from_the_toml(tmp_path: Path) -> None:
     path.write_text("shards = 3\n[raft]\nseparate_process = false\n")
     with pytest.raises(ConfigError, match="separate_process"):
         load(path)
+    path.write_text("shards = 3\n")
+    assert load(path).shards == 3
+
+
+def test_om_cluster_up_writes_the_shards_it_is_given(tmp_path: Path) -> None:
+    """``om cluster up --shards N`` (``write_config``): ``shards = N`` in cluster.toml,
+    none with one shard (today's file, byte for byte)."""
+    path = om_cluster.write_config(tmp_path / "four", 3, 20_000, "leader", secure=False,
+                                   shards=4)
+    assert load(path).shards == 4
+    one = om_cluster.write_config(tmp_path / "one", 3, 20_000, "leader", secure=False)
+    assert "shards" not in one.read_text()

@@ -26,7 +26,7 @@ from om.cli.common import render_table
 from om.client import OMClientError
 from om.cluster import lifecycle as om_cluster
 from om.cluster import users
-from om.config import DEFAULT_PORT, EXECUTIONS, ConfigError
+from om.config import DEFAULT_PORT, EXECUTIONS, SHARDS_MAX, ConfigError, NodeAddress
 from om.protocol import om_pb2
 
 REGISTER_TIMEOUT_S = 30.0
@@ -42,7 +42,8 @@ def register(commands: Any) -> None:
     up.add_argument("--execution", choices=EXECUTIONS, default="leader")
     up.add_argument("--port-base", type=int, default=DEFAULT_PORT,
                     help="client ports from here; Raft ports from here + 10, "
-                         "HTTP (/prom) from here + 20")
+                         "HTTP (/prom) from here + 20, shard k's client ports from here + "
+                         "20 + 10 k")
     up.add_argument("--insecure", action="store_true",
                     help="no Raft secret and no TLS: any process that reaches a Raft port "
                          "can take part in Raft, and any client that reaches a client port "
@@ -59,6 +60,10 @@ def register(commands: Any) -> None:
     up.add_argument("--workers", type=int, default=0,
                     help="processes serving client connections on each node (TLS, framing);"
                          " 1: the node's own process; default 0: from the cores")
+    up.add_argument("--shards", type=int, default=1,
+                    help=f"processes executing writes on each node, each for its share of "
+                         f"the buckets (1 to {SHARDS_MAX}; default 1; above 1 experimental: "
+                         "docs/SHARDS.md)")
     up.set_defaults(run=run_up)
     status = actions.add_parser("status", help="which nodes are up; exit 1 without a "
                                 "ready leader")
@@ -79,7 +84,7 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         cluster = om_cluster.up(args.dir, args.nodes, args.port_base, args.execution,
                                 top_level_toml=workers, secure=not args.insecure, tls=tls,
-                                acls=tls and args.acls)
+                                acls=tls and args.acls, shards=args.shards)
     except (om_cluster.ClusterError, ConfigError) as error:
         print(f"om cluster up: {error}", file=sys.stderr)
         return 1
@@ -94,6 +99,9 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"\nconfig:  {cluster.config_path}\nlogs:    {cluster.directory}/om*.log")
     print("metrics: " + " ".join(f"http://{n.http_address}/prom" for n in cluster.nodes
                                  if n.http_address))
+    shard_lines = shard_ports(cluster.nodes, args.shards)
+    if shard_lines:
+        print(shard_lines)
     if args.insecure and args.nodes > 1:
         print("INSECURE: Raft is unauthenticated (--insecure)")
     if operator is None:
@@ -110,6 +118,16 @@ def run_up(args: argparse.Namespace) -> int:
                   "(--no-acls)")
     print(f"try:    om sh --om {','.join(cluster.addresses)} volume create /vol1")
     return 0
+
+
+def shard_ports(nodes: tuple[NodeAddress, ...], shards: int) -> str:
+    """The lines naming each shard's client addresses, with shards (none with one)."""
+    if shards == 1:
+        return ""
+    return "\n".join([f"shards:  {shards} per node (experimental, docs/SHARDS.md); a "
+                      "bucket's requests go to its shard's port"] +
+                     [f"shard {k}: " + " ".join(n.shard_address(k) for n in nodes)
+                      for k in range(shards)])
 
 
 def health(info: om_pb2.NodeInfo) -> str:
@@ -138,6 +156,9 @@ def run_status(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     print(f"\n{up} of {len(nodes)} nodes up; leader {leaders[0]} ready")
+    shard_lines = shard_ports(nodes, cluster.config.shards)
+    if shard_lines:
+        print(shard_lines)
     return 0
 
 

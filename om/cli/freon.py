@@ -42,7 +42,7 @@ from om.client import AsyncOMClient
 from om.client.identity import DEFAULT_ADDRESS, split_addresses
 from om.client.retry_policy import RetryPolicy
 from om.cluster import preload
-from om.config import ConfigError
+from om.config import ConfigError, shard_data_dir
 
 DEFAULT_COUNT = 1000
 _HELP = {
@@ -109,6 +109,10 @@ def _register_generate(generators: Any) -> None:
                    "(default: the current user)")
     g.add_argument("--batch-keys", type=int, default=preload.DEFAULT_BATCH_KEYS,
                    help=f"keys per RocksDB write batch (default {preload.DEFAULT_BATCH_KEYS})")
+    g.add_argument("--shards", type=int, default=1,
+                   help="the nodes' shards (their `shards`; default 1): each bucket into its "
+                        "shard's store (DIR/shard-K/db for K >= 1), each volume into shard 0 "
+                        "and each shard holding one of its buckets")
     g.add_argument("--json", type=Path, dest="json_path", help="also write the result as JSON")
     g.set_defaults(run=run_generate)
 
@@ -117,7 +121,7 @@ def _check_unused(data_dir: Path) -> None:
     """GenerateError unless ``data_dir`` belongs to a node that never started: a
     seed precedes the Raft log, so a node with a journal would replay entries
     its peers applied without the seed (or the seed would hide its own)."""
-    for used in (data_dir / "db", data_dir / "raft"):
+    for used in (data_dir / "db", data_dir / "raft", *data_dir.glob("shard-*")):
         if used.exists():
             raise preload.GenerateError(f"{used} exists: seed only nodes that never started")
 
@@ -128,32 +132,44 @@ def run_generate(args: argparse.Namespace) -> int:
         namespace = preload.Namespace(
             volumes=args.volumes, buckets=args.buckets, keys=args.keys, volume=args.volume,
             bucket=args.bucket, prefix=args.prefix, size=args.size, user=args.user,
-            batch_keys=args.batch_keys, layout=args.layout or "")
+            batch_keys=args.batch_keys, layout=args.layout or "", shards=args.shards)
     except ValueError as error:
         print(f"om freon generate: {error}", file=sys.stderr)
         return 2
-    target = args.data_dir / "db"
-    copies = [directory / "db" for directory in args.copy_to]
+    targets = [shard_data_dir(args.data_dir, k) / "db" for k in range(args.shards)]
+    copies = [shard_data_dir(directory, k) / "db"
+              for directory in args.copy_to for k in range(args.shards)]
     progress = ProgressBar("freon generate", namespace.keys, None)
     try:
         for directory in (args.data_dir, *args.copy_to):
             _check_unused(directory)
-        result = preload.generate_into(target, namespace,
-                                       progress=lambda done: progress.update(done, 0))
+        results = preload.generate_shards(args.data_dir, namespace,
+                                          progress=lambda done: progress.update(done, 0))
+        result = _added(results)
         progress.close(result.keys, 0)
-        preload.copy_database(target, copies)
+        preload.copy_shards(args.data_dir, args.copy_to, args.shards)
     except preload.GenerateError as error:
         print(f"om freon generate: {error}", file=sys.stderr)
         return 2
+    databases = [*targets, *copies]
     print(f"generated {result.volumes} volumes, {result.buckets} buckets, {result.keys} keys "
           f"in {result.seconds:.1f} s ({result.keys_per_s:,.0f} keys/s, {result.batches} "
           f"write batches); managed index {result.managed_index}; databases: "
-          + ", ".join(str(p) for p in (target, *copies)))
+          + ", ".join(str(p) for p in databases))
     if args.json_path is not None:
         record = {**dataclasses.asdict(result), "keys_per_s": result.keys_per_s,
-                  "databases": [str(p) for p in (target, *copies)]}
+                  "databases": [str(p) for p in databases]}
         args.json_path.write_text(json.dumps(record, indent=2) + "\n")
     return 0
+
+
+def _added(results: list[preload.GenerateResult]) -> preload.GenerateResult:
+    """The shards' results as one: volumes and buckets counted in shard 0 (every shard
+    holds them all), the rest added up."""
+    return preload.GenerateResult(
+        results[0].volumes, results[0].buckets, sum(r.keys for r in results),
+        sum(r.batches for r in results), max(r.managed_index for r in results),
+        sum(r.seconds for r in results))
 
 
 def _common_options(g: argparse.ArgumentParser) -> None:

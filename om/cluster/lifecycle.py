@@ -43,7 +43,17 @@ LAST_CLUSTER_FILE = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".ca
 KNOWN_CLUSTERS_MAX = 32
 RAFT_PORT_OFFSET = 10
 HTTP_PORT_OFFSET = 20
-PORT_RANGE = 30        # client, Raft and HTTP ports of up to 9 nodes
+
+
+def port_range(shards: int = 1) -> int:
+    """The ports a cluster of up to 9 nodes with ``shards`` shards spans from its base:
+    client, Raft and HTTP ports (30), then each shard k >= 1's client ports at
+    ``port + 20 + 10 k`` (``NodeAddress.shard_port``): 20 + 10 shards."""
+    assert 1 <= shards <= om_config.SHARDS_MAX
+    return om_config.SHARD_PORT_OFFSET + om_config.SHARD_PORT_STEP * shards
+
+
+PORT_RANGE = port_range(1)   # one shard: client, Raft and HTTP ports of up to 9 nodes
 SECRET_FILE = "raft.secret"
 # Linux hands out outgoing connections' local ports from 32768 up (ip_local_port_range):
 # a cluster's ports stay below, so no client connection can take one between the check
@@ -95,13 +105,14 @@ def write_tls(directory: Path, nodes: tuple[NodeAddress, ...]) -> str:
 
 def write_config(directory: Path, nodes: int, port_base: int, execution: str,
                  extra_toml: str = "", top_level_toml: str = "", secure: bool = True,
-                 tls: bool | None = None, acls: bool = False) -> Path:
+                 tls: bool | None = None, acls: bool = False, shards: int = 1) -> Path:
     """Writes ``DIR/cluster.toml`` for ``nodes`` nodes on 127.0.0.1, and with ``secure``
     (the default) a Raft secret in ``DIR/raft.secret`` (mode 0600) that the nodes
     authenticate with; with ``tls`` (by default as ``secure``), a CA and certificates
     (``write_tls``) for TLS with client certificates on the client port; with ``acls``,
     native ACLs on (``acl_enabled``) and the user running this as their administrator
-    (``admins``: ``top_level_toml`` must then set neither).
+    (``admins``: ``top_level_toml`` must then set neither); with ``shards`` > 1,
+    ``shards = N`` (``top_level_toml`` must then not set it).
 
     ``top_level_toml`` holds top-level keys; ``extra_toml`` holds tables (it is
     appended after the nodes, where a bare key would land in the last node)."""
@@ -111,6 +122,8 @@ def write_config(directory: Path, nodes: int, port_base: int, execution: str,
              top_level_toml]
     if acls:
         lines += ["acl_enabled = true", f'admins = ["{getpass.getuser()}"]']
+    if shards > 1:
+        lines.append(f"shards = {shards}")
     if secure and nodes > 1:
         write_secret(directory / SECRET_FILE)
         lines.append(f'raft_secret_file = "{directory.resolve() / SECRET_FILE}"')
@@ -222,20 +235,26 @@ class Cluster:
         """Each node's own view (role UNREACHABLE when it does not answer)."""
         return node_infos(self.addresses, timeout_s, self.client_tls())
 
+    def shard_addresses(self) -> list[str]:
+        """Every node's client address of every shard, shard 0's (``addresses``) first."""
+        return [node.shard_address(shard) for shard in range(self.config.shards)
+                for node in self.nodes]
+
     def wait_converged(self, timeout_s: float = 30.0) -> int:
-        """Waits until every node reports the same applied position, equal to the
-        commit index; returns that position."""
+        """Waits until every node (every shard of it) reports the same applied position,
+        equal to the commit index; returns that position."""
         deadline = time.monotonic() + timeout_s
         infos: list[om_pb2.NodeInfo] = []
+        addresses = self.shard_addresses()
         while time.monotonic() < deadline:
-            infos = self.node_infos()
+            infos = node_infos(addresses, 1.0, self.client_tls())
             positions = {i.applied_index for i in infos} | {i.commit_index for i in infos}
             if all(i.role != "UNREACHABLE" for i in infos) and len(positions) == 1:
                 return positions.pop()
             time.sleep(0.1)
         raise ClusterError(f"nodes did not converge within {timeout_s} s: "
-                           f"{[(i.node_id, i.role, i.applied_index) for i in infos]}"
-                           f"{self._silent_nodes(infos)}")
+                           f"{[(i.address, i.role, i.applied_index) for i in infos]}"
+                           f"{self._silent_nodes(infos[:len(self.nodes)])}")
 
     def _silent_nodes(self, infos: list[om_pb2.NodeInfo]) -> str:
         """For each node that did not answer: whether its process runs, and its log's
@@ -251,12 +270,15 @@ class Cluster:
                        f"{self.directory / node.id}.log:\n{self.log_tail(node.id, 30)}")
         return report
 
-    def stopped_digests(self) -> dict[str, dict[str, str]]:
-        """Each stopped node's per-table digests, read from its RocksDB files."""
+    def stopped_digests(self, shard: int = 0) -> dict[str, dict[str, str]]:
+        """Each stopped node's per-table digests of ``shard``'s store, read from its
+        RocksDB files."""
         assert all(self.pid(n.id) is None for n in self.nodes), "stop the cluster first"
+        config = self.config
+        assert 0 <= shard < config.shards
         result = {}
         for node in self.nodes:
-            store = Store(self.config.data_dir / node.id / "db")
+            store = Store(om_config.shard_data_dir(config.data_dir / node.id, shard) / "db")
             try:
                 result[node.id] = store.digests()
             finally:
@@ -366,8 +388,11 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
        extra_toml: str = "", timeout_s: float = 60.0, remember_it: bool = True,
        top_level_toml: str = "",
        node_args: Callable[[str], Sequence[str]] = lambda node_id: (),
-       secure: bool = True, tls: bool | None = None, acls: bool = False) -> Cluster:
-    """Starts a fresh cluster in ``directory``; returns once a leader is ready.
+       secure: bool = True, tls: bool | None = None, acls: bool = False,
+       shards: int = 1) -> Cluster:
+    """Starts a fresh cluster in ``directory``; returns once a leader is ready (on
+    shard 0's ports; with ``shards`` > 1 each node starts its shard processes on
+    ``NodeAddress.shard_port`` after that, every port checked free first).
 
     Secure by default (``write_config``): a Raft secret, and TLS with client
     certificates on the client port (``Cluster.client_tls()`` is the tools'
@@ -383,9 +408,9 @@ def up(directory: Path, nodes: int, port_base: int, execution: str,
     cluster = Cluster(directory)
     if directory.exists() and any(cluster.pid(n) for n in _ids(nodes)):
         raise ClusterError(f"a cluster already runs in {directory}: om cluster down first")
-    check_ports_free(node_addresses(nodes, port_base))
+    check_ports_free(node_addresses(nodes, port_base), shards)
     write_config(directory, nodes, port_base, execution, extra_toml, top_level_toml, secure,
-                 tls, acls)
+                 tls, acls, shards)
     try:
         for node in cluster.nodes:
             cluster.start_node(node.id, *node_args(node.id))
@@ -428,11 +453,16 @@ def port_holder(port: int) -> str:
     return "another process (not visible to this user)"
 
 
-def check_ports_free(nodes: Sequence[NodeAddress]) -> None:
-    """ClusterError naming every port of ``nodes`` that is taken, and its holder."""
-    taken = [(node, kind, port) for node in nodes
-             for kind, port in (("client", node.port), ("Raft", node.raft_port),
-                                ("HTTP", node.http_port))
+def _kinds_of_ports(node: NodeAddress, shards: int) -> list[tuple[str, int]]:
+    """Each port ``node`` listens on with ``shards`` shards, and what it serves."""
+    return [("client", node.port), ("Raft", node.raft_port), ("HTTP", node.http_port),
+            *((f"shard {k} client", node.shard_port(k)) for k in range(1, shards))]
+
+
+def check_ports_free(nodes: Sequence[NodeAddress], shards: int = 1) -> None:
+    """ClusterError naming every port of ``nodes`` (with ``shards`` shards each) that
+    is taken, and its holder."""
+    taken = [(node, kind, port) for node in nodes for kind, port in _kinds_of_ports(node, shards)
              if port and not _port_free(port)]
     if taken:
         lines = [f"  {port} ({node.id}'s {kind} port): held by {port_holder(port)}"
@@ -457,15 +487,21 @@ def free_port_range() -> tuple[int, int]:
     return low, high
 
 
-def free_port_base(nodes: int = 3, attempts: int = 100) -> int:
-    """A base port whose client, Raft and HTTP ports on 127.0.0.1 are all free now, all
-    of them in ``free_port_range()``."""
+def free_port_base(nodes: int = 3, attempts: int = 100, shards: int = 1) -> int:
+    """A base port whose client, Raft and HTTP ports on 127.0.0.1, and with ``shards`` >
+    1 the shard ports, are all free now, all of them in ``free_port_range()``."""
     low, high = free_port_range()
     assert 0 < nodes <= RAFT_PORT_OFFSET
+    span = port_range(shards)
+    if high - low < span:
+        raise ClusterError(f"${FREE_PORTS_ENV}: {low}-{high} holds no range of {span} ports "
+                           f"for {shards} shards")
     for _ in range(attempts):
-        base = random.randrange(low, high - PORT_RANGE + 1, PORT_RANGE)
-        assert base + PORT_RANGE <= high
-        ports = [p for node in node_addresses(nodes, base) for p in node.ports]
+        base = random.randrange(low, high - span + 1, span)
+        assert base + span <= high
+        ports = [p for node in node_addresses(nodes, base)
+                 for p in node.ports_with_shards(shards)]
+        assert max(ports) < base + span
         if all(_port_free(p) for p in ports):
             return base
     raise ClusterError("no free port range on 127.0.0.1")

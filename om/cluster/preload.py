@@ -33,10 +33,18 @@ Invariants, and why they hold:
 * The digests (``om.statemachine.digests``) are written with the rows, by the same
   write as apply's, under a digest key drawn at random for the new database: every
   copy carries it, so the nodes seeded from it compare without building anything.
+* With shards (``Namespace.shards`` > 1, docs/SHARDS.md) each shard's store gets its
+  part (``generate_shards``): every volume's and every bucket's row (rows every shard
+  keeps, as a running node's shard 0 writes them: ``tables.EVERY_SHARDS_TABLES``), and
+  the keys of the buckets it owns (``shard_of``). Every shard runs the same requests in
+  the same order with the same managed indexes and skips (counts without running)
+  another shard's keys, so the volume and bucket rows are equal in every shard, and
+  each key's rows (object ids included) are the one-shard seed's, in its owner only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import shutil
@@ -46,12 +54,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from om.client import requests as build
+from om.config import SHARDS_MAX, shard_data_dir
 from om.executor.change_recorder import ChangeRecorder, QuotaChange
 from om.executor.context import ExecContext
 from om.executor.quota_reservations import QuotaReservationTable
 from om.executor.registry import dispatch
 from om.gatekeeper import validation
 from om.protocol import om_pb2
+from om.protocol.shard_routing import shard_of
 from om.schema.read_view import Parsed, parse_row
 from om.schema.tables import TableId
 from om.statemachine.apply import StateMachine
@@ -85,6 +95,8 @@ class Namespace:
     one index over all buckets (freon's ``omkg`` names). ``layout`` is the buckets'
     (``fso``: file-system buckets, where ``<prefix>/<index>`` is file ``<index>`` in
     directory ``<prefix>``, created with the first key; empty: the server's default).
+    ``shards`` > 1: the namespace of a node with that many shards, of which this one is
+    shard ``shard``'s part (``owns``; ``for_shard``).
     """
 
     volumes: int = 1
@@ -97,12 +109,26 @@ class Namespace:
     user: str = ""
     batch_keys: int = DEFAULT_BATCH_KEYS
     layout: str = ""
+    shards: int = 1
+    shard: int = 0
 
     def __post_init__(self) -> None:
         if self.volumes < 1 or self.buckets < 1 or self.keys < 0:
             raise ValueError("--volumes and --buckets must be >= 1, --keys >= 0")
         if self.size < 0 or self.batch_keys < 1:
             raise ValueError("--size must be >= 0 and --batch-keys >= 1")
+        if not 1 <= self.shards <= SHARDS_MAX:
+            raise ValueError(f"--shards must be 1 to {SHARDS_MAX}")
+        assert 0 <= self.shard < self.shards
+
+    def for_shard(self, shard: int) -> Namespace:
+        """Shard ``shard``'s part of this namespace."""
+        return dataclasses.replace(self, shard=shard)
+
+    def owns(self, volume: str, bucket: str) -> bool:
+        """Whether this shard holds the rows of ``bucket`` and its keys (one shard:
+        every bucket's, with no hash per key)."""
+        return self.shards == 1 or shard_of(volume, bucket, self.shards) == self.shard
 
     def volume_names(self) -> list[str]:
         """The volumes, in creation order."""
@@ -199,6 +225,11 @@ class _Chunk:
         self._now_ms = self._clock()
         self.requests = 0
 
+    def skip(self, requests: int = 1) -> None:
+        """Passes the managed indexes of ``requests`` requests another shard runs."""
+        assert requests > 0
+        self._index += requests
+
     def run(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """Executes ``request`` with the next managed index; GenerateError if it fails."""
         self._index += 1
@@ -267,14 +298,12 @@ def generate(store: Store, namespace: Namespace, clock: Clock = wall_clock_ms,
                             f"{machine.applied_index}): generate into a new database")
     started = time.perf_counter()
     chunk = _Chunk(machine, namespace.user or getpass.getuser(), clock)
-    for volume in namespace.volume_names():
-        chunk.run(build.create_volume(volume))
-    chunk.write()
-    for volume, bucket in namespace.bucket_names():
-        chunk.run(build.create_bucket(volume, bucket, layout=namespace.layout))
-    chunk.write()
+    volumes, buckets = _volumes_and_buckets(chunk, namespace)
     written = 0
     for volume, bucket, key in namespace.key_names():
+        if not namespace.owns(volume, bucket):
+            chunk.skip(2)   # another shard's CreateKey and CommitKey
+            continue
         _put_key(chunk, volume, bucket, key, namespace.size)
         written += 1
         if chunk.requests >= 2 * namespace.batch_keys:
@@ -284,8 +313,20 @@ def generate(store: Store, namespace: Namespace, clock: Clock = wall_clock_ms,
     chunk.write()
     if progress is not None:
         progress(written)
-    return GenerateResult(namespace.volumes, namespace.volumes * namespace.buckets, written,
-                          chunk.batches, machine.managed_index, time.perf_counter() - started)
+    return GenerateResult(volumes, buckets, written, chunk.batches, machine.managed_index,
+                          time.perf_counter() - started)
+
+
+def _volumes_and_buckets(chunk: _Chunk, namespace: Namespace) -> tuple[int, int]:
+    """Creates the volumes and then the buckets (every shard keeps every one's row), each
+    phase its own chunk (module docstring); the volumes and buckets written."""
+    for volume in namespace.volume_names():
+        chunk.run(build.create_volume(volume))
+    chunk.write()
+    for volume, bucket in namespace.bucket_names():
+        chunk.run(build.create_bucket(volume, bucket, layout=namespace.layout))
+    chunk.write()
+    return namespace.volumes, namespace.volumes * namespace.buckets
 
 
 def _put_key(chunk: _Chunk, volume: str, bucket: str, key: str, size: int) -> None:
@@ -325,6 +366,30 @@ def generate_into(db_path: Path, namespace: Namespace, clock: Clock = wall_clock
         store.close()
         Store.destroy(scratch)
     return result
+
+
+def generate_shards(node_dir: Path, namespace: Namespace, clock: Clock = wall_clock_ms,
+                    progress: Progress | None = None) -> list[GenerateResult]:
+    """``generate_into`` each shard's part of ``namespace`` (``namespace.shards`` of
+    them) into its store in the node data directory ``node_dir`` (shard 0's
+    ``node_dir/db``, shard k's ``node_dir/shard-k/db``: ``config.shard_data_dir``), in
+    shard order; each shard's result. ``progress`` counts the keys of all shards."""
+    results: list[GenerateResult] = []
+    for shard in range(namespace.shards):
+        before = sum(result.keys for result in results)
+        shard_progress = None if progress is None else (
+            lambda done, before=before: progress(before + done))
+        results.append(generate_into(shard_data_dir(node_dir, shard) / "db",
+                                     namespace.for_shard(shard), clock, shard_progress))
+    return results
+
+
+def copy_shards(node_dir: Path, destinations: Sequence[Path], shards: int) -> None:
+    """``copy_database`` of each of the ``shards`` stores of the node data directory
+    ``node_dir`` into the same place of each node data directory of ``destinations``."""
+    for shard in range(shards):
+        copy_database(shard_data_dir(node_dir, shard) / "db",
+                      [shard_data_dir(node, shard) / "db" for node in destinations])
 
 
 def copy_database(source: Path, destinations: Sequence[Path]) -> None:

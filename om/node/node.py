@@ -349,7 +349,8 @@ class Node:
         elif role.candidate:
             name = "CANDIDATE"
         return om_pb2.NodeInfo(
-            node_id=self.config.node_id, address=self.config.node.address,
+            node_id=self.config.node_id,
+            address=self.config.node.shard_address(self.config.serving_shard),
             role=name, term=role.term,
             commit_index=role.commit_index, applied_index=self.state_machine.applied_index,
             execution=self.config.execution, managed_index=self.state_machine.managed_index,

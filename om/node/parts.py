@@ -163,7 +163,7 @@ def shard_gate(config: ServerConfig) -> ShardGate | None:
     if config.shards == 1:
         return None
     node = config.node
-    return ShardGate(config.serving_shard, tuple(f"{node.host}:{node.shard_port(k)}"
+    return ShardGate(config.serving_shard, tuple(node.shard_address(k)
                                                  for k in range(config.shards)))
 
 
@@ -381,7 +381,7 @@ def _shard_raft(config: ServerConfig, hooks: RaftHooks, channel: socket.socket) 
     return RaftProcessReplicator(
         config.node, config.nodes, config.node_data_dir, config.raft, hooks.apply_entry,
         NoSnapshots(), hooks.barrier_entry, config.batch.bytes_max, hooks.fail_stop,
-        channel=channel, on_position=hooks.pass_position)
+        channel=channel, on_position=hooks.pass_position, shard=config.serving_shard)
 
 
 def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
@@ -403,7 +403,7 @@ def ring(config: ServerConfig, state: Machine, carried: CarriedCheckpoints,
     client = CheckpointClient(config)
     snapshots = Snapshotter(state, config.node_data_dir, config.raft.fsync, shelf=shelf,
                             source=client, unsafe_delay_s=config.unsafe_snapshot_delay_s,
-                            unsafe_delay_if=hooks.leads, carried=carried)
+                            unsafe_delay_if=hooks.leads, carried=carried, shards=config.shards)
     raft = RAFT_ADAPTERS[config.raft.separate_process](config, snapshots, hooks)
     channels = raft.take_shard_channels()
     assert len(channels) == config.shards - 1

@@ -16,6 +16,7 @@ import logging
 import ssl
 from dataclasses import dataclass
 
+from om.config import ServerConfig
 from om.node import gc_policy
 from om.node.accept import ClientServer, client_server
 from om.node.connections import (
@@ -81,6 +82,19 @@ def start_line(node: Node, context: ssl.SSLContext | None, workers: int,
             f"durable={'yes' if config.raft.fsync else 'NO: fsync = false'}"
             f"{raft_security(node)}, clients={client_security(node, context)}"
             f"{acl_security(node)}{metrics})")
+
+
+def shards_notice(config: ServerConfig) -> str:
+    """What the node's own process prints at start with shards (none with one): what
+    works at S > 1 and what does not yet (docs/SHARDS.md)."""
+    if config.shards == 1 or config.serving_shard:
+        return ""
+    ports = ", ".join(f"shard {k} on {config.node.shard_address(k)}"
+                      for k in range(config.shards))
+    return (f"EXPERIMENTAL: shards = {config.shards} ({ports}; docs/SHARDS.md): Raft "
+            "snapshots hold shard 0's store only (a node that needs one fails stop, and a "
+            "compaction may drop entries a lagging shard has not applied), shard stores "
+            "above 0 are not synced, Prepare is refused: for trials, not for data you keep")
 
 
 @dataclass
@@ -164,6 +178,9 @@ async def serve(node: Node, stop: asyncio.Event) -> None:
         node.metrics.add_state(CONNECTION_GAUGES, fronts.state)
         await fronts.start(listeners)
     print(start_line(node, context, workers, endpoint), flush=True)
+    notice = shards_notice(node.config)
+    if notice:
+        print(notice, flush=True)
     try:
         with gc_policy.serving():
             if own is not None:

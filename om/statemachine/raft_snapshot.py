@@ -133,6 +133,12 @@ STAGING = "catchup-staging"
 NEWEST_TRIES_MAX = 4     # checkpoints dropped while fetched before the install fails
 
 
+class ShardedInstallRefused(Exception):
+    """A snapshot ahead of this node's store reached a node with shards: it holds
+    shard 0's store only (docs/SHARDS.md, *After step 5*), so installing it would leave
+    shards 1..S-1 applying later slices over rows they never got."""
+
+
 class Snapshotter:
     """Writes and installs snapshots of one node's store."""
 
@@ -140,12 +146,15 @@ class Snapshotter:
                  shelf: CheckpointShelf, source: CheckpointSource,
                  unsafe_delay_s: float = 0.0,
                  unsafe_delay_if: Callable[[], bool] = lambda: True,
-                 carried: CarriedCheckpoints | None = None) -> None:
+                 carried: CarriedCheckpoints | None = None, shards: int = 1) -> None:
         """``shelf``: where this node keeps the checkpoints its snapshots name;
         ``source``: where it fetches the ones a leader's snapshot names; ``carried``:
         the OM snapshot checkpoints each snapshot carries and each install brings
-        (none: ``NoCheckpoints``)."""
+        (none: ``NoCheckpoints``); ``shards``: the node's (above 1 it refuses to install
+        a snapshot that is ahead: ``ShardedInstallRefused``)."""
         assert unsafe_delay_s >= 0
+        assert shards >= 1
+        self._shards = shards
         self._state_machine = state_machine
         self._work_dir = work_dir
         self._durable = durable
@@ -208,6 +217,14 @@ class Snapshotter:
             raft_data = pickle.loads(_read(archive, "raft.pickle"))
             if positions["applied_index"] <= self._state_machine.applied_index:
                 return raft_data, None
+            if self._shards > 1:
+                raise ShardedInstallRefused(
+                    f"a Raft snapshot at position {positions['applied_index']} is ahead of "
+                    f"this node's store (position {self._state_machine.applied_index}), and "
+                    f"with shards = {self._shards} it holds shard 0's store only: not "
+                    "installed (its other shards would miss their rows). Seed this node again "
+                    "from a stopped peer's data directory, every shard's store "
+                    "(docs/SHARDS.md, After step 5)")
             if "checkpoint.json" not in archive.getnames():   # an older release's dump
                 return raft_data, lambda: self._install_archive(file_name, positions)
             manifest = Manifest.from_json(json.loads(_read(archive, "checkpoint.json")))

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from om.cluster import lifecycle as om_cluster
-from om.config import NodeAddress, Raft
+from om.config import SHARD_PORT_OFFSET, SHARD_PORT_STEP, NodeAddress, Raft
 from om.consensus.port import ReplicateResult, ReplicateStatus
 from om.consensus.pysyncobj.process import RaftProcessReplicator
 from om.protocol import merged_entry, om_pb2
@@ -113,7 +113,8 @@ async def _start(address: NodeAddress, addresses: tuple[NodeAddress, ...],
     (channel,) = spawner.raft.take_shard_channels()
     driver.replicator = RecordingReplicator(
         address, addresses, directory / "raft", STEADY, driver.apply, NoSnapshots(),
-        _barrier, ENTRY_BYTES_MAX, driver.exited, channel=channel, on_position=driver.passed)
+        _barrier, ENTRY_BYTES_MAX, driver.exited, channel=channel, on_position=driver.passed,
+        shard=1)
     driver.raft.results = []
     await spawner.raft.start()
     await driver.raft.start()
@@ -299,3 +300,20 @@ async def test_closing_a_shards_channel_stops_its_node_and_the_others_go_on(
     assert [r.status for r in results] == [ReplicateStatus.COMMITTED] * 2
     await _caught_up(others, results[0].position)
     assert [d.exits for n in others for d in n] == [0, 0, 0, 0]
+
+
+async def test_each_channel_names_the_leaders_client_port_of_its_own_shard(
+        nodes: list[Node]) -> None:
+    """NOT_LEADER sends a client to ``role().leader_address``: on channel 1 it is the
+    leader's shard 1 port (red: shard 0's port, where shard 1's requests are answered
+    WRONG_SHARD, so a client that followed it would never reach the leader's shard 1)."""
+    leader = await _ready_leader(nodes)
+    leader_id = leader[0].raft.role().leader_id
+    for node in nodes:
+        deadline = time.monotonic() + 10.0
+        while any(driver.raft.role().leader_id != leader_id for driver in node):
+            assert time.monotonic() < deadline, "a channel does not know the leader"
+            await asyncio.sleep(0.05)
+        host, port = node[0].raft.role().leader_address.rsplit(":", 1)
+        shard_1 = int(port) + SHARD_PORT_OFFSET + SHARD_PORT_STEP
+        assert node[1].raft.role().leader_address == f"{host}:{shard_1}"

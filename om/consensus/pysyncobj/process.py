@@ -171,11 +171,14 @@ class RaftProcessReplicator:
                  barrier: BarrierEntry, entry_bytes_max: int,
                  on_child_exit: Callable[[], None], commit_timeout_s: float = 30.0, *,
                  shards: int = 1, channel: socket.socket | None = None,
-                 on_position: PassPosition | None = None) -> None:
+                 on_position: PassPosition | None = None, shard: int = 0) -> None:
         """Spawns the Raft child with ``shards`` channels, or with ``channel`` attaches
-        to a shard's end of a child another process spawned. ``on_position``: where a
-        position with nothing for this channel goes (needed once there are shards)."""
+        to shard ``shard``'s end of a child another process spawned. ``on_position``:
+        where a position with nothing for this channel goes (with shards). NOT_LEADER
+        names ``role().leader_address``: the leader's port of this side's shard."""
         assert channel is None or shards == 1, "a shard's side spawns nothing"
+        assert (channel is None) == (shard == 0), "shard k >= 1 attaches to its channel"
+        self._shard = shard
         self._loop = asyncio.get_running_loop()
         self._node = node
         self._by_raft = {n.raft_address: n for n in nodes}
@@ -338,7 +341,7 @@ class RaftProcessReplicator:
         known = self._by_raft.get(leader)
         self._role = Role(is_leader=is_leader, ready=self._leadership.ready(is_leader, term),
                           leader_id=known.id if known else "",
-                          leader_address=known.address if known else "",
+                          leader_address=known.shard_address(self._shard) if known else "",
                           term=term, commit_index=commit_index, candidate=candidate)
 
     # -- what the child says ---------------------------------------------------------------
