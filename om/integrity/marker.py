@@ -24,13 +24,15 @@ or the new one, never none: the node stays out and repairable.
 from __future__ import annotations
 
 import json
-import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from om.disk.durable_files import fsync_path
+from om.disk.durable_files import fsync_path, write_synced
+
+_WRITING = threading.Lock()   # one marker write at a time in this process (save)
 
 MARKER_FILE = "replica-marker.json"
 State = Literal["diverged", "halted", "repairing"]
@@ -103,24 +105,23 @@ def load(node_dir: Path) -> Marker | None:
 
 
 def save(node_dir: Path, marker: Marker) -> None:
-    """Writes ``marker`` atomically and durably."""
-    path = marker_path(node_dir)
+    """Writes ``marker`` atomically and durably. Writers in one process take turns
+    (``_WRITING``): the continuous self-check (a thread) and an ``om admin verify``'s
+    MarkDiverged (the loop) may mark a node at the same moment, and two writers of one
+    temporary file would rename it from under each other (a CI run's MarkDiverged
+    failed so, and the node went unmarked)."""
     body = asdict(marker)
     body["since"] = marker.since or _now()
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as out:
-        json.dump(body, out, indent=2, sort_keys=True)
-        out.write("\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fsync_path(node_dir)
+    data = (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
+    with _WRITING:
+        write_synced(marker_path(node_dir), data)
 
 
 def clear(node_dir: Path) -> None:
     """Removes the marker, durably: the node may serve again."""
-    marker_path(node_dir).unlink(missing_ok=True)
-    fsync_path(node_dir)
+    with _WRITING:
+        marker_path(node_dir).unlink(missing_ok=True)
+        fsync_path(node_dir)
 
 
 def halted_message(node_id: str, marker: Marker, node_dir: Path) -> str:

@@ -8,6 +8,7 @@ digests alone: no verify sees it (the scrub does, tests/integrity/test_scrub.py)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,6 +289,31 @@ def test_the_marker_persists_and_an_unreadable_one_stops_the_node(tmp_path: Path
         marker.load(tmp_path)
     marker.clear(tmp_path)
     assert marker.load(tmp_path) is None
+
+
+def test_a_node_marked_by_two_writers_at_once_is_marked(tmp_path: Path) -> None:
+    """The continuous self-check (a thread) and an admin's MarkDiverged (the loop) may
+    save the marker together; each save lands whole. Red: writers sharing one
+    temporary file rename it from under each other (FileNotFoundError, node unmarked)."""
+    errors: list[BaseException] = []
+
+    def mark(position: int) -> None:
+        try:
+            for _ in range(40):
+                marker.save(tmp_path, marker.Marker(marker.DIVERGED, position, ("keyTable",),
+                                                    position))
+        except BaseException as error:   # reported by the assert below
+            errors.append(error)
+
+    writers = [threading.Thread(target=mark, args=(n,)) for n in range(1, 7)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=60)
+    assert errors == []
+    loaded = marker.load(tmp_path)
+    assert loaded is not None
+    assert loaded.state == marker.DIVERGED
 
 
 def test_every_table_is_digested_so_verification_covers_it() -> None:
