@@ -75,3 +75,18 @@ def test_the_clients_shard_ports_are_the_nodes() -> None:
     for shard in range(NODE_SHARDS_MAX):
         assert shard_address(node.address, shard) == f"127.0.0.1:{node.shard_port(shard)}"
     assert SHARDS_MAX >= NODE_SHARDS_MAX
+
+
+def test_a_call_routed_before_s_was_learned_is_rerouted() -> None:
+    """A call in flight when another call's answer taught S meets WRONG_SHARD with the S
+    the client knows already: it goes to its route, not back to its caller."""
+    client = ClientIdentity(NODES, user="u")
+    in_flight = build.create_key(VOLUME, SHARD_1, "k")
+    routed_before = client.route(in_flight)[0]
+    assert client.learn_shards(wrong_shard(2))          # another call's answer
+    route = client.rerouted(in_flight, wrong_shard(2), routed_before)
+    assert route == [shard_address(address, 1) for address in NODES]
+    assert client.rerouted(in_flight, wrong_shard(2), route[0]) is None, \
+        "sent where it belongs and refused: the answer stands"
+    assert client.rerouted(in_flight, om_pb2.OMResponse(status=om_pb2.NOT_LEADER),
+                           routed_before) is None

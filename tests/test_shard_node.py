@@ -118,6 +118,14 @@ async def test_each_shard_serves_its_buckets_on_its_port(serving: Serving) -> No
             assert retries == redirects
         listed, _ = await clients[0].call_raw(build.service_list())
         assert listed.service_list.shards == SHARDS
+        fresh = serving.client(0)     # calls in flight together before it knows S
+        try:
+            answers = await asyncio.gather(*(
+                fresh.call_raw(build.lookup_key(VOLUME, BUCKETS[1], f"k{i % 3}"))
+                for i in range(8)))
+        finally:
+            await fresh.close()
+        assert [response.status for response, _ in answers] == [om_pb2.OK] * 8
         await clients[0].call(build.create_volume("vol2"))    # rows every shard reads
     finally:
         for client in clients:

@@ -110,13 +110,14 @@ class AsyncOMClient(ClientIdentity):
         loop = asyncio.get_running_loop()
         attempts = Attempts(list(self.route(request)), self._current, self.policy, loop.time())
         while True:
+            address = attempts.address
             try:
-                connection = await self._connection(attempts.address)
+                connection = await self._connection(address)
                 response = await connection.request(frame, request.call_id,
                                                     self.policy.attempt_timeout_s)
             except (OSError, TimeoutError, WireError) as error:
-                await self._drop(attempts.address)
-                problem = await self._misconfigured(attempts.address, error)
+                await self._drop(address)
+                problem = await self._misconfigured(address, error)
                 if problem is not None:
                     raise problem from None
                 delay = attempts.after_connection_error(loop.time())
@@ -125,8 +126,9 @@ class AsyncOMClient(ClientIdentity):
                         f"no OM answered call {request.call_id} within "
                         f"{self.policy.deadline_s} s (tried {attempts.addresses})") from None
             else:
-                if self.learn_shards(response):
-                    attempts.reroute(list(self.route(request)))
+                route = self.rerouted(request, response, address)
+                if route is not None:
+                    attempts.reroute(list(route))
                     continue
                 delay = attempts.after_response(response, loop.time())
                 if delay is None:

@@ -97,8 +97,9 @@ class OMClient(ClientIdentity):
                         f"no OM answered call {request.call_id} within "
                         f"{self.policy.deadline_s} s (tried {self.addresses})") from None
             else:
-                if self.learn_shards(response):
-                    attempts.reroute(self.route(request))
+                route = self.rerouted(request, response, address)
+                if route is not None:
+                    attempts.reroute(route)
                     continue
                 delay = attempts.after_response(response, time.monotonic())
                 if delay is None:

@@ -86,6 +86,18 @@ class ClientIdentity:
             return self.addresses
         return [shard_address(address, shard) for address in self.addresses]
 
+    def rerouted(self, request: om_pb2.OMRequest, response: om_pb2.OMResponse,
+                 address: str) -> list[str] | None:
+        """Where ``request`` goes next after ``response`` came from ``address``: its route
+        when a WRONG_SHARD shows it went to the wrong shard for want of S (this answer
+        taught it, or another call's did while this one was in flight, routed before);
+        None: the answer stands (a client given a shard's port for a node's gets it)."""
+        if response.status != om_pb2.WRONG_SHARD:
+            return None
+        learned = self.learn_shards(response)
+        route = self.route(request)
+        return route if learned or address not in route else None
+
     def learn_shards(self, response: om_pb2.OMResponse) -> bool:
         """Takes S from a WRONG_SHARD answer; whether it changed (then re-route the
         request). An answer without S, with the S known already, or with an S no node
