@@ -144,6 +144,24 @@ def test_a_reset_answering_an_append_sent_before_the_last_reset_is_ignored(
     assert next_index[follower] == 12
 
 
+def test_a_follower_cut_off_while_the_leader_sent_on_past_its_probe_is_repaired(
+        leader: tuple[RaftLog, object]) -> None:
+    """pysyncobj moves nextIndex on as it sends, answered or not: while the follower was
+    cut off after a reset, the leader's nextIndex ran far past the probe, and every reset
+    the follower sends once back answers the latest append. That reset counts, or the
+    follower is never repaired (om/sim seed 1458: stuck 430 entries behind for good)."""
+    log, follower = leader
+    next_index = log._SyncObj__raftNextIndex
+    next_index[follower] = 40
+    first = {**_ack(follower, 20, reset=True, success=False), "for_prev": 39}
+    log._SyncObj__onMessageReceived(follower, first)     # acted on: probe from 20
+    assert next_index[follower] == 20
+    next_index[follower] = 90                            # sent on, to a follower cut off
+    back = {**_ack(follower, 20, reset=True, success=False), "for_prev": 89}
+    log._SyncObj__onMessageReceived(follower, back)      # answers the latest append
+    assert next_index[follower] == 20, "the follower back from a cut is never repaired"
+
+
 def test_an_answer_says_which_append_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     base = om_cluster.free_port_base(3)
     sent: list[dict[str, object]] = []

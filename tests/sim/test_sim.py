@@ -40,6 +40,12 @@ REGRESSIONS = {
     # refusal now waits for a read round (om/flows/leader_flow.py, _end_refused); with
     # the refusal answered at once, seed 1 finds duplicates from 700 requests on
     1: ("refusal answered from a deposed leader's state", 800),
+    # a follower cut off after its leader acted on a reset: pysyncobj sent on past the
+    # probe, so every reset the follower sent once back answered an append newer than the
+    # probe and was taken for stale; it stayed 430 entries behind until the run's end
+    # (no quiescence). A reset answering the latest append now counts
+    # (om/consensus/pysyncobj/raft_log.py, _stale_reset)
+    1458: ("a follower never repaired after a cut", 2000),
 }
 REGRESSION_STEPS = 2000
 

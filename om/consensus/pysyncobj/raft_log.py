@@ -14,7 +14,8 @@ Subclass overrides, each tested in ``tests/consensus/``:
   still does, so a follower that lost entries is still repaired, unless the
   reset is stale (as etcd's raft decides): one at or below what the follower
   has acknowledged, or one answering an append sent before the last reset was
-  acted on in this leader's term (each answer says which append it answers). Acting on a stale
+  acted on in this leader's term, neither its probe nor the latest append sent
+  (each answer says which append it answers). Acting on a stale
   reset sends everything again, and pysyncobj's follower drops and re-appends
   whatever an append overlaps (its CRITICAL "truncating already-applied log
   entries").
@@ -441,11 +442,20 @@ class RaftLog(SyncObj):  # type: ignore[misc]
         SyncObj._SyncObj__onBecomeLeader(self)
 
     def _stale_reset(self, node: Any, message: dict[str, Any]) -> bool:
+        """Whether a reset answers an append older than the last reset acted on: not the
+        probe that reset started, nor the latest append sent (pysyncobj sends on past a
+        probe without waiting for its answer: to a follower cut off meanwhile, the
+        leader's nextIndex runs ahead, and the resets that answer its appends once it is
+        back must count, or it is never repaired; om/sim seed 1458). A stale reset taken
+        for a current one costs a resend, never an entry."""
         if message["next_node_idx"] <= self._SyncObj__raftMatchIndex.get(node, 0):
             return True
         probing = self._probing.get(node)
         answering = message.get("for_prev")
-        return probing is not None and answering is not None and answering != probing - 1
+        if probing is None or answering is None:
+            return False
+        latest = self._SyncObj__raftNextIndex.get(node, 0) - 1
+        return answering not in (probing - 1, latest)
 
 
 def _log_transfer(result: Any, reason: int) -> None:
