@@ -35,7 +35,9 @@ the server phases of the window's traces and the client's completions, and
 machine meanwhile (both in the step log, the table and ``summary.json``). The
 ``sweep`` profile runs the leader, replicated and etcd flows at 16, 64 and 256 in
 flight, each point a flow of its own on a fresh cluster (``bench/sweep.py`` argues
-why, and the order).
+why, and the order). The ``scaling`` profile runs the leader at S = 1, 2 and 4 shards,
+the load and preload over 64 buckets, each flow three times in rounds
+(``bench/shard_scaling.py``).
 
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
 its error and the others still run; the etcd flow is recorded as skipped, with

@@ -140,9 +140,13 @@ async def learn_routes(caller: RequestCaller, volume: str, buckets: tuple[str, .
     """Each connection of ``caller`` (each of a ``PooledCaller``'s) asks InfoBucket of
     ``buckets`` one at a time (untraced), the connections at once, so each client
     learns its nodes' shard count from its first misrouted request, one WRONG_SHARD
-    each, before the timed load starts, as a long-lived client has. Without it every
-    request of the first burst (``threads`` in flight) to another shard than 0 is
-    redirected once: a count that says more about the bench than about routing."""
+    each, before the timed load starts, as a long-lived client has. Without it the
+    first burst (``threads`` in flight) goes out before S is known: every request of it
+    to another shard than 0 is redirected, and today the client re-routes only the one
+    whose answer taught it S; the others, answered WRONG_SHARD with the S it now knows,
+    end there (``ClientIdentity.learn_shards`` returns False: 2 of 8 operations failed
+    in a smoke run at S = 2), a client race this bench would otherwise count as the
+    cluster's failures."""
     assert buckets
 
     async def ask(each: RequestCaller) -> None:
