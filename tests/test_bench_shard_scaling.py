@@ -17,6 +17,8 @@ from bench.ceiling import InProcessCaller, in_process_node
 from bench.generators import bucket_names
 from bench.progress import StepLog
 from bench.summary import render_table
+from om.cli import bench as bench_cli
+from om.cli import parser
 from om.client import requests as build
 from om.cluster import preload
 from om.protocol import om_pb2
@@ -69,6 +71,11 @@ def test_the_scaling_profile_sweeps_shards_over_many_buckets_in_rounds() -> None
     assert [f.name for f in runs] == ["leader-s2#1", "leader-s4#1", "leader-s2#2",
                                       "leader-s4#2", "leader-s2#3", "leader-s4#3"]
     assert driver.repeated(flows, 1) == flows
+    config = bench_cli.config_from(parser().parse_args(
+        ["bench", "--profile", "scaling", "--flows", "leader-s1,leader-s2", "--out", "x"]))
+    assert [f.name for f in config.flows] == [
+        "leader-s1#1", "leader-s2#1", "leader-s1#2", "leader-s2#2", "leader-s1#3",
+        "leader-s2#3"]
     with pytest.raises(AssertionError):
         driver.FlowSpec("ceiling-s2", in_process=True, shards=2)
 
