@@ -44,7 +44,10 @@ from bench.roles import (
     LEADER_SIDE,
     LEADER_WORKERS,
     LOAD_GENERATOR,
+    TARGET_CORES,
+    TARGET_SHARDS,
     per_role,
+    project,
     projections,
 )
 
@@ -200,6 +203,8 @@ def _per_write(flow: FlowMeasurement) -> dict[str, Any]:
     found: dict[str, Any] = {"cpu_us_per_write": roles}
     if roles and LEADER_SERVER in roles:
         found["projection"] = [asdict(p) for p in projections(roles, shards=flow.shards)]
+        if flow.shards > 1:   # what more shards would buy, from this run's costs
+            found["projection_target"] = asdict(project(roles, TARGET_CORES, TARGET_SHARDS))
     return found
 
 
@@ -394,4 +399,9 @@ def _projection_lines(flows: dict[str, dict[str, Any]]) -> list[str]:
                      f"{name} flow's costs; bench/roles.py):")
         lines += [f"  {p['cores']:>3} cores: {p['writes_per_s']:>9,.0f} write req/s, bound by "
                   f"{p['bound_by']}" for p in flow["projection"]]
+        target = flow.get("projection_target")
+        if target:
+            lines.append(f"  and at S = {target['shards']} on {target['cores']} cores, each "
+                         f"shard costing what it did here: {target['writes_per_s']:,.0f} "
+                         f"write req/s, bound by {target['bound_by']}")
     return lines

@@ -176,3 +176,8 @@ def test_a_tiny_scaling_run_at_s2_runs_end_to_end_and_names_the_ratio(tmp_path: 
     assert "leader_s2_over_leader_s1" in table
     assert "shards (median of runs)" in table
     assert "one leader at S = 2 on more cores" in table
+    target = summary["flows"]["leader-s2"]["projection_target"]
+    assert (target["shards"], target["cores"]) == (roles.TARGET_SHARDS, roles.TARGET_CORES)
+    assert target["writes_per_s"] > 0
+    assert "and at S = 8 on 16 cores" in table
+    assert "projection_target" not in summary["flows"]["leader-s1"]
