@@ -25,20 +25,21 @@ def server_trace_path(trace_dir: Path, node_id: str) -> Path:
 @contextmanager
 def traced_cluster(directory: Path, nodes: int, execution: str, extra_toml: str,
                    trace_dir: Path | None, flow: str, timeout_s: float = 60.0,
-                   secure: bool = True, workers: int = 0) -> Iterator[Cluster]:
+                   secure: bool = True, shards: int = 1) -> Iterator[Cluster]:
     """A fresh cluster in ``directory`` with a ready leader; stopped on exit. Secure
     (Raft secret, client TLS) unless ``secure`` is False, as ``om.cluster.lifecycle.up``;
-    ``workers`` front workers per node (0: the product's default); ``trace_dir`` None:
-    the nodes trace nothing (as in production)."""
+    ``shards`` shard processes per node (``shards = N``, docs/SHARDS.md); ``trace_dir``
+    None: the nodes trace nothing (as in production). Front workers are the product's
+    default (one per eight cores)."""
     def trace_args(node_id: str) -> tuple[str, ...]:
         if trace_dir is None:
             return ()
         return ("--trace", str(server_trace_path(trace_dir, node_id)), "--trace-flow", flow)
 
     cluster = om_cluster.up(
-        directory, nodes, om_cluster.free_port_base(nodes), execution, extra_toml, timeout_s,
-        remember_it=False, secure=secure, top_level_toml=f"workers = {workers}",
-        node_args=trace_args)
+        directory, nodes, om_cluster.free_port_base(nodes, shards=shards), execution,
+        extra_toml, timeout_s, remember_it=False, secure=secure, node_args=trace_args,
+        shards=shards)
     try:
         yield cluster
     finally:

@@ -35,7 +35,9 @@ the server phases of the window's traces and the client's completions, and
 machine meanwhile (both in the step log, the table and ``summary.json``). The
 ``sweep`` profile runs the leader, replicated and etcd flows at 16, 64 and 256 in
 flight, each point a flow of its own on a fresh cluster (``bench/sweep.py`` argues
-why, and the order).
+why, and the order). The ``scaling`` profile runs the leader at S = 1, 2 and 4 shards,
+the load and preload over 64 buckets, each flow three times in rounds
+(``bench/shard_scaling.py``).
 
 Then ``summary.json`` and ``manifest.json``. A flow that fails is recorded with
 its error and the others still run; the etcd flow is recorded as skipped, with
@@ -62,7 +64,7 @@ from typing import Any
 
 import uvloop
 
-from bench import bound, etcd, failover, freon, sweep
+from bench import bound, etcd, failover, freon, shard_scaling, sweep
 from bench import fso as fso_flows
 from bench.ceiling import InProcessCaller, in_process_node
 from bench.clusters import traced_cluster
@@ -70,27 +72,29 @@ from bench.etcd import EtcdUnavailable
 from bench.failover import FailoverResult
 from bench.freon import FreonConfig, FreonResult
 from bench.fso import FsoResults
+from bench.generators import BUCKETS_MAX, bucket_names
 from bench.machine import CpuMeter, children, command_line, rss_mb
 from bench.machine_load import MachineLoad
 from bench.manifest import build_manifest, write_json
 from bench.progress import StepLog
-from bench.session import PooledCaller, RequestCaller
+from bench.session import PooledCaller, RequestCaller, RoutedClient
 from bench.summary import (
     CLIENT_PROCESS,
     IN_PROCESS,
     FlowMeasurement,
+    Redirects,
     bound_inputs,
     build_summary,
 )
 from bench.traces import batch_sizes, completion_times, copy_window, write_phase_means
 from om import config as om_config
-from om.client import AsyncOMClient
 from om.client.retry_policy import RetryPolicy
 from om.cluster import lifecycle as om_cluster
 from om.cluster import preload
 from om.config import ServerConfig
 
 POLICY = RetryPolicy(deadline_s=30.0, attempt_timeout_s=10.0)
+SHARD_MODULE = "om.node.shard_process"   # a shard process's module (om/node/shard_pool.py)
 USER = "bench"
 Connect = Callable[[], RequestCaller]
 
@@ -119,6 +123,13 @@ class Profile:
     fso_renames: int = 30
     fso_rename_pct: int = 25
     in_flight: tuple[int, ...] = ()   # a sweep: each flow at each of these (bench/sweep.py)
+    buckets: int = 1   # the omkg load and the preload spread over this many buckets
+    runs: int = 1      # each flow this many times, in rounds (bench/shard_scaling.py)
+
+    def __post_init__(self) -> None:
+        assert 1 <= self.buckets <= BUCKETS_MAX
+        assert 1 <= self.runs <= shard_scaling.RUNS_MAX
+        assert self.buckets == 1 or not self.mixed_s, "the mixed phase writes one bucket"
 
 
 PROFILES: dict[str, Profile] = {
@@ -133,11 +144,14 @@ PROFILES: dict[str, Profile] = {
     # the object-id locks and with Ozone mainline's bucket lock (bench/fso.py).
     "fso": Profile("fso", warmup_s=2.0, measure_s=15.0, threads=64, mixed_s=15.0,
                    flows=("fso", "fso-bucket")),
-    # Where the cores go as workers are added: one node, then three, with 1, 2 and 4
-    # front workers, the load spread over 8 connections per node.
+    # What shards buy: one node at S = 1 and 2, three nodes at S = 1, 2 and 4, the load
+    # and the preload spread over 64 buckets (16 a shard at S = 4: the hash spreads these
+    # names evenly at S = 2 and 4, 16 would put 10 and 6 at S = 2) and 8 connections, each
+    # flow three times, S against S = 1 by the medians (bench/shard_scaling.py).
     "scaling": Profile("scaling", warmup_s=2.0, measure_s=12.0, threads=64, connections=8,
-                       flows=("leader-1node", "leader-1node-w2", "leader-w1", "leader-w2",
-                              "leader-w4")),
+                       buckets=64, runs=3,
+                       flows=("leader-1node-s1", "leader-1node-s2", "leader-s1", "leader-s2",
+                              "leader-s4")),
     # The leader, the old flow and etcd at 16, 64 and 256 in flight, each point on a fresh
     # cluster, as long as the quick profile's (bench/sweep.py).
     "sweep": Profile("sweep", warmup_s=2.0, measure_s=15.0, threads=64, half_load_s=8.0,
@@ -156,9 +170,14 @@ class FlowSpec:
     etcd: bool = False          # not an OM: a 3-member etcd (bench/etcd)
     failover: bool = False      # measure failover on its cluster (bench/failover)
     nodes: int = 0              # 0: the profile's
-    workers: int = 0            # front workers per node (0: the product's default)
+    shards: int = 1             # shard processes per node (`shards = N`, docs/SHARDS.md)
     fso: bool = False           # the file-system phases (bench/fso.py) instead of omkg's
     threads: int = 0            # requests in flight (0: the profile's; a sweep point's own)
+
+    def __post_init__(self) -> None:
+        assert 1 <= self.shards <= om_config.SHARDS_MAX
+        assert self.shards == 1 or not (self.in_process or self.etcd or self.fso), \
+            "shards are for the leader flow's clusters"
 
 
 FLOWS: tuple[FlowSpec, ...] = (
@@ -170,12 +189,12 @@ FLOWS: tuple[FlowSpec, ...] = (
              extra_toml="\n[batch]\nenabled = false\ninflight_batches_max = 256\n"),
     FlowSpec("ceiling", in_process=True),
     FlowSpec("etcd", etcd=True),
-    # the scaling profile's
-    FlowSpec("leader-1node", nodes=1, workers=1),
-    FlowSpec("leader-1node-w2", nodes=1, workers=2),
-    FlowSpec("leader-w1", workers=1),
-    FlowSpec("leader-w2", workers=2),
-    FlowSpec("leader-w4", workers=4),
+    # the scaling profile's (bench/shard_scaling.py)
+    FlowSpec("leader-1node-s1", nodes=1),
+    FlowSpec("leader-1node-s2", nodes=1, shards=2),
+    FlowSpec("leader-s1"),
+    FlowSpec("leader-s2", shards=2),
+    FlowSpec("leader-s4", shards=4),
     # the fso profile's: one setting apart ([fso] lock_plan, om/config.py)
     FlowSpec("fso", fso=True, extra_toml='\n[fso]\nlock_plan = "object-id"\n'),
     FlowSpec("fso-bucket", fso=True, extra_toml='\n[fso]\nlock_plan = "bucket"\n'),
@@ -230,13 +249,14 @@ class FlowDirs:
     def data(self) -> Path:
         return self.root / "data"
 
-    def node_databases(self, flow: FlowSpec, nodes: int) -> list[Path]:
-        """Where each node of the flow keeps its RocksDB (``ServerConfig.node_data_dir``
-        / ``db``: ``data_dir/<id>/db`` in a cluster, ``data_dir/db`` for one node)."""
+    def node_dirs(self, flow: FlowSpec, nodes: int) -> list[Path]:
+        """Each node's data directory (``ServerConfig.node_data_dir``: ``data_dir/<id>`` in
+        a cluster, ``data_dir`` for one node); its shard 0's RocksDB is the ``db`` in it,
+        shard k's ``shard-k/db`` (``om.config.shard_data_dir``)."""
         if flow.in_process:
-            return [self.data / "db"]
+            return [self.data]
         data_dir = self.cluster.resolve() / "data"   # om.cluster.lifecycle.write_config's data_dir
-        return [data_dir / node.id / "db" for node in om_cluster.node_addresses(nodes, 0)]
+        return [data_dir / node.id for node in om_cluster.node_addresses(nodes, 0)]
 
     @property
     def raw(self) -> Path:
@@ -267,6 +287,7 @@ class Phases:
     failover: FailoverResult | None = None
     elections: int | None = None   # terms that began while the load ran (0: none)
     fso: FsoResults | None = None  # an FSO flow's other phases (bench/fso.py)
+    redirects: Redirects | None = None   # WRONG_SHARD answers over the flow's clients
 
 
 def select_flows(names: list[str]) -> tuple[FlowSpec, ...]:
@@ -286,23 +307,36 @@ def sweep_points(flows: tuple[FlowSpec, ...], in_flight: tuple[int, ...]) -> tup
                  for count in in_flight for flow in flows)
 
 
+def repeated(flows: tuple[FlowSpec, ...], runs: int) -> tuple[FlowSpec, ...]:
+    """Each flow ``runs`` times, in rounds (``bench/shard_scaling.py``); one run keeps the
+    flows' names."""
+    assert 1 <= runs <= shard_scaling.RUNS_MAX
+    if runs == 1:
+        return flows
+    return tuple(replace(flow, name=shard_scaling.run_name(flow.name, run), failover=False)
+                 for run in range(1, runs + 1) for flow in flows)
+
+
 def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
     """Runs every flow and writes manifest.json and summary.json; returns the summary."""
     config.out.mkdir(parents=True, exist_ok=True)
     flow_configs = {f.name: {**asdict(f), "nodes": _nodes(config, f)} for f in config.flows}
     write_json(config.out / "manifest.json", build_manifest(config.describe(), flow_configs))
-    seed = generate_seed(config, log)
+    seeds = {shards: generate_seed(config, log, shards)
+             for shards in sorted({f.shards for f in config.flows if not f.fso})}
     fso_seed = generate_fso_seed(config, log)
     measurements: list[FlowMeasurement] = []
     for number, flow in enumerate(config.flows, 1):
         log.step(f"flow {number}/{len(config.flows)}: {flow.name}")
-        measurements.append(run_flow(config, flow, log, fso_seed if flow.fso else seed))
+        measurements.append(run_flow(config, flow, log,
+                                     fso_seed if flow.fso else seeds[flow.shards]))
         cluster_toml = FlowDirs.of(config.out, flow.name).cluster / "cluster.toml"
         if cluster_toml.exists():
             flow_configs[flow.name]["cluster_toml"] = cluster_toml.read_text()
     run = config.describe()
-    if seed is not None:
-        run["preload"] = seed.describe()
+    seeded = [seed for seed in seeds.values() if seed is not None]
+    if seeded:
+        run["preload"] = {**seeded[0].describe(), "shards": [seed.shards for seed in seeded]}
     if fso_seed is not None:
         run["fso_preload"] = fso_seed.describe()
     summary = build_summary(measurements, run)
@@ -313,38 +347,56 @@ def run_bench(config: BenchConfig, log: StepLog) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Seed:
-    """The generated database every OM node of the run starts from."""
+    """The generated stores every OM node of the run's flows with ``shards`` shards
+    starts from: a node data directory (shard 0's store in ``db``, shard k's in
+    ``shard-k/db``), copied into each node's."""
 
-    db: Path
+    node_dir: Path
     result: preload.GenerateResult
+    shards: int = 1
 
     def describe(self) -> dict[str, Any]:
         """How the namespace was preloaded, as recorded in summary.json."""
         return {"method": "om freon generate", "keys": self.result.keys,
-                "seconds": round(self.result.seconds, 3),
+                "buckets": self.result.buckets, "seconds": round(self.result.seconds, 3),
                 "keys_per_s": round(self.result.keys_per_s, 1)}
 
 
-def generate_seed(config: BenchConfig, log: StepLog) -> Seed | None:
-    """Generates ``config.keys`` keys once into ``OUT/seed/db`` (None without keys).
+def generate_seed(config: BenchConfig, log: StepLog, shards: int = 1) -> Seed | None:
+    """Generates ``config.keys`` keys once into ``OUT/seed`` (``OUT/seed-s<S>`` for S >
+    1, each shard's part in its store: ``preload.generate_shards``); None without keys.
 
-    The keys are ``preload/<i>`` in the bucket the load uses, as the RPC preload
-    named them, owned by the bench's user."""
+    The keys are ``preload/<i>`` in the buckets the load uses (the profile's
+    ``buckets``, named as the load names them), as the RPC preload named them, owned
+    by the bench's user."""
     if not config.keys:
         return None
-    root = config.out / "seed"
+    root = config.out / ("seed" if shards == 1 else f"seed-s{shards}")
     if root.exists():
         shutil.rmtree(root)
     namespace = preload.Namespace(keys=config.keys, volume=config.volume,
-                                  bucket=config.bucket, prefix="preload", user=USER)
-    log.step(f"preload: generating {config.keys:,} keys into {root / 'db'} (offline)")
-    bar = log.bar("[seed] generate", config.keys, None)
-    result = preload.generate_into(root / "db", namespace,
-                                   progress=lambda done: bar.update(done, 0))
+                                  bucket=config.bucket, buckets=config.profile.buckets,
+                                  prefix="preload", user=USER, shards=shards)
+    log.step(f"preload: generating {config.keys:,} keys in {namespace.buckets} bucket(s), "
+             f"{shards} shard(s), into {root} (offline)")
+    bar = log.bar(f"[seed S={shards}] generate", config.keys, None)
+    results = preload.generate_shards(root, namespace, progress=lambda done: bar.update(done, 0))
+    result = _added(results)
     bar.close(result.keys, 0)
     log.step(f"preload: {result.keys:,} keys in {result.seconds:.1f} s "
              f"({result.keys_per_s:,.0f} keys/s, {result.batches} write batches)")
-    return Seed(root / "db", result)
+    return Seed(root, result, shards)
+
+
+def _added(results: list[preload.GenerateResult]) -> preload.GenerateResult:
+    """The shards' results as one: keys, batches and seconds add up; volumes and buckets
+    are the most any shard holds (their rows are in every shard)."""
+    assert results
+    return preload.GenerateResult(
+        max(r.volumes for r in results), max(r.buckets for r in results),
+        sum(r.keys for r in results),
+        sum(r.batches for r in results), max(r.managed_index for r in results),
+        sum(r.seconds for r in results))
 
 
 def generate_fso_seed(config: BenchConfig, log: StepLog) -> Seed | None:
@@ -367,15 +419,17 @@ def generate_fso_seed(config: BenchConfig, log: StepLog) -> Seed | None:
              f"{f' and {config.keys:,} keys' if config.keys else ''} into {root / 'db'}")
     result = preload.generate_into(root / "db", namespaces[0], more=namespaces[1:])
     log.step(f"FSO preload: {result.keys:,} keys and files in {result.seconds:.1f} s")
-    return Seed(root / "db", result)
+    return Seed(root, result)
 
 
 def seed_flow(seed: Seed, flow: FlowSpec, dirs: FlowDirs, nodes: int) -> list[Path]:
-    """Copies the seed to every node database of the flow, before the nodes start;
-    returns the databases. Copies are byte-identical (``preload.copy_database``)."""
-    databases = dirs.node_databases(flow, nodes)
-    preload.copy_database(seed.db, databases)
-    return databases
+    """Copies the seed's stores (each shard's) into every node data directory of the
+    flow, before the nodes start; returns the directories. Copies are byte-identical
+    (``preload.copy_shards``)."""
+    assert seed.shards == flow.shards
+    node_dirs = dirs.node_dirs(flow, nodes)
+    preload.copy_shards(seed.node_dir, node_dirs, seed.shards)
+    return node_dirs
 
 
 def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
@@ -411,7 +465,9 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
                                fso=phases.fso, machine=phases.machine,
                                phases_ms=write_phase_means(sorted(dirs.traces.glob(
                                    "server-*.jsonl"))),
-                               stalls=_stalls(dirs, phases.measure))
+                               stalls=_stalls(dirs, phases.measure),
+                               shards=flow.shards, redirects=phases.redirects,
+                               buckets_per_shard=_spread(config, flow))
     found = bound.classify(bound_inputs(measured))
     log.step(f"{flow.name}: {phases.measure.write_requests_per_s:,.0f} write req/s, "
              f"{phases.measure.failures} failed operations; {found.label}: {found.reason}")
@@ -419,6 +475,14 @@ def run_flow(config: BenchConfig, flow: FlowSpec, log: StepLog,
     if warning:
         log.step(f"{flow.name}: WARNING: {warning}")
     return measured
+
+
+def _spread(config: BenchConfig, flow: FlowSpec) -> list[int]:
+    """How many of the load's buckets each shard of the flow owns (empty at S = 1)."""
+    if flow.shards == 1:
+        return []
+    buckets = bucket_names(config.bucket, config.profile.buckets)
+    return shard_scaling.buckets_per_shard(config.volume, buckets, flow.shards)
 
 
 def _stalls(dirs: FlowDirs, measure: FreonResult) -> bound.Stalls | None:
@@ -459,14 +523,20 @@ def _nodes(config: BenchConfig, flow: FlowSpec) -> int:
 
 
 def _helpers(pids: dict[str, int]) -> dict[str, int]:
-    """Each node's child processes by label: ``om1-raft`` (its Raft process) and
-    ``om1-w0``, ``om1-w1``... (its front workers)."""
+    """Each node's child processes by label: ``om1-raft`` (its Raft process),
+    ``om1-s1``, ``om1-s2``... (its shard processes k >= 1; shard 0 is the node's own)
+    and ``om1-w0``, ``om1-w1``... (its front workers)."""
     labels: dict[str, int] = {}
     for node, pid in pids.items():
         workers = 0
         for child in children(pid):
-            if "pysyncobj" in command_line(child):
+            line = command_line(child)
+            argv = line.split()
+            if "pysyncobj" in line:
                 labels[f"{node}-raft"] = child
+            elif SHARD_MODULE in argv:
+                # python -m om.node.shard_process FD K
+                labels[f"{node}-s{argv[argv.index(SHARD_MODULE) + 2]}"] = child
             else:
                 labels[f"{node}-w{workers}"] = child
                 workers += 1
@@ -478,27 +548,35 @@ def _on_cluster(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
     security = "secure" if config.secure else "INSECURE: no Raft secret, no TLS"
     nodes = _nodes(config, flow)
     log.step(f"{flow.name}: starting {nodes} node(s) "
-             f"(execution={flow.execution}, workers={flow.workers or 'default'}, {security}) "
+             f"(execution={flow.execution}, shards={flow.shards}, {security}) "
              f"in {dirs.cluster}")
     extra = flow.extra_toml
     with traced_cluster(dirs.cluster, nodes, flow.execution, extra,
                         dirs.raw if config.traces else None, flow.name,
-                        secure=config.secure, workers=flow.workers) as cluster:
+                        secure=config.secure, shards=flow.shards) as cluster:
         first = cluster.wait_for_leader()
         leader = first.node_id
         log.step(f"{flow.name}: leader {leader}")
+        if flow.shards > 1:
+            cluster.wait_converged()   # every shard of every node serves
         addresses, tls = cluster.addresses, cluster.client_tls()
         connections = config.profile.connections
+        clients: list[RoutedClient] = []
 
         def connect() -> RequestCaller:
+            # the nodes' addresses: each client routes by shard itself (RoutedClient);
             # with TLS the user is the certificate's: claiming another one is refused
-            return PooledCaller([AsyncOMClient(addresses, user=None if tls else USER,
-                                               policy=POLICY, tls=tls)
-                                 for _ in range(connections)])
+            made = [RoutedClient(addresses, user=None if tls else USER, policy=POLICY, tls=tls)
+                    for _ in range(connections)]
+            clients.extend(made)
+            return PooledCaller(list(made))
 
         pids = {n.id: pid for n in cluster.nodes if (pid := cluster.pid(n.id)) is not None}
         meter = CpuMeter({**pids, **_helpers(pids), CLIENT_PROCESS: os.getpid()})
         phases = uvloop.run(run_phases(config, flow, dirs, connect, log, meter))
+        phases.redirects = Redirects(len(clients), sum(c.redirects for c in clients))
+        log.step(f"{flow.name}: {phases.redirects.redirects} WRONG_SHARD redirects over "
+                 f"{phases.redirects.clients} clients")
         phases.elections = cluster.wait_for_leader().term - first.term
         for node in cluster.nodes:
             pid = cluster.pid(node.id)
@@ -517,9 +595,11 @@ def _failover(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
     trials = config.profile.failover_trials
     log.step(f"{flow.name}: failover, {trials} trials of kill -9 of the leader, "
              f"on a fresh cluster in {dirs.failover}")
-    cluster = om_cluster.up(dirs.failover, _nodes(config, flow), om_cluster.free_port_base(),
+    nodes = _nodes(config, flow)
+    cluster = om_cluster.up(dirs.failover, nodes,
+                            om_cluster.free_port_base(nodes, shards=flow.shards),
                             flow.execution, flow.extra_toml, remember_it=False,
-                            secure=config.secure)
+                            secure=config.secure, shards=flow.shards)
     try:
         result = uvloop.run(failover.measure(cluster, trials))
     finally:
@@ -562,7 +642,8 @@ async def run_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs, connec
     profile = config.profile
     base = FreonConfig(generator="omkg", count=freon.UNBOUNDED_COUNT,
                        threads=flow.threads or profile.threads,
-                       volume=config.volume, bucket=config.bucket, flow=flow.name)
+                       volume=config.volume, bucket=config.bucket,
+                       buckets=profile.buckets, flow=flow.name)
     if flow.fso:
         return await run_fso_phases(config, flow, dirs, connect, log, meter, base)
     if profile.warmup_s > 0:
@@ -598,7 +679,7 @@ async def run_fso_phases(config: BenchConfig, flow: FlowSpec, dirs: FlowDirs,
     rename/create mix (``omdr``), then rename scaling."""
     profile = config.profile
     files = replace(base, generator="omfc", volume=fso_flows.VOLUME, bucket=fso_flows.BUCKET,
-                    dirs=profile.threads)
+                    buckets=1, dirs=profile.threads)
     if profile.warmup_s > 0:
         await _phase(replace(base, duration_s=profile.warmup_s, prefix="warmup"),
                      connect, log, flow.name, "warm-up (keys)")

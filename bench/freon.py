@@ -32,6 +32,7 @@ from bench.generators import (
     Generator,
     KeyGenerator,
     ReadWriteListGenerator,
+    bucket_names,
     random_prefix,
 )
 from bench.progress import ProgressBar
@@ -64,11 +65,13 @@ class FreonConfig:
     label: str = ""
     rate: float | None = None
     dirs: int = 64               # omfc, omdr: directories the operations are spread over
+    buckets: int = 1             # omkg: buckets the keys are spread over (bucket_names)
     percentage_rename: int = 25  # omdr: renames; the rest create directories
 
     def __post_init__(self) -> None:
         assert self.count >= 0
         assert self.dirs > 0
+        assert self.buckets > 0
         assert 0 <= self.percentage_rename <= 100
         assert self.threads > 0
         assert self.rate is None or self.rate > 0
@@ -136,9 +139,13 @@ class FreonResult:
 
 
 def make_generator(config: FreonConfig, prefix: str) -> Generator:
-    """The generator ``config.generator`` names."""
+    """The generator ``config.generator`` names; ValueError for ``buckets`` > 1 with
+    another generator than ``omkg`` (only it spreads over buckets)."""
     if config.generator == "omkg":
-        return KeyGenerator(config.volume, config.bucket, prefix, config.size)
+        return KeyGenerator(config.volume, bucket_names(config.bucket, config.buckets),
+                            prefix, config.size)
+    if config.buckets != 1:
+        raise ValueError(f"{config.generator} writes into one bucket, not {config.buckets}")
     if config.generator == "ombg":
         return BucketGenerator(config.volume, prefix)
     if config.generator == "ockrw":

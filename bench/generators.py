@@ -3,7 +3,8 @@ and ``omdr`` does.
 
 Names follow ``ozone freon``: keys are ``<prefix>/<index>``, buckets
 ``<prefix><index>``; the file-system generators (``omfc``, ``omdr``) work in
-directories ``<prefix>/d<k>`` of a FILE_SYSTEM_OPTIMIZED bucket. Every
+directories ``<prefix>/d<k>`` of a FILE_SYSTEM_OPTIMIZED bucket; ``omkg`` may spread
+its keys over several buckets (``bucket_names``). Every
 generator's ``prepare`` creates what it needs (idempotently, untraced);
 ``operation(session, index)`` runs one timed operation and raises
 ``RequestFailed`` when a request of it fails.
@@ -17,13 +18,15 @@ import string
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bench.session import RequestCaller, RequestFailed, Session, ensure_bucket
+from bench.session import RequestCaller, RequestFailed, Session, ensure_bucket, learn_routes
 from bench.traces import ClientTrace
 from om.client import requests as build
+from om.cluster import preload
 from om.executor.fso.fs import FSO
 
 GENERATORS = ("omkg", "ombg", "ockrw", "omfc", "omdr")
 PREPARE_IN_FLIGHT = 64   # directories a file-system generator creates at once in prepare
+BUCKETS_MAX = 1024       # buckets one load spreads over (each is created in prepare)
 
 
 def random_prefix(length: int = 10) -> str:
@@ -54,21 +57,41 @@ class Generator(Protocol):
         ...
 
 
+def bucket_names(bucket: str, count: int) -> tuple[str, ...]:
+    """The ``count`` buckets a load spreads over: ``bucket`` alone, or ``<bucket>-0`` ..
+    ``<bucket>-<count - 1>``, the names the offline preload gives a namespace of
+    ``count`` buckets (``om.cluster.preload.Namespace``), so a spread load writes
+    into the seeded buckets."""
+    assert 1 <= count <= BUCKETS_MAX
+    names = preload.Namespace(bucket=bucket, buckets=count).bucket_names()
+    return tuple(name for _, name in names)
+
+
 @dataclass(frozen=True)
 class KeyGenerator:
-    """``omkg``: CreateKey + CommitKey of ``<prefix>/<index>``, no data."""
+    """``omkg``: CreateKey + CommitKey of ``<prefix>/<index>``, no data, in bucket
+    ``index mod len(buckets)`` of ``buckets``: one bucket as freon's ``omkg``, or
+    several, so that with shards every shard gets a share (a bucket is one shard's)."""
 
     volume: str
-    bucket: str
+    buckets: tuple[str, ...]
     prefix: str
     size: int
     timer: str = "key-create"
 
+    def __post_init__(self) -> None:
+        assert 1 <= len(self.buckets) <= BUCKETS_MAX
+        assert len(set(self.buckets)) == len(self.buckets)
+
     async def prepare(self, caller: RequestCaller) -> None:
-        await ensure_bucket(caller, self.volume, self.bucket)
+        for bucket in self.buckets:
+            await ensure_bucket(caller, self.volume, bucket)
+        if len(self.buckets) > 1:
+            await learn_routes(caller, self.volume, self.buckets)
 
     async def operation(self, session: Session, index: int) -> None:
-        await session.put_key(self.volume, self.bucket, key_name(self.prefix, index), self.size)
+        bucket = self.buckets[index % len(self.buckets)]
+        await session.put_key(self.volume, bucket, key_name(self.prefix, index), self.size)
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,14 @@ transport failure the client gave up on has the status ``CLIENT_ERROR``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Protocol
 
 from bench.stats import LatencyRecorder
 from bench.traces import CLIENT_ERROR, WRITE_OPS, ClientTrace, op_name
+from om.client import AsyncOMClient
 from om.client import requests as build
 from om.client.errors import OMClientError
 from om.protocol import om_pb2
@@ -37,22 +39,40 @@ class RequestCaller(Protocol):
 
 
 class PooledCaller:
-    """Spreads calls over several callers (connections) in turn: a server's front
-    workers each get some of them (SO_REUSEPORT spreads connections, not requests)."""
+    """Spreads calls over several callers (client connections) in turn: a server with
+    front workers gets each some of them (SO_REUSEPORT spreads connections, not
+    requests); ``callers`` are they, in turn order."""
 
     def __init__(self, callers: list[RequestCaller]) -> None:
         assert callers
-        self._callers = callers
+        self.callers = callers
         self._next = 0
 
     async def call_raw(self, request: om_pb2.OMRequest) -> tuple[om_pb2.OMResponse, int]:
-        caller = self._callers[self._next]
-        self._next = (self._next + 1) % len(self._callers)
+        caller = self.callers[self._next]
+        self._next = (self._next + 1) % len(self.callers)
         return await caller.call_raw(request)
 
     async def close(self) -> None:
-        for caller in self._callers:
+        for caller in self.callers:
             await caller.close()
+
+
+class RoutedClient(AsyncOMClient):
+    """The asyncio client, counting the WRONG_SHARD answers it got (``redirects``).
+
+    A client given the nodes' addresses learns S from its first request that reaches
+    the wrong shard and routes by it from then on (``om.client.identity``), so a
+    client should be redirected about once in its life: the bench reports the count
+    per client (``bench/shard_scaling.py``) to show that routing, not redirects,
+    carries the load."""
+
+    redirects = 0
+
+    def learn_shards(self, response: om_pb2.OMResponse) -> bool:
+        if response.status == om_pb2.WRONG_SHARD:
+            self.redirects += 1
+        return super().learn_shards(response)
 
 
 class RequestFailed(Exception):
@@ -114,6 +134,28 @@ class Session:
         opened = await self.send(build.create_file(volume, bucket, path, size))
         session_id = opened.create_file.client_session_id
         await self.send(build.commit_key(volume, bucket, path, session_id, size))
+
+
+async def learn_routes(caller: RequestCaller, volume: str, buckets: tuple[str, ...]) -> None:
+    """Each connection of ``caller`` (each of a ``PooledCaller``'s) asks InfoBucket of
+    ``buckets`` one at a time (untraced), the connections at once, so each client
+    learns its nodes' shard count from its first misrouted request, one WRONG_SHARD
+    each, before the timed load starts, as a long-lived client has. Without it the
+    first burst (``threads`` in flight) goes out before S is known: every request of it
+    to another shard than 0 is redirected, and today the client re-routes only the one
+    whose answer taught it S; the others, answered WRONG_SHARD with the S it now knows,
+    end there (``ClientIdentity.learn_shards`` returns False: 2 of 8 operations failed
+    in a smoke run at S = 2), a client race this bench would otherwise count as the
+    cluster's failures."""
+    assert buckets
+
+    async def ask(each: RequestCaller) -> None:
+        session = Session(each, ClientTrace.off())
+        for bucket in buckets:
+            await session.send(build.info_bucket(volume, bucket))
+
+    callers = caller.callers if isinstance(caller, PooledCaller) else [caller]
+    await asyncio.gather(*(ask(each) for each in callers))
 
 
 async def ensure_bucket(caller: RequestCaller, volume: str, bucket: str | None,

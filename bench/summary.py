@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench import sweep
+from bench import shard_scaling, sweep
 from bench.bound import LABELS, MOVES, BoundInputs, Stalls, busiest, classify
 from bench.failover import FailoverResult
 from bench.freon import FreonResult
@@ -40,10 +40,14 @@ from bench.roles import (
     FOLLOWER_SERVER,
     LEADER_RAFT,
     LEADER_SERVER,
+    LEADER_SHARDS,
     LEADER_SIDE,
     LEADER_WORKERS,
     LOAD_GENERATOR,
+    TARGET_CORES,
+    TARGET_SHARDS,
     per_role,
+    project,
     projections,
 )
 
@@ -53,12 +57,6 @@ RATIO_FLOWS: tuple[tuple[str, str], ...] = (
     ("leader", "ceiling"),
     ("leader", "leader-nobatch"),
     ("leader", "etcd"),
-)
-# The scaling profile's: each worker count against one worker (reported when both ran).
-SCALING_RATIOS: tuple[tuple[str, str], ...] = (
-    ("leader-1node-w2", "leader-1node"),
-    ("leader-w2", "leader-w1"),
-    ("leader-w4", "leader-w1"),
 )
 # The label of the bench process (the load generator; in-process, the node too).
 CLIENT_PROCESS = "bench"
@@ -90,6 +88,27 @@ class FlowMeasurement:
     machine: MachineLoad | None = None          # the whole machine over the measured window
     phases_ms: dict[str, float] = field(default_factory=dict)  # server phases of a write
     stalls: Stalls | None = None                # gaps in the client's completions
+    shards: int = 1                             # shard processes per node
+    buckets_per_shard: list[int] = field(default_factory=list)  # the load's spread
+    redirects: Redirects | None = None          # WRONG_SHARD answers to its clients
+
+
+@dataclass(frozen=True)
+class Redirects:
+    """The WRONG_SHARD answers a flow's clients got, over all its phases: about one per
+    client at S > 1 (each learns S once, then routes), none at S = 1."""
+
+    clients: int
+    redirects: int
+
+    def __post_init__(self) -> None:
+        assert self.clients >= 0
+        assert self.redirects >= 0
+
+    def as_dict(self) -> dict[str, Any]:
+        per_client = self.redirects / self.clients if self.clients else None
+        return {"clients": self.clients, "redirects": self.redirects,
+                "per_client": per_client}
 
 
 def ratio_name(numerator: str, denominator: str) -> str:
@@ -125,6 +144,11 @@ def flow_summary(flow: FlowMeasurement) -> dict[str, Any]:
     if flow.skipped:
         return {"skipped": flow.skipped}
     summary["durable"] = flow.durable
+    summary["shards"] = flow.shards
+    if flow.buckets_per_shard:
+        summary["buckets_per_shard"] = list(flow.buckets_per_shard)
+    if flow.redirects is not None:
+        summary["redirects"] = flow.redirects.as_dict()
     if flow.measure is not None:
         summary.update(_phase(flow.measure))
     sizes = flow.batch_sizes
@@ -178,7 +202,9 @@ def _per_write(flow: FlowMeasurement) -> dict[str, Any]:
     roles = per_role(cpu, flow.leader, measure.duration_s, measure.ok_writes)
     found: dict[str, Any] = {"cpu_us_per_write": roles}
     if roles and LEADER_SERVER in roles:
-        found["projection"] = [asdict(p) for p in projections(roles)]
+        found["projection"] = [asdict(p) for p in projections(roles, shards=flow.shards)]
+        if flow.shards > 1:   # what more shards would buy, from this run's costs
+            found["projection_target"] = asdict(project(roles, TARGET_CORES, TARGET_SHARDS))
     return found
 
 
@@ -193,17 +219,17 @@ def _half_load(result: FreonResult) -> dict[str, Any]:
 
 
 def ratios(flows: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    """Write-throughput ratios of ``RATIO_FLOWS``."""
+    """Write-throughput ratios of ``RATIO_FLOWS``, the FSO flows', the sweep's and each
+    S against S = 1 (``bench/shard_scaling.py``)."""
     found: dict[str, float | None] = {}
-    pairs = RATIO_FLOWS + tuple((top, bottom) for top, bottom in SCALING_RATIOS
-                                if top in flows and bottom in flows)
-    for numerator, denominator in pairs:
+    for numerator, denominator in RATIO_FLOWS:
         top = flows.get(numerator, {}).get("write_requests_per_s")
         bottom = flows.get(denominator, {}).get("write_requests_per_s")
         found[ratio_name(numerator, denominator)] = (
             top / bottom if top is not None and bottom else None)
     found.update(fso_ratios(flows))
     found.update(sweep.ratios(flows))
+    found.update(shard_scaling.ratios(flows))
     return found
 
 
@@ -285,6 +311,9 @@ def render_table(summary: dict[str, Any]) -> str:
     sweep_lines = sweep.render(summary)
     if sweep_lines:
         lines += ["", *sweep_lines]
+    scaling_lines = shard_scaling.render(summary)
+    if scaling_lines:
+        lines += ["", *scaling_lines]
     lines += ["", *render_roles(summary)]
     for name, flow in summary["flows"].items():
         found = flow.get("failover")
@@ -324,7 +353,8 @@ def render_bounds(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-_ROLE_COLUMNS = ((LEADER_SERVER, ETCD_LEADER), (LEADER_WORKERS,), (LEADER_RAFT,),
+_ROLE_COLUMNS = ((LEADER_SERVER, ETCD_LEADER), (LEADER_SHARDS,), (LEADER_WORKERS,),
+                 (LEADER_RAFT,),
                  (FOLLOWER_SERVER, ETCD_FOLLOWER), (FOLLOWER_RAFT,), (LOAD_GENERATOR,),
                  (LEADER_SIDE,), (ALL_SERVERS,))
 
@@ -332,7 +362,8 @@ _ROLE_COLUMNS = ((LEADER_SERVER, ETCD_LEADER), (LEADER_WORKERS,), (LEADER_RAFT,)
 def render_roles(summary: dict[str, Any]) -> list[str]:
     """CPU µs per acknowledged write by role, one row a flow; then, for the leader
     flow, where one leader would stop on more cores."""
-    header = ("CPU us per write", "leader server", "leader workers", "leader Raft",
+    header = ("CPU us per write", "leader server", "leader shards 1..S-1", "leader workers",
+              "leader Raft",
               "follower server (each)", "follower Raft (each)", "load generator",
               "leader side", "all servers")
     rows = []
@@ -351,10 +382,26 @@ def render_roles(summary: dict[str, Any]) -> list[str]:
     lines += ["  ".join(v.rjust(w) if i else v.ljust(w)
                         for i, (v, w) in enumerate(zip(row, widths, strict=True)))
               for row in rows]
-    leader = summary["flows"].get("leader", {}).get("projection")
-    if leader:
+    return lines + _projection_lines(summary["flows"])
+
+
+def _projection_lines(flows: dict[str, dict[str, Any]]) -> list[str]:
+    """Where one leader would stop on more cores, from the leader flow's costs and from
+    each scaling flow's first run's (at its S: what S buys, on paper)."""
+    lines = []
+    for name, flow in flows.items():
+        scaling = shard_scaling.parse(name)
+        if not flow.get("projection") or (name != "leader" and
+                                          (scaling is None or scaling.run != 1)):
+            continue
         lines.append("")
-        lines.append("one leader on more cores (from the leader flow's costs; bench/roles.py):")
+        lines.append(f"one leader at S = {flow.get('shards', 1)} on more cores (from the "
+                     f"{name} flow's costs; bench/roles.py):")
         lines += [f"  {p['cores']:>3} cores: {p['writes_per_s']:>9,.0f} write req/s, bound by "
-                  f"{p['bound_by']}" for p in leader]
+                  f"{p['bound_by']}" for p in flow["projection"]]
+        target = flow.get("projection_target")
+        if target:
+            lines.append(f"  and at S = {target['shards']} on {target['cores']} cores, each "
+                         f"shard costing what it did here: {target['writes_per_s']:,.0f} "
+                         f"write req/s, bound by {target['bound_by']}")
     return lines

@@ -138,7 +138,7 @@ def test_a_cluster_on_seeded_copies_serves_them_writes_above_them_and_agrees(
     namespace = preload.Namespace(buckets=2, keys=600, size=100, user="bench")
     seed = preload.generate_into(tmp_path / "seed" / "db", namespace)
     dirs = driver.FlowDirs.of(tmp_path, "leader")
-    databases = dirs.node_databases(driver.FlowSpec("leader"), 3)
+    databases = [node / "db" for node in dirs.node_dirs(driver.FlowSpec("leader"), 3)]
     preload.copy_database(tmp_path / "seed" / "db", databases)
     cluster = cluster_harness.start(dirs.cluster)
     try:

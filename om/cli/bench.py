@@ -8,8 +8,10 @@ the same ``freon omkg`` load through each, and writes traces
 (docs/TRACES.md), ``DIR/manifest.json`` and ``DIR/summary.json``; prints a
 table at the end, and CPU per acknowledged write by role with one leader's
 projection to more cores (``bench/roles.py``). ``quick`` takes under three
-minutes on two cores; ``scaling`` runs one node and three nodes with 1, 2
-and 4 front workers, the load spread over 8 connections per node; ``fso``
+minutes on two cores; ``scaling`` runs one node at S = 1 and 2 shards and three
+nodes at S = 1, 2 and 4, the load and the preload spread over 64 buckets and 8
+connections, each flow three times, and reports each S against S = 1 by the
+medians (``bench/shard_scaling.py``); ``fso``
 runs file-system buckets (OBS keys, then files, a directory rename/create mix
 and rename scaling on one cluster) with the object-id locks and with Ozone
 mainline's bucket lock (``[fso] lock_plan``), flows ``fso`` and ``fso-bucket``
@@ -51,10 +53,10 @@ def register(commands: Any) -> None:
     p.add_argument("--profile", default="quick", choices=sorted(driver.PROFILES),
                    metavar="{" + ",".join(_VISIBLE_PROFILES) + "}",
                    help="quick: ~15 s of load per flow; full: longer, more concurrency, "
-                        "and a mixed read/list phase; scaling: 1 and 3 nodes with 1, 2 and 4 "
-                        "front workers; fso: file-system buckets, object-id locks against "
-                        "the bucket lock; sweep: leader, replicated and etcd at 16, 64 and "
-                        "256 in flight")
+                        "and a mixed read/list phase; scaling: 1 and 3 nodes at 1, 2 and 4 "
+                        "shards over 64 buckets, 3 runs each; fso: file-system buckets, "
+                        "object-id locks against the bucket lock; sweep: leader, replicated "
+                        "and etcd at 16, 64 and 256 in flight")
     p.add_argument("--out", type=Path, help="run directory (default bench-out/<time>)")
     p.add_argument("--keys", type=int, default=0,
                    help="namespace size: every node starts on a copy of a database with this "
@@ -93,6 +95,7 @@ def config_from(args: argparse.Namespace) -> driver.BenchConfig:
     flows = driver.select_flows([f.strip() for f in names if f.strip()])
     if profile.in_flight:
         flows = driver.sweep_points(flows, profile.in_flight)
+    flows = driver.repeated(flows, profile.runs)
     out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return driver.BenchConfig(out=out, profile=profile, keys=args.keys, flows=flows,
                               secure=not args.insecure, traces=not args.no_traces)
