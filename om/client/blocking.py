@@ -86,7 +86,7 @@ class OMClient(ClientIdentity):
                 response = self._round_trip(address, frame, request.call_id)
             except (OSError, WireError) as error:
                 self._drop(address)
-                problem = self._misconfigured(attempts.address, error)
+                problem = self._misconfigured(address, error)
                 if problem is not None:
                     self.last_retries = attempts.retries
                     raise problem from None

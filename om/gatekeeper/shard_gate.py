@@ -62,9 +62,17 @@ class ShardGate:
         owner = request_shard(request, len(self.addresses))
         if owner == self.shard:
             return None
-        response = error_response(
-            request, om_pb2.WRONG_SHARD, f"{kind.name} belongs to shard {owner} "
-            f"({self.addresses[owner]}), not to shard {self.shard}: not executed")
-        response.shard_address = self.addresses[owner]
-        response.shards = self.shards
-        return response
+        return wrong_shard(request, f"{kind.name} belongs to shard {owner} "
+                           f"({self.addresses[owner]}), not to shard {self.shard}: not executed",
+                           self.addresses[owner], self.shards)
+
+
+def wrong_shard(request: om_pb2.OMRequest, message: str, owner_address: str,
+                shards: int) -> om_pb2.OMResponse:
+    """WRONG_SHARD naming the owning shard's address and S, which a client learns
+    (``ClientIdentity.rerouted``): the one shape of every such answer."""
+    assert shards > 1
+    response = error_response(request, om_pb2.WRONG_SHARD, message)
+    response.shard_address = owner_address
+    response.shards = shards
+    return response

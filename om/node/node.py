@@ -24,6 +24,7 @@ from om.executor.registry import KINDS, error_response
 from om.executor.security import tokens, user_certificates
 from om.flows.template import audit_request, not_leader_response
 from om.gatekeeper import validation
+from om.gatekeeper.shard_gate import wrong_shard
 from om.node import gc_policy, parts
 from om.node import membership as node_membership
 from om.node import transfer as node_transfer
@@ -252,13 +253,11 @@ class Node:
 
     def _shard_0s(self, request: om_pb2.OMRequest) -> om_pb2.OMResponse:
         """WRONG_SHARD for a request only shard 0 answers, on shard k >= 1."""
-        response = error_response(
-            request, om_pb2.WRONG_SHARD, f"this is shard {self.config.serving_shard} of "
+        return wrong_shard(
+            request, f"this is shard {self.config.serving_shard} of "
             f"OM:{self.config.node_id}, which answers its buckets' requests: "
-            f"{om_pb2.Type.Name(request.cmd_type)} is shard 0's ({self.config.node.address})")
-        response.shard_address = self.config.node.address
-        response.shards = self.config.shards
-        return response
+            f"{om_pb2.Type.Name(request.cmd_type)} is shard 0's ({self.config.node.address})",
+            self.config.node.address, self.config.shards)
 
     def _guarded(self, request: om_pb2.OMRequest,
                  work: Awaitable[om_pb2.OMResponse]) -> asyncio.Future[om_pb2.OMResponse]:
