@@ -167,7 +167,7 @@ def _volume_write(index: int) -> PendingWrite:
     recorder = ChangeRecorder()
     recorder.put(om_pb2.VOLUME, f"/vol{index}".encode(), b"v")
     recorder.quota_delta(om_pb2.VOLUME, f"/vol{index}".encode(), 7, 0, 1)
-    return PendingWrite.of(index, recorder)
+    return PendingWrite.of(index, recorder, sharded=True)
 
 
 async def test_with_shards_rows_every_shard_reads_travel_in_batches_of_their_own() -> None:
@@ -203,8 +203,9 @@ def test_only_writes_of_rows_every_shard_reads_are_every_shards() -> None:
     mixed = ChangeRecorder()
     mixed.put(om_pb2.VOLUME, b"/vol", b"v")
     mixed.put(om_pb2.KEY, b"/vol/b/k", b"v")
-    assert not PendingWrite.of(1, mixed).every_shard
-    assert not PendingWrite.of(1, ChangeRecorder()).every_shard, "nothing to hand out"
+    assert not PendingWrite.of(1, mixed, sharded=True).every_shard
+    assert not PendingWrite.of(1, ChangeRecorder(), sharded=True).every_shard, \
+        "nothing to hand out"
 
 
 def test_only_shard_0_seals_a_b_entry() -> None:

@@ -41,8 +41,11 @@ class PendingWrite:
     @classmethod
     def of(cls, managed_index: int, recorder: ChangeRecorder,
            reply: om_pb2.ReplyRow | None = None,
-           expiry_ops: list[om_pb2.TableOp] | None = None) -> PendingWrite:
-        """Encodes an executed write's changes, its reply rows and expiry deletes."""
+           expiry_ops: list[om_pb2.TableOp] | None = None,
+           sharded: bool = False) -> PendingWrite:
+        """Encodes an executed write's changes, its reply rows and expiry deletes;
+        ``sharded`` (S > 1): whether it is ``every_shard`` is worked out too (at S = 1
+        no batch is split by it, and the write path does not pay for the look)."""
         part = om_pb2.PersistDbBatch(
             ops=recorder.ops,
             quota_deltas=[om_pb2.QuotaDelta(table=q.table, key=q.key, object_id=q.object_id,
@@ -51,7 +54,7 @@ class PendingWrite:
                           for q in recorder.quota],
             reply_rows=() if reply is None else (reply,),
             retry_expiry=expiry_ops or ())
-        every_shard = bool(recorder.ops) \
+        every_shard = sharded and bool(recorder.ops) \
             and all(op.table in EVERY_SHARDS_TABLES for op in recorder.ops) \
             and all(q.table == om_pb2.VOLUME for q in recorder.quota)
         return cls(managed_index, part.SerializeToString(deterministic=True), every_shard)

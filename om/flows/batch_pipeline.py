@@ -91,7 +91,7 @@ class BatchPipeline:
         assert shards >= 1
         self._replicator = replicator
         self._shard = shard
-        self._every_shard_slices = shards > 1
+        self.every_shard_slices = shards > 1
         self._merged_entries = merged_entries
         self._seam = seam
         self._elapsed_ns = seam.elapsed_ns
@@ -197,10 +197,10 @@ class BatchPipeline:
     def _seal(self) -> tuple[bytes, list[_Queued], int, list[ReadRound]]:
         builder = BatchBuilder(self.config.bytes_max, self.config.writes_max)
         taken: list[_Queued] = []
-        every_shard = self._every_shard_slices and bool(self._queue) \
+        every_shard = self.every_shard_slices and bool(self._queue) \
             and self._queue[0].write.every_shard
         while self._queue and builder.fits(self._queue[0].write):
-            if self._every_shard_slices and self._queue[0].write.every_shard != every_shard:
+            if self.every_shard_slices and self._queue[0].write.every_shard != every_shard:
                 break                      # the other kind starts the next batch
             queued = self._queue.popleft()
             builder.add(queued.write)

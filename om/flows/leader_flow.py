@@ -248,7 +248,8 @@ class LeaderFlow:
             reply = om_pb2.ClientRequestReply(
                 client_id=request.client_id, call_id=request.call_id, timestamp_ms=ctx.now_ms,
                 response=response.SerializeToString(), fingerprint=write.fingerprint)
-            pending = PendingWrite.of(index, recorder, encode_reply(reply))
+            pending = PendingWrite.of(index, recorder, encode_reply(reply),
+                                      sharded=self.pipeline.every_shard_slices)
             self.reservations.reserve(index, recorder.quota)
             settle = partial(self._settled, write, owner, index, reply, response)
             queued = True

@@ -36,8 +36,10 @@ def reply_outside_the_batch() -> Iterator[None]:
     original = PendingWrite.of.__func__  # type: ignore[attr-defined]
 
     def of(cls: type[PendingWrite], managed_index: int, recorder: Any,
-           reply: om_pb2.ReplyRow | None = None, expiry_ops: Any = None) -> PendingWrite:
-        return original(cls, managed_index, recorder, None, expiry_ops)  # type: ignore[no-any-return]
+           reply: om_pb2.ReplyRow | None = None, expiry_ops: Any = None,
+           sharded: bool = False) -> PendingWrite:
+        return original(cls, managed_index, recorder, None, expiry_ops,  # type: ignore[no-any-return]
+                        sharded)
 
     PendingWrite.of = classmethod(of)  # type: ignore[method-assign, assignment]
     try:
